@@ -1,0 +1,167 @@
+//! Data shapes of the provider contract: the transfer request and response
+//! bodies, the settlement settings, and the records the mock keeps as ground
+//! truth for tests (executed transfers and received requests).
+
+use std::time::Instant;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize, Serializer};
+
+/// Where the money goes. Only bank accounts exist in the contract; the tag
+/// keeps the wire format open for other kinds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Destination {
+    BankAccount { account_number: String, bank_code: String },
+}
+
+impl Destination {
+    pub fn account_number(&self) -> &str {
+        match self {
+            Destination::BankAccount { account_number, .. } => account_number,
+        }
+    }
+}
+
+/// Body of `POST /v1/transfers`. Unknown fields are tolerated, as a real
+/// provider would, so clients may send extra metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateTransfer {
+    pub reference: String,
+    /// Compared by value (`"125.5"` equals `"125.50"`) when a key is replayed.
+    pub amount: Decimal,
+    pub currency: String,
+    pub destination: Destination,
+}
+
+impl CreateTransfer {
+    /// The contract's idea of "malformed" beyond what serde already rejects.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.reference.is_empty()
+            && self.amount > Decimal::ZERO
+            && !self.currency.is_empty()
+            && !self.destination.account_number().is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferStatus {
+    Pending,
+    Paid,
+    Failed,
+}
+
+/// A transfer as the provider API shows it to clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferView {
+    pub id: String,
+    pub reference: String,
+    pub amount: Decimal,
+    pub currency: String,
+    pub status: TransferStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_code: Option<String>,
+}
+
+/// A transfer as the mock knows it: everything a test may need to decide
+/// whether money moved, and how many times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferRecord {
+    pub id: String,
+    pub idempotency_key: String,
+    pub reference: String,
+    pub amount: Decimal,
+    pub currency: String,
+    pub destination: Destination,
+    pub status: TransferStatus,
+    pub failure_code: Option<String>,
+    /// How many POSTs for this key really created a transfer. Anything but 1
+    /// means the provider paid more than once for one key.
+    pub executions: u32,
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which provider route a request hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    Create,
+    Lookup,
+    Get,
+}
+
+/// One request received on a provider route, recorded on arrival.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub method: String,
+    pub route: Route,
+    pub path: String,
+    pub idempotency_key: Option<String>,
+    pub correlation_id: Option<String>,
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub at: DateTime<Utc>,
+    /// What the mock did: `created`, `replayed`, `conflict`, `status:503`,
+    /// `timeout_after_commit`, `found`, ... (`in_progress` until it decides).
+    pub outcome: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettlementMode {
+    /// Transfers are `paid` as soon as they are created.
+    #[default]
+    Immediate,
+    /// Transfers are `pending` until `delay_ms` have passed.
+    Async,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settlement {
+    pub mode: SettlementMode,
+    pub delay_ms: u64,
+    /// Share of async transfers that end `failed` / `rejected_by_bank`.
+    pub fail_ratio: f64,
+}
+
+/// Internal form of a transfer: the outcome is decided at creation, and
+/// `settles_at` says when reads may start to show it.
+#[derive(Debug, Clone)]
+pub(crate) struct Transfer {
+    pub record: TransferRecord,
+    pub request: CreateTransfer,
+    pub settles_at: Option<Instant>,
+    pub final_status: TransferStatus,
+    pub final_failure_code: Option<String>,
+}
+
+impl Transfer {
+    /// Settlement is lazy: every read path calls this first, so no background
+    /// task is needed and every view agrees on the status.
+    pub fn settle(&mut self, now: Instant) {
+        if self.settles_at.is_some_and(|at| at <= now) {
+            self.settles_at = None;
+            self.record.status = self.final_status;
+            self.record.failure_code = self.final_failure_code.clone();
+        }
+    }
+
+    pub fn view(&self) -> TransferView {
+        TransferView {
+            id: self.record.id.clone(),
+            reference: self.record.reference.clone(),
+            amount: self.record.amount,
+            currency: self.record.currency.clone(),
+            status: self.record.status,
+            failure_code: self.record.failure_code.clone(),
+        }
+    }
+}
+
+/// Tests compare delays between attempts, so timestamps carry milliseconds.
+fn rfc3339_millis<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true))
+}

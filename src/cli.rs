@@ -1,0 +1,207 @@
+//! The `withdrawals` command line: one enum of subcommands, each a small async function.
+//!
+//! Errors surface as one line on stderr and a non-zero exit (see `main.rs`).
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use rust_decimal::Decimal;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AppConfig;
+use crate::domain::{AccountId, Amount, AmountLimits, Currency};
+use crate::http::{self, AppState};
+use crate::provisioning;
+use crate::storage::{Db, PoolSettings};
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, Parser)]
+#[command(name = "withdrawals", version, about = "Customer withdrawals, paid out without losing or doubling money")]
+pub struct Cli {
+    /// `sqlite://PATH` (default, embedded) or `postgres://…`.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://withdrawals.db",
+        global = true,
+        hide_env_values = true
+    )]
+    pub database_url: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP API (migrations are applied first).
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Customer accounts.
+    #[command(subcommand)]
+    Accounts(AccountsCommand),
+    /// Operator credentials.
+    #[command(subcommand)]
+    Operators(OperatorsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
+    pub bind: SocketAddr,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
+    pub log_format: LogFormat,
+    /// Per-currency maximum of one withdrawal, e.g. `USD=50000,JPY=5000000`.
+    #[arg(long, env = "WITHDRAWAL_LIMITS", default_value = "")]
+    pub limits: String,
+    /// Maximum for currencies not named in `--limits`.
+    #[arg(long, env = "WITHDRAWAL_DEFAULT_MAX", default_value = "1000000")]
+    pub default_max: Decimal,
+    /// How long idempotency keys are remembered, in hours (at least 24 is recommended).
+    #[arg(long, env = "IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
+    pub idempotency_retention_hours: i64,
+    /// Largest accepted request body in bytes.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
+    pub max_body_bytes: usize,
+    /// Database pool size.
+    #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
+    pub max_connections: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountsCommand {
+    /// Create an account, optionally funded, and print its id and a new API key.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "USD")]
+        currency: String,
+        /// Initial funding in `--currency`.
+        #[arg(long)]
+        fund: Option<Decimal>,
+        /// Print `{"account_id": "...", "api_key": "..."}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add money to an account.
+    Fund {
+        id: String,
+        #[arg(long)]
+        amount: Decimal,
+        #[arg(long)]
+        currency: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorsCommand {
+    /// Create an operator and print its id and a new bearer token.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long, value_parser = ["viewer", "operator", "admin"])]
+        role: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(&cli.database_url, args).await,
+        Command::Migrate => {
+            let db = open(&cli.database_url, PoolSettings::default()).await?;
+            println!("migrations applied ({:?})", db.backend());
+            Ok(())
+        }
+        Command::Accounts(AccountsCommand::Create { name, currency, fund, json }) => {
+            let db = open(&cli.database_url, PoolSettings::default()).await?;
+            let currency = Currency::parse(&currency).with_context(|| format!("currency `{currency}`"))?;
+            let funding = fund.map(|f| Amount::new(f, currency).with_context(|| format!("--fund {f}"))).transpose()?;
+            let created = provisioning::create_account(&db, &name, funding).await?;
+            if json {
+                println!("{}", json!({"account_id": created.account_id.to_string(), "api_key": created.api_key}));
+            } else {
+                println!(
+                    "account_id: {}\napi_key:    {}\n(the API key is shown once; store it now)",
+                    created.account_id, created.api_key
+                );
+            }
+            Ok(())
+        }
+        Command::Accounts(AccountsCommand::Fund { id, amount, currency }) => {
+            let db = open(&cli.database_url, PoolSettings::default()).await?;
+            let account: AccountId = id.parse().with_context(|| format!("account id `{id}` is not a UUID"))?;
+            let currency = Currency::parse(&currency).with_context(|| format!("currency `{currency}`"))?;
+            let amount = Amount::new(amount, currency).with_context(|| format!("--amount {amount}"))?;
+            provisioning::fund_account(&db, account, amount).await?;
+            println!("funded {account} with {amount}");
+            Ok(())
+        }
+        Command::Operators(OperatorsCommand::Create { name, role, json }) => {
+            let db = open(&cli.database_url, PoolSettings::default()).await?;
+            let created = provisioning::create_operator(&db, &name, &role).await?;
+            if json {
+                println!("{}", json!({"operator_id": created.operator_id.to_string(), "token": created.token}));
+            } else {
+                println!(
+                    "operator_id: {}\nrole:        {role}\ntoken:       {}\n(the token is shown once; store it now)",
+                    created.operator_id, created.token
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Connects and applies migrations: every command works on a fresh database.
+pub async fn open(url: &str, settings: PoolSettings) -> anyhow::Result<Db> {
+    let db = Db::connect(url, &settings).await.context("cannot open the database")?;
+    db.migrate().await.context("cannot apply migrations")?;
+    Ok(db)
+}
+
+async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format);
+    let limits = AmountLimits::parse(&args.limits, args.default_max).map_err(anyhow::Error::msg)?;
+    let mut config = AppConfig { limits, max_body_bytes: args.max_body_bytes, ..AppConfig::default() };
+    config.idempotency.retention = chrono::TimeDelta::hours(args.idempotency_retention_hours.max(1));
+    let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
+    let db = open(url, settings).await?;
+    let listener =
+        tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("cannot listen on {}", args.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    http::serve(listener, AppState::new(db.clone(), config), shutdown).await?;
+    db.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_on_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                token.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested; finishing in-flight requests");
+    token.cancel();
+}

@@ -1,0 +1,106 @@
+//! The API's one error type: RFC 9457 problem+json with a stable `code`.
+//!
+//! Client errors carry a safe, specific message (and the offending `field` where there is one).
+//! Internal errors become a generic 500 whose body says nothing about the cause; the cause chain
+//! is logged once, here.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::storage::StorageError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    Problem(Problem),
+    Internal(anyhow::Error),
+}
+
+/// A client-facing problem.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Stable machine-readable error code, e.g. `insufficient_funds`.
+    pub code: String,
+    /// The request field at fault, as a dotted path, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, detail: impl Into<String>) -> Self {
+        ApiError::Problem(Problem {
+            kind: format!("/problems/{code}"),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            detail: detail.into(),
+            code: code.to_owned(),
+            field: None,
+        })
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        if let ApiError::Problem(p) = &mut self {
+            p.field = Some(field.into());
+        }
+        self
+    }
+
+    pub fn unprocessable(code: &str, field: &str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail).with_field(field)
+    }
+
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer credential is required")
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(err: StorageError) -> Self {
+        ApiError::Internal(err.into())
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(err: anyhow::Error) -> Self {
+        ApiError::Internal(err)
+    }
+}
+
+pub fn problem_response(problem: &Problem) -> Response {
+    let status = StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::to_vec(problem).expect("problem serialises");
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Problem(problem) => problem_response(&problem),
+            ApiError::Internal(err) => {
+                tracing::error!(error = format!("{err:#}"), "internal error");
+                let ApiError::Problem(problem) = ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal_error",
+                    "the request could not be completed; it is safe to retry with the same Idempotency-Key",
+                ) else {
+                    unreachable!("ApiError::new builds a problem")
+                };
+                problem_response(&problem)
+            }
+        }
+    }
+}

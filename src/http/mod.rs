@@ -1,0 +1,68 @@
+//! The HTTP surface: the customer API of SPEC §3, health checks and the OpenAPI document.
+//!
+//! Each resource module owns its `router()`; [`app`] merges them and adds the layers every
+//! route shares (correlation id, tracing, body limit, problem+json fallbacks).
+
+mod auth;
+mod balances;
+pub mod correlation;
+pub mod error;
+mod health;
+mod openapi;
+mod withdrawals;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+use crate::config::AppConfig;
+use crate::storage::Db;
+
+pub use openapi::ApiDoc;
+
+/// Everything a handler needs, cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    db: Db,
+    config: AppConfig,
+}
+
+impl AppState {
+    pub fn new(db: Db, config: AppConfig) -> Self {
+        Self(Arc::new(Inner { db, config }))
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.0.db
+    }
+
+    pub fn config(&self) -> &AppConfig {
+        &self.0.config
+    }
+}
+
+/// The complete application router.
+pub fn app(state: AppState) -> Router {
+    let max_body = state.config().max_body_bytes;
+    Router::new()
+        .merge(withdrawals::router())
+        .merge(balances::router())
+        .merge(health::router())
+        .merge(openapi::router())
+        .fallback(|| async { error::ApiError::not_found() })
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn(correlation::middleware))
+        .with_state(state)
+}
+
+/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish.
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}

@@ -1,0 +1,28 @@
+//! `withdrawals` — pays out customer withdrawals through an external payout provider and
+//! recovers every failure without losing or doubling money.
+//!
+//! # Module map
+//! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, ids, the withdrawal
+//!   state machine. Pure: no I/O.
+//! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
+//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs.
+//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health.
+//! - [`jobs`] — job kinds, queues and payloads; the durable worker arrives with the payout issue.
+//! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
+//! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
+//! - [`config`] — runtime settings and their defaults.
+//! - [`cli`] — the `withdrawals` command line (serve, migrate, accounts, operators).
+//! - [`telemetry`] — tracing set-up.
+//!
+//! Coming next (see the issues): `provider` (HTTP client, classification, circuit breaker),
+//! `dead_letter`, `reconcile`, `ops` (operator API) — each as its own module.
+
+pub mod cli;
+pub mod config;
+pub mod credentials;
+pub mod domain;
+pub mod http;
+pub mod jobs;
+pub mod provisioning;
+pub mod storage;
+pub mod telemetry;

@@ -1,0 +1,18 @@
+//! The `withdrawals` binary: see `withdrawals --help`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = withdrawals::cli::Cli::parse();
+    match withdrawals::cli::run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line, the whole cause chain, non-zero exit.
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Accounts, per-currency balances and the append-only ledger (SPEC §1.2).
+//!
+//! A balance row only ever changes together with a ledger entry that explains it, in the same
+//! transaction; [`ledger_violations`] is the one query that proves the invariant.
+
+use uuid::Uuid;
+
+use super::{DbTime, Result, Tx};
+use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
+use crate::{with_conn, with_read_conn};
+
+/// Why a balance moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Money arriving from outside (the account's funding; the invariant's right-hand side).
+    Funding,
+    /// available → held, when a withdrawal is created.
+    Hold,
+    /// held → paid out, when the provider confirms.
+    Settle,
+    /// held → available, when a withdrawal definitively fails.
+    Release,
+}
+
+impl EntryKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Funding => "funding",
+            EntryKind::Hold => "hold",
+            EntryKind::Settle => "settle",
+            EntryKind::Release => "release",
+        }
+    }
+
+    /// (available, held, paid_out) deltas for `amount` minor units.
+    fn deltas(self, amount: i64) -> (i64, i64, i64) {
+        match self {
+            EntryKind::Funding => (amount, 0, 0),
+            EntryKind::Hold => (-amount, amount, 0),
+            EntryKind::Settle => (0, -amount, amount),
+            EntryKind::Release => (amount, -amount, 0),
+        }
+    }
+}
+
+pub async fn create_account(tx: &mut Tx, name: &str) -> Result<AccountId> {
+    let id = AccountId::new();
+    with_conn!(tx, |conn| {
+        sqlx::query("INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(id.0)
+            .bind(name)
+            .bind(DbTime::now())
+            .execute(&mut *conn)
+            .await?;
+    });
+    Ok(id)
+}
+
+pub async fn account_exists(tx: &mut Tx, id: AccountId) -> Result<bool> {
+    let found: Option<i64> = with_conn!(tx, |conn| {
+        sqlx::query_scalar("SELECT 1 FROM accounts WHERE id = $1").bind(id.0).fetch_optional(&mut *conn).await?
+    });
+    Ok(found.is_some())
+}
+
+/// Credits money from outside the system.
+pub async fn fund(tx: &mut Tx, account: AccountId, amount: Amount) -> Result<()> {
+    let minor = amount.to_minor();
+    let currency = amount.currency().code();
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, 0, 0)
+             ON CONFLICT (account_id, currency) DO UPDATE SET available = balances.available + excluded.available",
+        )
+        .bind(account.0)
+        .bind(currency)
+        .bind(minor)
+        .execute(&mut *conn)
+        .await?;
+    });
+    record_entry(tx, account, amount.currency(), EntryKind::Funding, minor, None, None).await
+}
+
+/// Moves `amount` from available to held if the account has it. Returns false (and changes
+/// nothing) on insufficient funds. The conditional update takes the balance row's lock, so two
+/// concurrent holds can never overdraw.
+pub async fn hold(
+    tx: &mut Tx,
+    account: AccountId,
+    amount: Amount,
+    withdrawal: WithdrawalId,
+    transition: Uuid,
+) -> Result<bool> {
+    let minor = amount.to_minor();
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE balances SET available = available - $1, held = held + $1
+             WHERE account_id = $2 AND currency = $3 AND available >= $1",
+        )
+        .bind(minor)
+        .bind(account.0)
+        .bind(amount.currency().code())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    if updated == 0 {
+        return Ok(false);
+    }
+    record_entry(tx, account, amount.currency(), EntryKind::Hold, minor, Some(withdrawal), Some(transition)).await?;
+    Ok(true)
+}
+
+/// Applies a settle or release of a held amount, with its ledger entry.
+pub async fn move_held(
+    tx: &mut Tx,
+    kind: EntryKind,
+    account: AccountId,
+    currency: Currency,
+    minor: i64,
+    withdrawal: WithdrawalId,
+    transition: Uuid,
+) -> Result<()> {
+    let (available, held, paid_out) = kind.deltas(minor);
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE balances SET available = available + $1, held = held + $2, paid_out = paid_out + $3
+             WHERE account_id = $4 AND currency = $5",
+        )
+        .bind(available)
+        .bind(held)
+        .bind(paid_out)
+        .bind(account.0)
+        .bind(currency.code())
+        .execute(&mut *conn)
+        .await?;
+    });
+    record_entry(tx, account, currency, kind, minor, Some(withdrawal), Some(transition)).await
+}
+
+async fn record_entry(
+    tx: &mut Tx,
+    account: AccountId,
+    currency: Currency,
+    kind: EntryKind,
+    minor: i64,
+    withdrawal: Option<WithdrawalId>,
+    transition: Option<Uuid>,
+) -> Result<()> {
+    let (available, held, paid_out) = kind.deltas(minor);
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
+                                         available_delta, held_delta, paid_out_delta, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(account.0)
+        .bind(currency.code())
+        .bind(kind.as_str())
+        .bind(withdrawal.map(|w| w.0))
+        .bind(transition)
+        .bind(available)
+        .bind(held)
+        .bind(paid_out)
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+/// One currency's balance, in minor units.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct BalanceRow {
+    pub currency: String,
+    pub available: i64,
+    pub held: i64,
+    pub paid_out: i64,
+}
+
+pub async fn balances(db: &super::Db, account: AccountId) -> Result<Vec<BalanceRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, BalanceRow>(
+            "SELECT currency, available, held, paid_out FROM balances WHERE account_id = $1 ORDER BY currency",
+        )
+        .bind(account.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// A balance that its ledger does not explain.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LedgerViolation {
+    pub account_id: Uuid,
+    pub currency: String,
+    pub available: i64,
+    pub held: i64,
+    pub paid_out: i64,
+    pub funded: i64,
+    pub ledger_available: i64,
+    pub ledger_held: i64,
+    pub ledger_paid_out: i64,
+}
+
+/// The ledger invariant of SPEC §1.2 as one query: for every account and currency,
+/// `available + held + paid_out` equals the funding entries, and each balance column equals the
+/// sum of its ledger deltas. Returns the rows that break it (none, always).
+pub async fn ledger_violations(db: &super::Db) -> Result<Vec<LedgerViolation>> {
+    const SQL: &str = "
+        SELECT b.account_id, b.currency, b.available, b.held, b.paid_out,
+               COALESCE(l.funded, 0) AS funded,
+               COALESCE(l.available, 0) AS ledger_available,
+               COALESCE(l.held, 0) AS ledger_held,
+               COALESCE(l.paid_out, 0) AS ledger_paid_out
+        FROM balances b
+        LEFT JOIN (
+            SELECT account_id, currency,
+                   CAST(SUM(CASE WHEN kind = 'funding' THEN available_delta ELSE 0 END) AS BIGINT) AS funded,
+                   CAST(SUM(available_delta) AS BIGINT) AS available,
+                   CAST(SUM(held_delta) AS BIGINT) AS held,
+                   CAST(SUM(paid_out_delta) AS BIGINT) AS paid_out
+            FROM ledger_entries GROUP BY account_id, currency
+        ) l ON l.account_id = b.account_id AND l.currency = b.currency
+        WHERE b.available + b.held + b.paid_out <> COALESCE(l.funded, 0)
+           OR b.available <> COALESCE(l.available, 0)
+           OR b.held <> COALESCE(l.held, 0)
+           OR b.paid_out <> COALESCE(l.paid_out, 0)";
+    Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, LedgerViolation>(SQL).fetch_all(&mut *conn).await?))
+}

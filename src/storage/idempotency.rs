@@ -1,0 +1,211 @@
+//! Idempotency records for `POST /v1/withdrawals` (SPEC §3), in two atomic phases.
+//!
+//! Phase one ([`begin`]) claims the key in its own short transaction, so a concurrent request
+//! with the same key sees `in_progress` and gets a 409 instead of waiting. Phase two is the
+//! caller's creation transaction, which ends with [`complete`] — fenced by the claim's
+//! `locked_at`, so a request that lost its claim (it ran past the lock timeout and another took
+//! over) cannot also store a response. A claim whose owner died is taken over after the lock
+//! timeout: its creation transaction never committed, so re-running it is safe.
+
+use chrono::TimeDelta;
+use uuid::Uuid;
+
+use super::{Db, DbTime, Result, Tx};
+use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
+use crate::with_conn;
+
+/// What phase one decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// The key is ours; run the request and [`complete`] with this claim.
+    Proceed(Claim),
+    /// The same key and body already completed: answer with the stored response.
+    Replay { status: u16, body: Vec<u8> },
+    /// The key was used with a different request body.
+    KeyReused,
+    /// The first request with this key is still running.
+    InProgress,
+}
+
+/// Proof of ownership of a key for the length of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub account_id: AccountId,
+    locked_at: DbTime,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct RecordRow {
+    fingerprint: Vec<u8>,
+    state: String,
+    response_status: Option<i64>,
+    response_body: Option<Vec<u8>>,
+    locked_at: DbTime,
+    expires_at: DbTime,
+}
+
+/// How long records live and how long a claim may run before another request may take it over.
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencySettings {
+    pub retention: TimeDelta,
+    pub lock_timeout: TimeDelta,
+}
+
+impl Default for IdempotencySettings {
+    fn default() -> Self {
+        Self { retention: TimeDelta::hours(24), lock_timeout: TimeDelta::seconds(30) }
+    }
+}
+
+pub async fn begin(
+    db: &Db,
+    account: AccountId,
+    key: &IdempotencyKey,
+    fingerprint: &[u8],
+    settings: IdempotencySettings,
+) -> Result<Begin> {
+    let now = DbTime::now();
+    let mut tx = db.begin().await?;
+    let inserted = with_conn!(&mut tx, |conn| {
+        sqlx::query(
+            "INSERT INTO idempotency_records (account_id, key, fingerprint, state, locked_at, created_at, expires_at)
+             VALUES ($1, $2, $3, 'in_progress', $4, $4, $5) ON CONFLICT (account_id, key) DO NOTHING",
+        )
+        .bind(account.0)
+        .bind(key.as_str())
+        .bind(fingerprint)
+        .bind(now)
+        .bind(now.plus(settings.retention))
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    if inserted == 1 {
+        tx.commit().await?;
+        return Ok(Begin::Proceed(Claim { account_id: account, locked_at: now }));
+    }
+    let existing: RecordRow = with_conn!(&mut tx, |conn| {
+        sqlx::query_as(
+            "SELECT fingerprint, state, response_status, response_body, locked_at, expires_at
+             FROM idempotency_records WHERE account_id = $1 AND key = $2",
+        )
+        .bind(account.0)
+        .bind(key.as_str())
+        .fetch_one(&mut *conn)
+        .await?
+    });
+    let expired = existing.expires_at <= now;
+    let stale_claim = existing.state == "in_progress" && existing.locked_at.plus(settings.lock_timeout) <= now;
+    let decision = if expired || (stale_claim && existing.fingerprint == fingerprint) {
+        // Take the key over: an expired record is forgotten; a dead claim never committed.
+        let taken = with_conn!(&mut tx, |conn| {
+            sqlx::query(
+                "UPDATE idempotency_records
+                 SET fingerprint = $1, state = 'in_progress', response_status = NULL, response_body = NULL,
+                     withdrawal_id = NULL, locked_at = $2, created_at = $2, expires_at = $3
+                 WHERE account_id = $4 AND key = $5 AND locked_at = $6",
+            )
+            .bind(fingerprint)
+            .bind(now)
+            .bind(now.plus(settings.retention))
+            .bind(account.0)
+            .bind(key.as_str())
+            .bind(existing.locked_at)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+        });
+        if taken == 1 {
+            Begin::Proceed(Claim { account_id: account, locked_at: now })
+        } else {
+            Begin::InProgress
+        }
+    } else if existing.fingerprint != fingerprint {
+        Begin::KeyReused
+    } else if existing.state == "completed" {
+        let status = existing.response_status.and_then(|s| u16::try_from(s).ok());
+        match (status, existing.response_body) {
+            (Some(status), Some(body)) => Begin::Replay { status, body },
+            _ => return Err(super::StorageError::corrupt("completed idempotency record without a response")),
+        }
+    } else {
+        Begin::InProgress
+    };
+    tx.commit().await?;
+    Ok(decision)
+}
+
+/// Stores the response under the claimed key, inside the request's own transaction. Returns
+/// false if the claim was lost (the caller must then roll back).
+pub async fn complete(
+    tx: &mut Tx,
+    key: &IdempotencyKey,
+    claim: Claim,
+    status: u16,
+    body: &[u8],
+    withdrawal: WithdrawalId,
+) -> Result<bool> {
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE idempotency_records
+             SET state = 'completed', response_status = $1, response_body = $2, withdrawal_id = $3
+             WHERE account_id = $4 AND key = $5 AND state = 'in_progress' AND locked_at = $6",
+        )
+        .bind(i64::from(status))
+        .bind(body)
+        .bind(withdrawal.0)
+        .bind(claim.account_id.0)
+        .bind(key.as_str())
+        .bind(claim.locked_at)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// Gives a key back after a request that changed nothing (e.g. insufficient funds), so the
+/// client may retry it with the same key.
+pub async fn release(db: &Db, key: &IdempotencyKey, claim: Claim) -> Result<()> {
+    let mut tx = db.begin().await?;
+    with_conn!(&mut tx, |conn| {
+        sqlx::query(
+            "DELETE FROM idempotency_records
+             WHERE account_id = $1 AND key = $2 AND state = 'in_progress' AND locked_at = $3",
+        )
+        .bind(claim.account_id.0)
+        .bind(key.as_str())
+        .bind(claim.locked_at)
+        .execute(&mut *conn)
+        .await?;
+    });
+    tx.commit().await
+}
+
+/// Deletes records past their retention; returns how many.
+pub async fn purge_expired(db: &Db) -> Result<u64> {
+    let mut tx = db.begin().await?;
+    let deleted = with_conn!(&mut tx, |conn| {
+        sqlx::query("DELETE FROM idempotency_records WHERE expires_at <= $1 AND state = 'completed'")
+            .bind(DbTime::now())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    });
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+/// The withdrawal a key produced, if any (tests and support).
+pub async fn withdrawal_for_key(db: &Db, account: AccountId, key: &str) -> Result<Option<Uuid>> {
+    Ok(crate::with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, Option<Uuid>>(
+            "SELECT withdrawal_id FROM idempotency_records WHERE account_id = $1 AND key = $2",
+        )
+        .bind(account.0)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?
+        .flatten()
+    }))
+}

@@ -1,0 +1,246 @@
+//! Storage: every SQL statement of the service lives under this module.
+//!
+//! Two backends, one behaviour (SPEC §2): SQLite (the embedded default) and PostgreSQL. Each
+//! query is written once where the dialects agree (`$n` placeholders work on both) and the
+//! [`with_conn!`] macro runs it on whichever connection type the [`Tx`] or [`Db`] holds; the
+//! few dialect-specific statements sit side by side in the same function. Money is stored as
+//! integer minor units, ids as UUIDs, times as [`DbTime`].
+//!
+//! Functions that change state take a `&mut Tx` so callers compose them into one transaction:
+//! a state change, its transition row, its ledger entries and the job it implies commit
+//! together (no dual writes). Reads that need no transaction take `&Db`.
+
+pub mod accounts;
+pub mod credentials;
+pub mod idempotency;
+pub mod jobs;
+pub mod time;
+pub mod withdrawals;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Postgres, Sqlite, Transaction};
+
+pub use time::DbTime;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error("database migration failed")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported DATABASE_URL scheme `{0}`: use sqlite://… or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+}
+
+impl StorageError {
+    pub(crate) fn corrupt(what: impl std::fmt::Display) -> Self {
+        StorageError::Corrupt(what.to_string())
+    }
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Which engine a [`Db`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// SQLite allows one writer at a time. All writes go through a single-connection pool so
+/// in-process writers queue instead of failing with `SQLITE_BUSY`; reads use their own pool and
+/// see WAL snapshots concurrently. Write transactions start with `BEGIN IMMEDIATE` so a writer
+/// in another process (the CLI) waits on the busy timeout instead of deadlocking on upgrade.
+#[derive(Debug, Clone)]
+pub struct SqliteDb {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+/// A handle to the database, cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqliteDb),
+    Postgres(PgPool),
+}
+
+/// One open transaction on either backend. Dropping it without [`Tx::commit`] rolls back.
+pub enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// Runs `$body` with `$conn` bound to the transaction's connection, monomorphised per backend.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_conn {
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        match $tx {
+            $crate::storage::Tx::Sqlite(t) => {
+                let $conn: &mut sqlx::SqliteConnection = &mut *t;
+                $body
+            }
+            $crate::storage::Tx::Postgres(t) => {
+                let $conn: &mut sqlx::PgConnection = &mut *t;
+                $body
+            }
+        }
+    };
+}
+
+/// Like [`with_conn!`] for reads outside a transaction: borrows a pooled connection.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_read_conn {
+    ($db:expr, |$conn:ident| $body:expr) => {
+        match $db {
+            $crate::storage::Db::Sqlite(s) => {
+                let mut pooled = s.reader().acquire().await?;
+                let $conn: &mut sqlx::SqliteConnection = &mut pooled;
+                $body
+            }
+            $crate::storage::Db::Postgres(p) => {
+                let mut pooled = p.acquire().await?;
+                let $conn: &mut sqlx::PgConnection = &mut pooled;
+                $body
+            }
+        }
+    };
+}
+
+impl SqliteDb {
+    pub fn reader(&self) -> &SqlitePool {
+        &self.reader
+    }
+}
+
+/// Connection settings that are not part of the URL.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self { max_connections: 16, acquire_timeout: Duration::from_secs(10) }
+    }
+}
+
+impl Db {
+    /// Opens `sqlite://path` (created if missing; WAL, `synchronous=FULL`, foreign keys on) or
+    /// `postgres://…`.
+    pub async fn connect(url: &str, settings: &PoolSettings) -> Result<Db> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => {
+                let options = SqliteConnectOptions::from_str(url)?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Full)
+                    .foreign_keys(true)
+                    .busy_timeout(Duration::from_secs(10));
+                let writer = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options.clone())
+                    .await?;
+                let reader = SqlitePoolOptions::new()
+                    .max_connections(settings.max_connections.max(2))
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options)
+                    .await?;
+                Ok(Db::Sqlite(SqliteDb { writer, reader }))
+            }
+            "postgres" | "postgresql" => {
+                let options = PgConnectOptions::from_str(url)?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options)
+                    .await?;
+                Ok(Db::Postgres(pool))
+            }
+            other => Err(StorageError::UnsupportedUrl(other.to_owned())),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Db::Sqlite(_) => Backend::Sqlite,
+            Db::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Applies the backend's migrations from `migrations/<backend>/` (embedded at build time).
+    pub async fn migrate(&self) -> Result<()> {
+        match self {
+            Db::Sqlite(s) => SQLITE_MIGRATIONS.run(&s.writer).await?,
+            Db::Postgres(p) => POSTGRES_MIGRATIONS.run(p).await?,
+        }
+        Ok(())
+    }
+
+    /// Starts a write transaction.
+    pub async fn begin(&self) -> Result<Tx> {
+        Ok(match self {
+            Db::Sqlite(s) => Tx::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?),
+            Db::Postgres(p) => Tx::Postgres(p.begin().await?),
+        })
+    }
+
+    /// Readiness: the database answers and every embedded migration has been applied.
+    pub async fn check_ready(&self) -> Result<()> {
+        let (migrator, applied): (&Migrator, Vec<i64>) = match self {
+            Db::Sqlite(s) => (
+                &SQLITE_MIGRATIONS,
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&s.reader).await?,
+            ),
+            Db::Postgres(p) => (
+                &POSTGRES_MIGRATIONS,
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(p).await?,
+            ),
+        };
+        let missing: Vec<i64> = migrator.iter().map(|m| m.version).filter(|v| !applied.contains(v)).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(StorageError::corrupt(format!("migrations not applied: {missing:?}")))
+        }
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Db::Sqlite(s) => {
+                s.writer.close().await;
+                s.reader.close().await;
+            }
+            Db::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+impl Tx {
+    pub async fn commit(self) -> Result<()> {
+        match self {
+            Tx::Sqlite(t) => t.commit().await?,
+            Tx::Postgres(t) => t.commit().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Whether an error is a unique-constraint violation (a lost insert race).
+pub fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}

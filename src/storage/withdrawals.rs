@@ -1,0 +1,311 @@
+//! Withdrawals and their transitions (SPEC §1.1).
+//!
+//! Creation holds the funds, inserts the withdrawal, records its first transition and enqueues
+//! its submit job — all in the caller's transaction. Every later state change goes through
+//! [`transition`], the guarded compare-and-set write: zero rows updated means someone else moved
+//! the withdrawal first, and the caller is told so instead of overwriting it.
+
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::accounts::{self, EntryKind};
+use super::jobs::{self, NewJob};
+use super::{DbTime, Result, StorageError, Tx};
+use crate::domain::{
+    check_transition, AccountId, Actor, Amount, Currency, Destination, LedgerEffect, TransitionError, Withdrawal,
+    WithdrawalId, WithdrawalStatus,
+};
+use crate::jobs::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use crate::{with_conn, with_read_conn};
+
+const COLUMNS: &str = "id, account_id, status, amount, currency, destination, reference, failure_code, version, \
+                       idempotency_key, correlation_id, created_at, updated_at";
+
+#[derive(Debug, sqlx::FromRow)]
+struct WithdrawalRow {
+    id: Uuid,
+    account_id: Uuid,
+    status: String,
+    amount: i64,
+    currency: String,
+    destination: Json<Destination>,
+    reference: Option<String>,
+    failure_code: Option<String>,
+    version: i64,
+    idempotency_key: String,
+    correlation_id: String,
+    created_at: DbTime,
+    updated_at: DbTime,
+}
+
+impl TryFrom<WithdrawalRow> for Withdrawal {
+    type Error = StorageError;
+    fn try_from(row: WithdrawalRow) -> Result<Self> {
+        let currency = Currency::parse(&row.currency).map_err(StorageError::corrupt)?;
+        Ok(Withdrawal {
+            id: WithdrawalId(row.id),
+            account_id: AccountId(row.account_id),
+            status: row.status.parse().map_err(StorageError::corrupt)?,
+            amount: Amount::from_minor(row.amount, currency).map_err(StorageError::corrupt)?,
+            destination: row.destination.0,
+            reference: row.reference,
+            failure_code: row.failure_code,
+            version: row.version,
+            idempotency_key: row.idempotency_key,
+            correlation_id: row.correlation_id,
+            created_at: row.created_at.0,
+            updated_at: row.updated_at.0,
+        })
+    }
+}
+
+/// A validated request to withdraw.
+#[derive(Debug, Clone)]
+pub struct NewWithdrawal {
+    pub account_id: AccountId,
+    pub amount: Amount,
+    pub destination: Destination,
+    pub reference: Option<String>,
+    pub idempotency_key: String,
+    pub correlation_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateRejected {
+    InsufficientFunds,
+}
+
+/// Creates a `pending` withdrawal with its funds held and its submit job enqueued. On
+/// `Err(CreateRejected)` the transaction holds partial writes: the caller must drop it.
+pub async fn create(tx: &mut Tx, new: &NewWithdrawal) -> Result<std::result::Result<Withdrawal, CreateRejected>> {
+    let id = WithdrawalId::new();
+    let now = DbTime::now();
+    let row: WithdrawalRow = with_conn!(tx, |conn| {
+        sqlx::query_as(&format!(
+            "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference, version,
+                                      idempotency_key, correlation_id, created_at, updated_at)
+             VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9) RETURNING {COLUMNS}"
+        ))
+        .bind(id.0)
+        .bind(new.account_id.0)
+        .bind(new.amount.to_minor())
+        .bind(new.amount.currency().code())
+        .bind(Json(&new.destination))
+        .bind(new.reference.as_deref())
+        .bind(&new.idempotency_key)
+        .bind(&new.correlation_id)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?
+    });
+    let transition =
+        record_transition(tx, id, None, WithdrawalStatus::Pending, &Actor::Customer, "created", &new.correlation_id)
+            .await?;
+    if !accounts::hold(tx, new.account_id, new.amount, id, transition).await? {
+        return Ok(Err(CreateRejected::InsufficientFunds));
+    }
+    let payload = serde_json::to_vec(&SubmitPayout { withdrawal_id: id }).expect("payload serialises");
+    jobs::enqueue(
+        tx,
+        &NewJob {
+            queue: PAYOUTS_QUEUE,
+            kind: SUBMIT_PAYOUT,
+            payload,
+            payload_version: SubmitPayout::VERSION,
+            run_at: now,
+            correlation_id: new.correlation_id.clone(),
+            withdrawal_id: Some(id),
+        },
+    )
+    .await?;
+    Ok(Ok(row.try_into()?))
+}
+
+/// Reads one withdrawal; with `account` set, another account's withdrawal reads as absent.
+pub async fn get(db: &super::Db, account: Option<AccountId>, id: WithdrawalId) -> Result<Option<Withdrawal>> {
+    let row: Option<WithdrawalRow> = with_read_conn!(db, |conn| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1 AND ($2 IS NULL OR account_id = $2)"))
+            .bind(id.0)
+            .bind(account.map(|a| a.0))
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    row.map(Withdrawal::try_from).transpose()
+}
+
+/// Position in a newest-first listing: the last item's creation time and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageCursor {
+    pub created_at: DbTime,
+    pub id: Uuid,
+}
+
+/// One page of an account's withdrawals, newest first, strictly after `cursor`.
+pub async fn list(
+    db: &super::Db,
+    account: AccountId,
+    status: Option<WithdrawalStatus>,
+    limit: u32,
+    cursor: Option<PageCursor>,
+) -> Result<Vec<Withdrawal>> {
+    let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM withdrawals
+             WHERE account_id = $1 AND ($2 IS NULL OR status = $2)
+               AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4))
+             ORDER BY created_at DESC, id DESC LIMIT $5"
+        ))
+        .bind(account.0)
+        .bind(status.map(WithdrawalStatus::as_str))
+        .bind(cursor.map(|c| c.created_at))
+        .bind(cursor.map(|c| c.id))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    rows.into_iter().map(Withdrawal::try_from).collect()
+}
+
+/// A requested state change.
+#[derive(Debug, Clone)]
+pub struct TransitionRequest<'a> {
+    pub id: WithdrawalId,
+    pub from: WithdrawalStatus,
+    pub to: WithdrawalStatus,
+    /// When set, the write also requires this version (operators acting on what they saw).
+    pub expected_version: Option<i64>,
+    pub actor: &'a Actor,
+    pub reason: &'a str,
+    pub correlation_id: &'a str,
+    pub failure_code: Option<&'a str>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransitionOutcome {
+    Applied(Withdrawal),
+    /// Someone else moved the withdrawal first (or the version was stale); nothing changed.
+    Stale,
+    /// The state machine has no such move; nothing changed.
+    Forbidden(TransitionError),
+}
+
+/// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
+/// row and the ledger entries of its effect, all in `tx`.
+pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<TransitionOutcome> {
+    let effect = match check_transition(req.from, req.to) {
+        Ok(effect) => effect,
+        Err(err) => return Ok(TransitionOutcome::Forbidden(err)),
+    };
+    let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
+        sqlx::query_as(&format!(
+            "UPDATE withdrawals SET status = $1, version = version + 1, updated_at = $2,
+                                    failure_code = COALESCE($3, failure_code)
+             WHERE id = $4 AND status = $5 AND ($6 IS NULL OR version = $6)
+             RETURNING {COLUMNS}"
+        ))
+        .bind(req.to.as_str())
+        .bind(DbTime::now())
+        .bind(req.failure_code)
+        .bind(req.id.0)
+        .bind(req.from.as_str())
+        .bind(req.expected_version)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    let Some(row) = row else {
+        tracing::warn!(
+            event = "stale_transition",
+            withdrawal_id = %req.id,
+            from = %req.from,
+            to = %req.to,
+            expected_version = ?req.expected_version,
+            actor = %req.actor,
+            "stale_transition: the withdrawal was moved by someone else first; nothing changed"
+        );
+        return Ok(TransitionOutcome::Stale);
+    };
+    let withdrawal = Withdrawal::try_from(row)?;
+    let transition_id =
+        record_transition(tx, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id).await?;
+    let amount = withdrawal.amount;
+    let kind = match effect {
+        LedgerEffect::None => None,
+        LedgerEffect::SettleHold => Some(EntryKind::Settle),
+        LedgerEffect::ReleaseHold => Some(EntryKind::Release),
+    };
+    if let Some(kind) = kind {
+        accounts::move_held(
+            tx,
+            kind,
+            withdrawal.account_id,
+            amount.currency(),
+            amount.to_minor(),
+            withdrawal.id,
+            transition_id,
+        )
+        .await?;
+    }
+    Ok(TransitionOutcome::Applied(withdrawal))
+}
+
+async fn record_transition(
+    tx: &mut Tx,
+    id: WithdrawalId,
+    from: Option<WithdrawalStatus>,
+    to: WithdrawalStatus,
+    actor: &Actor,
+    reason: &str,
+    correlation_id: &str,
+) -> Result<Uuid> {
+    let transition_id = Uuid::now_v7();
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(transition_id)
+        .bind(id.0)
+        .bind(from.map(WithdrawalStatus::as_str))
+        .bind(to.as_str())
+        .bind(actor.to_string())
+        .bind(reason)
+        .bind(correlation_id)
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(transition_id)
+}
+
+/// One recorded state change, oldest first in [`transitions`].
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TransitionRow {
+    pub from_status: Option<String>,
+    pub to_status: String,
+    pub actor: String,
+    pub reason: String,
+    pub correlation_id: String,
+    pub at: DbTime,
+}
+
+pub async fn transitions(db: &super::Db, id: WithdrawalId) -> Result<Vec<TransitionRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, TransitionRow>(
+            "SELECT from_status, to_status, actor, reason, correlation_id, at
+             FROM withdrawal_transitions WHERE withdrawal_id = $1 ORDER BY at, id",
+        )
+        .bind(id.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// How many withdrawals exist in each status (tests, and the operator overview later).
+pub async fn count_for_account(db: &super::Db, account: AccountId) -> Result<i64> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM withdrawals WHERE account_id = $1")
+            .bind(account.0)
+            .fetch_one(&mut *conn)
+            .await?
+    }))
+}
