@@ -12,7 +12,7 @@ use crate::storage::StorageError;
 
 #[derive(Debug)]
 pub enum ApiError {
-    Problem(Problem),
+    Problem(Box<Problem>),
     Internal(anyhow::Error),
 }
 
@@ -33,14 +33,14 @@ pub struct Problem {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &str, detail: impl Into<String>) -> Self {
-        ApiError::Problem(Problem {
+        ApiError::Problem(Box::new(Problem {
             kind: format!("/problems/{code}"),
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
             status: status.as_u16(),
             detail: detail.into(),
             code: code.to_owned(),
             field: None,
-        })
+        }))
     }
 
     pub fn with_field(mut self, field: impl Into<String>) -> Self {

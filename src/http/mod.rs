@@ -23,6 +23,7 @@ use crate::config::AppConfig;
 use crate::storage::Db;
 
 pub use openapi::ApiDoc;
+pub use withdrawals::request_fingerprint;
 
 /// Everything a handler needs, cheap to clone.
 #[derive(Clone)]

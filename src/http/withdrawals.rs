@@ -139,6 +139,14 @@ fn parse_request(
     Ok((amount, destination, reference))
 }
 
+/// The fingerprint of a request body as `POST /v1/withdrawals` computes it (tests and support
+/// use it to reason about idempotency records); `None` if the body is not a valid request.
+pub fn request_fingerprint(body: &serde_json::Value) -> Option<Vec<u8>> {
+    let bytes = serde_json::to_vec(body).ok()?;
+    let (amount, destination, reference) = parse_request(&bytes, &crate::domain::AmountLimits::default()).ok()?;
+    Some(fingerprint(&amount, &destination, reference.as_deref()))
+}
+
 /// Identifies "the same request" by meaning, not bytes: `"125.5"` and `"125.50"` are the same.
 fn fingerprint(amount: &Amount, destination: &Destination, reference: Option<&str>) -> Vec<u8> {
     let canonical = serde_json::json!({
@@ -234,7 +242,8 @@ pub async fn create(
         }
     }
     match outcome? {
-        CreateOutcome::Created((withdrawal, body)) => {
+        CreateOutcome::Created(created) => {
+            let (withdrawal, body) = *created;
             tracing::info!(withdrawal_id = %withdrawal.id, amount = %withdrawal.amount, "withdrawal created");
             let mut response = json_response(StatusCode::CREATED, body);
             let location = format!("/v1/withdrawals/{}", withdrawal.id);
@@ -262,7 +271,7 @@ fn in_progress() -> ApiError {
 }
 
 enum CreateOutcome {
-    Created((Withdrawal, Vec<u8>)),
+    Created(Box<(Withdrawal, Vec<u8>)>),
     InsufficientFunds,
     ClaimLost,
 }
@@ -284,7 +293,7 @@ async fn create_under_claim(
         return Ok(CreateOutcome::ClaimLost);
     }
     tx.commit().await?;
-    Ok(CreateOutcome::Created((withdrawal, body)))
+    Ok(CreateOutcome::Created(Box::new((withdrawal, body))))
 }
 
 fn parse_id(raw: &str) -> Result<WithdrawalId, ApiError> {
@@ -413,7 +422,7 @@ pub async fn cancel(
     match store::transition(&mut tx, &request).await? {
         TransitionOutcome::Applied(withdrawal) => {
             tx.commit().await?;
-            Ok(Json(WithdrawalView::from(&withdrawal)))
+            Ok(Json(WithdrawalView::from(withdrawal.as_ref())))
         }
         TransitionOutcome::Stale => {
             drop(tx);

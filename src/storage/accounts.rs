@@ -57,10 +57,10 @@ pub async fn create_account(tx: &mut Tx, name: &str) -> Result<AccountId> {
 }
 
 pub async fn account_exists(tx: &mut Tx, id: AccountId) -> Result<bool> {
-    let found: Option<i64> = with_conn!(tx, |conn| {
-        sqlx::query_scalar("SELECT 1 FROM accounts WHERE id = $1").bind(id.0).fetch_optional(&mut *conn).await?
+    let count: i64 = with_conn!(tx, |conn| {
+        sqlx::query_scalar("SELECT COUNT(*) FROM accounts WHERE id = $1").bind(id.0).fetch_one(&mut *conn).await?
     });
-    Ok(found.is_some())
+    Ok(count > 0)
 }
 
 /// Credits money from outside the system.

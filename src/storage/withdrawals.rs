@@ -182,7 +182,7 @@ pub struct TransitionRequest<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransitionOutcome {
-    Applied(Withdrawal),
+    Applied(Box<Withdrawal>),
     /// Someone else moved the withdrawal first (or the version was stale); nothing changed.
     Stale,
     /// The state machine has no such move; nothing changed.
@@ -245,7 +245,7 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         )
         .await?;
     }
-    Ok(TransitionOutcome::Applied(withdrawal))
+    Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
 }
 
 async fn record_transition(

@@ -1,0 +1,59 @@
+//! The `withdrawals` binary: provisioning commands print what they promise, errors are one line.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::both_backends;
+use crate::harness::TestApp;
+
+both_backends!(accounts_and_operators_are_created_from_the_cli, cli_errors_are_one_line_with_a_non_zero_exit);
+
+fn withdrawals(app: &TestApp, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(args)
+        .env("DATABASE_URL", &app.database_url)
+        .output()
+        .expect("run the withdrawals binary")
+}
+
+async fn accounts_and_operators_are_created_from_the_cli(app: TestApp) {
+    let out =
+        withdrawals(&app, &["accounts", "create", "--name", "Ada", "--currency", "USD", "--fund", "1000.00", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut keys: Vec<&str> = created.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["account_id", "api_key"]);
+    let account = created["account_id"].as_str().unwrap();
+    let key = created["api_key"].as_str().unwrap();
+
+    let fund = withdrawals(&app, &["accounts", "fund", account, "--amount", "5.25", "--currency", "USD"]);
+    assert!(fund.status.success(), "{}", String::from_utf8_lossy(&fund.stderr));
+
+    let balances: Value =
+        app.client.get(app.url("/v1/balances")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+    assert_eq!(balances["data"][0]["available"], "1005.25");
+
+    let out = withdrawals(&app, &["operators", "create", "--name", "Grace", "--role", "admin", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let operator: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(operator["operator_id"].as_str().is_some());
+    assert!(operator["token"].as_str().unwrap().starts_with("wdo_"));
+    app.assert_ledger_invariant().await;
+}
+
+async fn cli_errors_are_one_line_with_a_non_zero_exit(app: TestApp) {
+    for args in [
+        &["accounts", "create", "--name", "Ada", "--currency", "ZZZ", "--fund", "10"][..],
+        &["accounts", "create", "--name", "Ada", "--currency", "USD", "--fund", "1.001"][..],
+        &["accounts", "fund", "not-a-uuid", "--amount", "1", "--currency", "USD"][..],
+        &["accounts", "fund", "00000000-0000-0000-0000-000000000000", "--amount", "1", "--currency", "USD"][..],
+    ] {
+        let out = withdrawals(&app, args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+    }
+}

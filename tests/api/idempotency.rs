@@ -1,0 +1,198 @@
+//! SPEC §3 idempotency: replay, reuse, missing key, in-flight, per-account scope, concurrency.
+
+use futures::future::join_all;
+use serde_json::Value;
+use withdrawals::domain::{IdempotencyKey, WithdrawalId};
+use withdrawals::storage::idempotency::{self, Begin, IdempotencySettings};
+use withdrawals::storage::{jobs, withdrawals as store};
+
+use crate::both_backends;
+use crate::harness::{problem_code, withdrawal_body, TestApp};
+
+both_backends!(
+    first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job,
+    same_key_and_body_replays_the_stored_response,
+    same_key_with_a_different_body_is_rejected_as_reused,
+    missing_idempotency_key_is_a_400,
+    keys_are_scoped_per_account,
+    a_request_whose_key_is_in_flight_gets_a_409,
+    a_rejected_request_frees_its_key_for_a_retry,
+    an_abandoned_claim_is_taken_over_after_the_lock_timeout,
+    twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal,
+);
+
+async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+
+    let response = app.post_withdrawal(&alice, "key-1", &withdrawal_body("125.50")).send().await.unwrap();
+
+    assert_eq!(response.status(), 201);
+    assert!(response.headers().get("idempotent-replayed").is_none());
+    assert!(response.headers().get("x-correlation-id").is_some());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "pending");
+    assert_eq!(body["amount"], "125.50");
+    assert_eq!(body["currency"], "USD");
+    assert_eq!(body["destination"]["account_number"], "****5678");
+    assert_eq!(body["version"], 1);
+    assert_eq!(app.usd_balance(&alice).await, ("874.50".into(), "125.50".into(), "0.00".into()));
+    let id: WithdrawalId = body["id"].as_str().unwrap().parse().unwrap();
+    let jobs = jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(jobs.len(), 1, "creating a withdrawal enqueues exactly its submit job");
+    assert_eq!((jobs[0].kind.as_str(), jobs[0].status.as_str()), ("submit_payout", "scheduled"));
+    app.assert_ledger_invariant().await;
+}
+
+async fn same_key_and_body_replays_the_stored_response(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+    let first = app.post_withdrawal(&alice, "key-1", &withdrawal_body("125.50")).send().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first_body = first.text().await.unwrap();
+
+    // "125.5" means the same amount as "125.50": the same request.
+    let again = app.post_withdrawal(&alice, "key-1", &withdrawal_body("125.5")).send().await.unwrap();
+
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first_body);
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 1);
+    assert_eq!(app.usd_balance(&alice).await.1, "125.50", "held once");
+    app.assert_ledger_invariant().await;
+}
+
+async fn same_key_with_a_different_body_is_rejected_as_reused(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+    assert_eq!(app.post_withdrawal(&alice, "key-1", &withdrawal_body("125.50")).send().await.unwrap().status(), 201);
+
+    let response = app.post_withdrawal(&alice, "key-1", &withdrawal_body("99.00")).send().await.unwrap();
+
+    let (status, code, _) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (422, "idempotency_key_reused"));
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 1);
+}
+
+async fn missing_idempotency_key_is_a_400(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+
+    let response = app
+        .client
+        .post(app.url("/v1/withdrawals"))
+        .bearer_auth(&alice.api_key)
+        .json(&withdrawal_body("10.00"))
+        .send()
+        .await
+        .unwrap();
+
+    let (status, code, body) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (400, "idempotency_key_missing"));
+    assert_eq!(body["field"], "Idempotency-Key");
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 0);
+}
+
+async fn keys_are_scoped_per_account(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+    let bob = app.customer("1000.00").await;
+
+    let a = app.post_withdrawal(&alice, "shared-key", &withdrawal_body("10.00")).send().await.unwrap();
+    let b = app.post_withdrawal(&bob, "shared-key", &withdrawal_body("20.00")).send().await.unwrap();
+
+    assert_eq!((a.status(), b.status()), (reqwest::StatusCode::CREATED, reqwest::StatusCode::CREATED));
+    assert!(b.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.usd_balance(&bob).await.1, "20.00");
+}
+
+async fn a_request_whose_key_is_in_flight_gets_a_409(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+    let key = IdempotencyKey::parse("busy-key").unwrap();
+    // Another request with the same key and body holds the claim: phase one done, creation running.
+    let claim =
+        idempotency::begin(&app.db, alice.account_id, &key, &fingerprint_of("10.00"), IdempotencySettings::default())
+            .await
+            .unwrap();
+    assert!(matches!(claim, Begin::Proceed(_)));
+
+    let response = app.post_withdrawal(&alice, "busy-key", &withdrawal_body("10.00")).send().await.unwrap();
+    let (status, code, _) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (409, "idempotency_request_in_progress"));
+
+    // A different body under the same key is a reuse, in flight or not.
+    let response = app.post_withdrawal(&alice, "busy-key", &withdrawal_body("99.00")).send().await.unwrap();
+    let (status, code, _) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (422, "idempotency_key_reused"));
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 0);
+    assert_eq!(app.usd_balance(&alice).await.1, "0.00", "nothing held");
+}
+
+/// The fingerprint the server computes for `withdrawal_body(amount)`.
+fn fingerprint_of(amount: &str) -> Vec<u8> {
+    withdrawals::http::request_fingerprint(&withdrawal_body(amount)).expect("a valid request")
+}
+
+async fn a_rejected_request_frees_its_key_for_a_retry(app: TestApp) {
+    let alice = app.customer("5.00").await;
+
+    let response = app.post_withdrawal(&alice, "key-1", &withdrawal_body("10.00")).send().await.unwrap();
+    let (status, code, _) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (422, "insufficient_funds"));
+
+    withdrawals::provisioning::fund_account(
+        &app.db,
+        alice.account_id,
+        withdrawals::domain::Amount::new(rust_decimal::Decimal::from(20), "USD".parse().unwrap()).unwrap(),
+    )
+    .await
+    .unwrap();
+    let retry = app.post_withdrawal(&alice, "key-1", &withdrawal_body("10.00")).send().await.unwrap();
+
+    assert_eq!(retry.status(), 201, "nothing was created the first time, so the key is free");
+    assert_eq!(app.usd_balance(&alice).await, ("15.00".into(), "10.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn an_abandoned_claim_is_taken_over_after_the_lock_timeout(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let key = IdempotencyKey::parse("crashed-key").unwrap();
+    let fingerprint = fingerprint_of("10.00");
+    let no_wait = IdempotencySettings { lock_timeout: chrono::TimeDelta::zero(), ..IdempotencySettings::default() };
+    // A request claimed the key and died before its creation transaction committed.
+    let dead = idempotency::begin(&app.db, alice.account_id, &key, &fingerprint, no_wait).await.unwrap();
+    let Begin::Proceed(dead_claim) = dead else { panic!("first claim must proceed") };
+
+    let taken = idempotency::begin(&app.db, alice.account_id, &key, &fingerprint, no_wait).await.unwrap();
+
+    assert!(matches!(taken, Begin::Proceed(_)), "an expired claim is taken over: {taken:?}");
+    // The dead request's late completion is fenced off.
+    let mut tx = app.db.begin().await.unwrap();
+    let fenced = idempotency::complete(&mut tx, &key, dead_claim, 201, b"{}", WithdrawalId::new()).await.unwrap();
+    assert!(!fenced, "the old claim can no longer store a response");
+}
+
+async fn twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal(app: TestApp) {
+    let alice = app.customer("1000.00").await;
+    let body = withdrawal_body("50.00");
+
+    let responses =
+        join_all((0..20).map(|_| async { app.post_withdrawal(&alice, "same-key", &body).send().await.unwrap() })).await;
+
+    let mut created = Vec::new();
+    let mut replayed = Vec::new();
+    let mut in_progress = 0;
+    for response in responses {
+        match (response.status().as_u16(), response.headers().contains_key("idempotent-replayed")) {
+            (201, false) => created.push(response.json::<Value>().await.unwrap()),
+            (201, true) => replayed.push(response.json::<Value>().await.unwrap()),
+            (409, _) => {
+                let (_, code, _) = problem_code(response).await;
+                assert_eq!(code, "idempotency_request_in_progress");
+                in_progress += 1;
+            }
+            (status, _) => panic!("unexpected status {status}"),
+        }
+    }
+    assert_eq!(created.len(), 1, "exactly one request creates");
+    assert_eq!(created.len() + replayed.len() + in_progress, 20);
+    assert!(replayed.iter().all(|r| r["id"] == created[0]["id"]), "replays return the one withdrawal");
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 1);
+    assert_eq!(app.usd_balance(&alice).await, ("950.00".into(), "50.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
+}

@@ -1,0 +1,11 @@
+//! End-to-end and storage tests, one binary (one link). Every scenario runs on SQLite and on
+//! PostgreSQL through the `both_backends!` macro; see `harness` for what each test gets.
+
+mod harness;
+
+mod access;
+mod cli;
+mod funds;
+mod idempotency;
+mod transitions;
+mod validation;
