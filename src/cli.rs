@@ -177,10 +177,26 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
     http::serve(listener, AppState::new(db.clone(), config), shutdown).await?;
     db.close().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Forgets idempotency records past their retention, every ten minutes.
+async fn purge_idempotency_records(db: Db, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = every.tick() => match crate::storage::idempotency::purge_expired(&db).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
+                Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
+            },
+        }
+    }
 }
 
 async fn shutdown_on_signal(token: CancellationToken) {

@@ -289,7 +289,7 @@ async fn create_under_claim(
         Err(CreateRejected::InsufficientFunds) => return Ok(CreateOutcome::InsufficientFunds),
     };
     let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
-    if !idempotency::complete(&mut tx, key, claim, StatusCode::CREATED.as_u16(), &body, withdrawal.id).await? {
+    if !idempotency::complete(&mut tx, key, claim, StatusCode::CREATED.as_u16(), &body, Some(withdrawal.id)).await? {
         return Ok(CreateOutcome::ClaimLost);
     }
     tx.commit().await?;

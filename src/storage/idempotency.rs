@@ -143,7 +143,7 @@ pub async fn complete(
     claim: Claim,
     status: u16,
     body: &[u8],
-    withdrawal: WithdrawalId,
+    withdrawal: Option<WithdrawalId>,
 ) -> Result<bool> {
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
@@ -153,7 +153,7 @@ pub async fn complete(
         )
         .bind(i64::from(status))
         .bind(body)
-        .bind(withdrawal.0)
+        .bind(withdrawal.map(|w| w.0))
         .bind(claim.account_id.0)
         .bind(key.as_str())
         .bind(claim.locked_at)

@@ -19,6 +19,7 @@ both_backends!(
     a_rejected_request_frees_its_key_for_a_retry,
     an_abandoned_claim_is_taken_over_after_the_lock_timeout,
     twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal,
+    a_key_past_its_retention_is_forgotten_and_purged,
 );
 
 async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job(app: TestApp) {
@@ -163,7 +164,7 @@ async fn an_abandoned_claim_is_taken_over_after_the_lock_timeout(app: TestApp) {
     assert!(matches!(taken, Begin::Proceed(_)), "an expired claim is taken over: {taken:?}");
     // The dead request's late completion is fenced off.
     let mut tx = app.db.begin().await.unwrap();
-    let fenced = idempotency::complete(&mut tx, &key, dead_claim, 201, b"{}", WithdrawalId::new()).await.unwrap();
+    let fenced = idempotency::complete(&mut tx, &key, dead_claim, 201, b"{}", Some(WithdrawalId::new())).await.unwrap();
     assert!(!fenced, "the old claim can no longer store a response");
 }
 
@@ -195,4 +196,26 @@ async fn twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal(a
     assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 1);
     assert_eq!(app.usd_balance(&alice).await, ("950.00".into(), "50.00".into(), "0.00".into()));
     app.assert_ledger_invariant().await;
+}
+
+async fn a_key_past_its_retention_is_forgotten_and_purged(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let key = IdempotencyKey::parse("old-key").unwrap();
+    let expired = IdempotencySettings { retention: chrono::TimeDelta::zero(), ..IdempotencySettings::default() };
+    let Begin::Proceed(claim) =
+        idempotency::begin(&app.db, alice.account_id, &key, &fingerprint_of("10.00"), expired).await.unwrap()
+    else {
+        panic!("first use proceeds")
+    };
+    let mut tx = app.db.begin().await.unwrap();
+    // A completed record whose retention is already over.
+    assert!(idempotency::complete(&mut tx, &key, claim, 201, b"{}", None).await.unwrap());
+    tx.commit().await.unwrap();
+
+    let purged = idempotency::purge_expired(&app.db).await.unwrap();
+    let reused = app.post_withdrawal(&alice, "old-key", &withdrawal_body("20.00")).send().await.unwrap();
+
+    assert_eq!(purged, 1);
+    assert_eq!(reused.status(), 201, "an expired key is a new key");
+    assert!(reused.headers().get("idempotent-replayed").is_none());
 }
