@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AppConfig;
 use crate::domain::{AccountId, Amount, AmountLimits, Currency};
 use crate::http::{self, AppState};
+use crate::jobs::worker::{Worker, WorkerConfig};
 use crate::provisioning;
+use crate::service;
 use crate::storage::{Db, PoolSettings};
 use crate::telemetry::{self, LogFormat};
 
@@ -36,8 +38,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the HTTP API (migrations are applied first).
+    /// Run the service: the HTTP API and the payout workers (`--role`), migrations first.
     Serve(ServeArgs),
+    /// Run payout workers only (same as `serve --role worker`); several may share one PostgreSQL.
+    Worker(ServeArgs),
     /// Apply database migrations and exit.
     Migrate,
     /// Customer accounts.
@@ -48,8 +52,33 @@ pub enum Command {
     Operators(OperatorsCommand),
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    Api,
+    Worker,
+    All,
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// What this process runs.
+    #[arg(long, env = "ROLE", value_enum, default_value = "all")]
+    pub role: Role,
+    /// The payout provider's base URL. Unset: sandbox mode, an in-process provider mock.
+    #[arg(long, env = "PROVIDER_URL")]
+    pub provider_url: Option<String>,
+    /// Bearer credential for the provider (never logged).
+    #[arg(long, env = "PROVIDER_API_KEY", hide_env_values = true)]
+    pub provider_api_key: Option<String>,
+    /// Provider connect timeout in milliseconds.
+    #[arg(long, env = "PROVIDER_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
+    pub provider_connect_timeout_ms: u64,
+    /// Provider overall request timeout in milliseconds.
+    #[arg(long, env = "PROVIDER_TIMEOUT_MS", default_value_t = 10_000)]
+    pub provider_timeout_ms: u64,
+    /// Jobs one worker process runs at once.
+    #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
+    pub worker_concurrency: usize,
     /// Address to listen on.
     #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
@@ -113,6 +142,10 @@ pub enum OperatorsCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&cli.database_url, args).await,
+        Command::Worker(mut args) => {
+            args.role = Role::Worker;
+            serve(&cli.database_url, args).await
+        }
         Command::Migrate => {
             let db = open(&cli.database_url, PoolSettings::default()).await?;
             println!("migrations applied ({:?})", db.backend());
@@ -172,13 +205,44 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     config.idempotency.retention = chrono::TimeDelta::hours(args.idempotency_retention_hours.max(1));
     let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
     let db = open(url, settings).await?;
-    let listener =
-        tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("cannot listen on {}", args.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
-    tokio::spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
-    http::serve(listener, AppState::new(db.clone(), config), shutdown).await?;
+    let tasks = tokio_util::task::TaskTracker::new();
+
+    // Kept alive for the whole run: dropping it stops the sandbox provider.
+    let mut _sandbox = None;
+    if args.role != Role::Api {
+        let (provider, sandbox) = service::provider_from(
+            args.provider_url.clone(),
+            args.provider_api_key.clone(),
+            std::time::Duration::from_millis(args.provider_connect_timeout_ms),
+            std::time::Duration::from_millis(args.provider_timeout_ms),
+        )
+        .await?;
+        _sandbox = sandbox;
+        let gateway = service::gateway(provider);
+        let mut worker_config = WorkerConfig::new(service::worker_id());
+        worker_config.concurrency = args.worker_concurrency.max(1);
+        let worker = Worker::new(db.clone(), gateway, worker_config);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(err) = worker.run(stop).await {
+                tracing::error!(error = format!("{err:#}"), "worker stopped with an error");
+            }
+        });
+    }
+    if args.role != Role::Worker {
+        tasks.spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.bind))?;
+        tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
+        http::serve(listener, AppState::new(db.clone(), config), shutdown.clone()).await?;
+    } else {
+        shutdown.cancelled().await;
+    }
+    tasks.close();
+    tasks.wait().await;
     db.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -7,15 +7,18 @@
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs.
 //! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health.
-//! - [`jobs`] — job kinds, queues and payloads; the durable worker arrives with the payout issue.
+//! - [`jobs`] — job kinds, queues and payloads; the durable worker; the submit-payout handler;
+//!   retry policies.
+//! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker.
+//! - [`service`] — assembling provider, breaker and workers (CLI and tests).
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
 //! - [`cli`] — the `withdrawals` command line (serve, migrate, accounts, operators).
 //! - [`telemetry`] — tracing set-up.
 //!
-//! Coming next (see the issues): `provider` (HTTP client, classification, circuit breaker),
-//! `dead_letter`, `reconcile`, `ops` (operator API) — each as its own module.
+//! Coming next (see the issues): `dead_letter`, `reconcile`, `ops` (operator API), each as its own
+//! module.
 
 pub mod cli;
 pub mod config;
@@ -23,6 +26,8 @@ pub mod credentials;
 pub mod domain;
 pub mod http;
 pub mod jobs;
+pub mod provider;
 pub mod provisioning;
+pub mod service;
 pub mod storage;
 pub mod telemetry;

@@ -1,12 +1,18 @@
 //! Durable jobs (SPEC §5): the job kinds, their queues and their versioned payloads.
 //!
 //! Jobs are rows in the same database as the withdrawals, enqueued in the transaction that
-//! implies them. This issue defines the submit-payout job that creating a withdrawal enqueues;
-//! the worker that claims, leases and runs jobs comes with the payout issue.
+//! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
+//! ([`submit`]); [`retry`] is the retry policy as data.
+
+pub mod retry;
+pub mod submit;
+pub mod worker;
 
 use serde::{Deserialize, Serialize};
 
 use crate::domain::WithdrawalId;
+use crate::storage::jobs::{self as job_store, NewJob};
+use crate::storage::{DbTime, Result, Tx};
 
 /// The queue that carries payouts to the provider.
 pub const PAYOUTS_QUEUE: &str = "payouts";
@@ -23,4 +29,54 @@ pub struct SubmitPayout {
 
 impl SubmitPayout {
     pub const VERSION: i64 = 1;
+}
+
+/// The queue that asks the provider what happened (SPEC §7).
+pub const RECONCILIATION_QUEUE: &str = "reconciliation";
+
+/// Looks a payout up at the provider by its operation key. Its handler arrives with the
+/// dead-letter and reconciliation issue; until then these jobs wait, visible, in their queue.
+pub const RECONCILE_PAYOUT: &str = "reconcile_payout";
+
+/// Payload of [`RECONCILE_PAYOUT`], version [`ReconcilePayout::VERSION`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcilePayout {
+    pub withdrawal_id: WithdrawalId,
+    /// Why reconciliation is needed: `unknown_outcome`, `unfinished_attempt`, `pending_transfer`.
+    pub reason: String,
+}
+
+impl ReconcilePayout {
+    pub const VERSION: i64 = 1;
+}
+
+/// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.
+/// Returns whether a job was enqueued.
+pub async fn enqueue_reconciliation(
+    tx: &mut Tx,
+    withdrawal: WithdrawalId,
+    reason: &str,
+    correlation_id: &str,
+    run_at: DbTime,
+) -> Result<bool> {
+    if job_store::has_live_job(tx, withdrawal, RECONCILE_PAYOUT).await? {
+        return Ok(false);
+    }
+    let payload = ReconcilePayout { withdrawal_id: withdrawal, reason: reason.to_owned() };
+    job_store::enqueue(
+        tx,
+        &NewJob {
+            queue: RECONCILIATION_QUEUE,
+            kind: RECONCILE_PAYOUT,
+            payload: serde_json::to_vec(&payload).expect("payload serialises"),
+            payload_version: ReconcilePayout::VERSION,
+            run_at,
+            correlation_id: correlation_id.to_owned(),
+            withdrawal_id: Some(withdrawal),
+        },
+    )
+    .await?;
+    tracing::info!(withdrawal_id = %withdrawal, reason, "reconciliation enqueued");
+    Ok(true)
 }

@@ -1,9 +1,15 @@
-//! The jobs table (SPEC §5). Enqueueing happens inside the caller's transaction so a state
-//! change and the job it implies commit together. Claiming and leasing come with the worker.
+//! The jobs table (SPEC §5): enqueue inside the caller's transaction, claim in batches under a
+//! lease, and finish (succeed, reschedule, defer, kill) only while holding that lease.
+//!
+//! Every write after the claim is fenced by `lease_token`: a worker whose lease expired and was
+//! re-claimed by another finds its late write matching zero rows, and must roll back whatever
+//! it wrote beside it. PostgreSQL claims with `FOR UPDATE SKIP LOCKED`; SQLite's single writer
+//! serialises claims.
 
+use chrono::TimeDelta;
 use uuid::Uuid;
 
-use super::{DbTime, Result, Tx};
+use super::{Db, DbTime, Result, Tx};
 use crate::domain::{JobId, WithdrawalId};
 use crate::with_conn;
 
@@ -41,8 +47,32 @@ pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
         .execute(&mut *conn)
         .await?;
     });
+    notify_enqueued(tx, job.queue).await?;
     Ok(id)
 }
+
+/// In-process wake-ups for workers of this process. On SQLite a worker woken before the
+/// enqueuing transaction commits still sees the job: its claim waits for the one writer.
+pub fn local_wakeups() -> &'static tokio::sync::Notify {
+    static WAKEUPS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    WAKEUPS.get_or_init(tokio::sync::Notify::new)
+}
+
+/// Wakes workers: in this process at once; on PostgreSQL also a `NOTIFY`, delivered at commit to
+/// every process that listens ([`listen`]).
+async fn notify_enqueued(tx: &mut Tx, queue: &str) -> Result<()> {
+    local_wakeups().notify_one();
+    match tx {
+        Tx::Postgres(t) => {
+            sqlx::query("SELECT pg_notify($1, $2)").bind(JOBS_CHANNEL).bind(queue).execute(&mut **t).await?;
+        }
+        Tx::Sqlite(_) => {}
+    }
+    Ok(())
+}
+
+/// The PostgreSQL notification channel for new jobs.
+pub const JOBS_CHANNEL: &str = "withdrawals_jobs";
 
 /// A job as stored, for inspection (tests, operators).
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -54,17 +84,282 @@ pub struct JobRow {
     pub payload_version: i64,
     pub status: String,
     pub attempts: i64,
+    pub receives: i64,
+    pub run_at: DbTime,
+    pub last_error: Option<String>,
     pub correlation_id: String,
 }
 
 pub async fn jobs_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Vec<JobRow>> {
     Ok(crate::with_read_conn!(db, |conn| {
         sqlx::query_as::<_, JobRow>(
-            "SELECT id, queue, kind, payload, payload_version, status, attempts, correlation_id
+            "SELECT id, queue, kind, payload, payload_version, status, attempts, receives, run_at, last_error,
+                    correlation_id
              FROM jobs WHERE withdrawal_id = $1 ORDER BY created_at, id",
         )
         .bind(withdrawal.0)
         .fetch_all(&mut *conn)
         .await?
     }))
+}
+
+/// A job handed to a worker under a lease.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ClaimedJob {
+    pub id: Uuid,
+    pub queue: String,
+    pub kind: String,
+    pub payload: Vec<u8>,
+    pub payload_version: i64,
+    pub attempts: i64,
+    pub receives: i64,
+    pub first_attempt_at: Option<DbTime>,
+    pub lease_token: Uuid,
+    pub correlation_id: String,
+    pub withdrawal_id: Option<Uuid>,
+}
+
+const CLAIMED_COLUMNS: &str = "id, queue, kind, payload, payload_version, attempts, receives, first_attempt_at, \
+                               lease_token, correlation_id, withdrawal_id";
+
+/// Claims up to `limit` runnable jobs of `queue`: scheduled and due. Each claimed job gets the
+/// lease `lease_token` until `now + lease`, and its receive count goes up by one.
+pub async fn claim(db: &Db, queue: &str, worker: &str, limit: u32, lease: TimeDelta) -> Result<Vec<ClaimedJob>> {
+    let now = DbTime::now();
+    let token = Uuid::new_v4();
+    let mut tx = db.begin().await?;
+    let pick = match &tx {
+        Tx::Postgres(_) => {
+            "SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1
+             ORDER BY run_at LIMIT $5 FOR UPDATE SKIP LOCKED"
+        }
+        Tx::Sqlite(_) => {
+            "SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $5"
+        }
+    };
+    let jobs: Vec<ClaimedJob> = with_conn!(&mut tx, |conn| {
+        sqlx::query_as(&format!(
+            "UPDATE jobs SET status = 'running', locked_by = $2, locked_until = $3, lease_token = $6,
+                             receives = receives + 1, updated_at = $1
+             WHERE id IN ({pick}) RETURNING {CLAIMED_COLUMNS}"
+        ))
+        .bind(now)
+        .bind(worker)
+        .bind(now.plus(lease))
+        .bind(queue)
+        .bind(i64::from(limit))
+        .bind(token)
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    tx.commit().await?;
+    Ok(jobs)
+}
+
+/// Jobs whose lease ran out: their worker died or stalled. Those received `max_receives` times
+/// are returned for the caller to kill (the broker-fallback safety net); the others go back to
+/// `scheduled` so any worker can claim them again.
+pub async fn expire_leases(db: &Db, max_receives: i64) -> Result<Vec<ClaimedJob>> {
+    let now = DbTime::now();
+    let mut tx = db.begin().await?;
+    let exhausted: Vec<ClaimedJob> = with_conn!(&mut tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = 'scheduled', run_at = $1, locked_by = NULL, locked_until = NULL,
+                             lease_token = NULL, last_error = 'lease expired', updated_at = $1
+             WHERE status = 'running' AND locked_until < $1 AND receives < $2",
+        )
+        .bind(now)
+        .bind(max_receives)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query_as(&format!(
+            "SELECT {CLAIMED_COLUMNS} FROM jobs WHERE status = 'running' AND locked_until < $1 AND receives >= $2"
+        ))
+        .bind(now)
+        .bind(max_receives)
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    tx.commit().await?;
+    Ok(exhausted)
+}
+
+/// Extends a lease; false if the lease is no longer ours.
+pub async fn heartbeat(db: &Db, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
+    let mut tx = db.begin().await?;
+    let updated = with_conn!(&mut tx, |conn| {
+        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3 AND status = 'running'")
+            .bind(DbTime::now().plus(lease))
+            .bind(job)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    });
+    tx.commit().await?;
+    Ok(updated == 1)
+}
+
+/// How a leased job ends this run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish<'a> {
+    Succeeded,
+    /// Run again at `run_at`; `consumed_attempt` says whether this run counts against the policy
+    /// (a breaker deferral does not).
+    Reschedule {
+        run_at: DbTime,
+        consumed_attempt: bool,
+        error: &'a str,
+    },
+    /// Dead: no more automatic runs.
+    Dead {
+        error: &'a str,
+    },
+    /// Handed back unfinished (graceful shutdown): runnable at once, no attempt consumed.
+    Release,
+}
+
+/// Ends a leased run inside `tx`, fenced by the lease token. Returns false when the lease was
+/// lost: the caller must then roll back `tx`, so nothing it wrote beside this survives.
+pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Result<bool> {
+    let now = DbTime::now();
+    let (status, run_at, consumed, error) = match how {
+        Finish::Succeeded => ("succeeded", None, 0_i64, None),
+        Finish::Reschedule { run_at, consumed_attempt, error } => {
+            ("scheduled", Some(*run_at), i64::from(*consumed_attempt), Some(*error))
+        }
+        Finish::Dead { error } => ("dead", None, 0, Some(*error)),
+        Finish::Release => ("scheduled", Some(now), 0, None),
+    };
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = $1, run_at = COALESCE($2, run_at), attempts = attempts + $3,
+                             last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
+                             lease_token = NULL, updated_at = $5
+             WHERE id = $6 AND lease_token = $7 AND status = 'running'",
+        )
+        .bind(status)
+        .bind(run_at)
+        .bind(consumed)
+        .bind(error)
+        .bind(now)
+        .bind(job)
+        .bind(token)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// Marks the first run of a job (the start of its `max_elapsed` budget), fenced by the lease.
+pub async fn mark_first_attempt(tx: &mut Tx, job: Uuid, token: Uuid) -> Result<DbTime> {
+    let now = DbTime::now();
+    let first: Option<DbTime> = with_conn!(tx, |conn| {
+        sqlx::query_scalar(
+            "UPDATE jobs SET first_attempt_at = COALESCE(first_attempt_at, $1)
+             WHERE id = $2 AND lease_token = $3 RETURNING first_attempt_at",
+        )
+        .bind(now)
+        .bind(job)
+        .bind(token)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    Ok(first.unwrap_or(now))
+}
+
+/// Whether a job of `kind` is waiting or running for the withdrawal (so it is not enqueued twice).
+pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> Result<bool> {
+    let count: i64 = with_conn!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE withdrawal_id = $1 AND kind = $2 AND status IN ('scheduled', 'running')",
+        )
+        .bind(withdrawal.0)
+        .bind(kind)
+        .fetch_one(&mut *conn)
+        .await?
+    });
+    Ok(count > 0)
+}
+
+/// Job counts by queue, kind and status (operators, tests, metrics).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct JobCount {
+    pub queue: String,
+    pub kind: String,
+    pub status: String,
+    pub count: i64,
+}
+
+pub async fn counts(db: &Db) -> Result<Vec<JobCount>> {
+    Ok(crate::with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, JobCount>(
+            "SELECT queue, kind, status, COUNT(*) AS count FROM jobs GROUP BY queue, kind, status ORDER BY queue, kind, status",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Forwards PostgreSQL job notifications to `wake` until `shutdown`; on SQLite there is nothing
+/// to listen to (every writer is in-process or polled for).
+pub async fn listen(
+    db: &Db,
+    wake: std::sync::Arc<tokio::sync::Notify>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<()> {
+    let Db::Postgres(pool) = db else { return Ok(()) };
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(JOBS_CHANNEL).await?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                received = listener.recv() => match received {
+                    Ok(_) => wake.notify_one(),
+                    Err(err) => {
+                        // The listener reconnects on its own; polling covers the gap.
+                        tracing::warn!(error = %err, "job notification listener error");
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    }
+                },
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Extends the lease inside `tx`; false if it is no longer ours.
+pub async fn extend_lease(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3 AND status = 'running'")
+            .bind(DbTime::now().plus(lease))
+            .bind(job)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// Kills a job whose lease expired (no live holder to fence against); false if someone
+/// renewed or finished it meanwhile.
+pub async fn kill_expired(tx: &mut Tx, job: Uuid, error: &str) -> Result<bool> {
+    let now = DbTime::now();
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = 'dead', last_error = $1, locked_by = NULL, locked_until = NULL,
+                             lease_token = NULL, updated_at = $2
+             WHERE id = $3 AND status = 'running' AND locked_until < $2",
+        )
+        .bind(error)
+        .bind(now)
+        .bind(job)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
 }

@@ -11,6 +11,7 @@
 //! together (no dual writes). Reads that need no transaction take `&Db`.
 
 pub mod accounts;
+pub mod attempts;
 pub mod credentials;
 pub mod idempotency;
 pub mod jobs;

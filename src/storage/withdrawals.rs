@@ -133,6 +133,17 @@ pub async fn get(db: &super::Db, account: Option<AccountId>, id: WithdrawalId) -
     row.map(Withdrawal::try_from).transpose()
 }
 
+/// Reads one withdrawal inside a transaction (workers decide on what they will write against).
+pub async fn get_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawal>> {
+    let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1"))
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    row.map(Withdrawal::try_from).transpose()
+}
+
 /// Position in a newest-first listing: the last item's creation time and id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageCursor {

@@ -193,3 +193,110 @@ pub async fn problem_code(response: Response) -> (u16, String, Value) {
     let body: Value = response.json().await.unwrap();
     (status, body["code"].as_str().unwrap_or_default().to_owned(), body)
 }
+
+/// Fast worker settings for tests: the same code, shorter clocks.
+pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
+    use std::time::Duration;
+    let mut config = withdrawals::jobs::worker::WorkerConfig::new(id);
+    config.poll_interval = Duration::from_millis(50);
+    config.lease = Duration::from_secs(5);
+    config.heartbeat = Duration::from_secs(1);
+    config.breaker_jitter = Duration::from_millis(50);
+    config.shutdown_grace = Duration::from_secs(2);
+    config.submit_policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(200),
+        max_attempts: 8,
+        max_elapsed: Duration::from_secs(60),
+        max_retry_after: Duration::from_secs(10),
+    };
+    config
+}
+
+/// A provider mock over real HTTP and a client for it.
+pub struct ProviderHarness {
+    pub mock: provider_mocks::RunningMock,
+    pub provider: std::sync::Arc<dyn withdrawals::provider::Provider>,
+}
+
+pub async fn provider_mock(request_timeout_ms: u64) -> ProviderHarness {
+    let mock = provider_mocks::spawn(provider_mocks::MockConfig {
+        api_key: Some("test-provider-key".into()),
+        ..provider_mocks::MockConfig::default()
+    })
+    .await
+    .unwrap();
+    let provider = withdrawals::provider::HttpProvider::new(withdrawals::provider::ProviderConfig {
+        base_url: mock.url(),
+        api_key: secrecy::SecretString::from("test-provider-key"),
+        connect_timeout: std::time::Duration::from_millis(500),
+        request_timeout: std::time::Duration::from_millis(request_timeout_ms),
+    })
+    .unwrap();
+    ProviderHarness { mock, provider: std::sync::Arc::new(provider) }
+}
+
+impl TestApp {
+    /// Starts a worker on this app's database; it stops when the returned token is cancelled
+    /// (and when the test ends).
+    pub fn start_worker(
+        &self,
+        gateway: withdrawals::provider::Gateway,
+        config: withdrawals::jobs::worker::WorkerConfig,
+    ) -> CancellationToken {
+        let stop = self.shutdown.child_token();
+        let worker = withdrawals::jobs::worker::Worker::new(self.db.clone(), gateway, config);
+        tokio::spawn(worker.run(stop.clone()));
+        stop
+    }
+
+    pub async fn create_withdrawal(
+        &self,
+        customer: &Customer,
+        key: &str,
+        amount: &str,
+    ) -> withdrawals::domain::WithdrawalId {
+        let response = self.post_withdrawal(customer, key, &withdrawal_body(amount)).send().await.unwrap();
+        assert_eq!(response.status(), 201);
+        let body: Value = response.json().await.unwrap();
+        body["id"].as_str().unwrap().parse().unwrap()
+    }
+
+    /// Polls until the withdrawal reaches `status` or the deadline passes.
+    pub async fn wait_for_status(
+        &self,
+        id: withdrawals::domain::WithdrawalId,
+        status: withdrawals::domain::WithdrawalStatus,
+        within: std::time::Duration,
+    ) -> withdrawals::domain::Withdrawal {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let current = withdrawals::storage::withdrawals::get(&self.db, None, id).await.unwrap().unwrap();
+            if current.status == status {
+                return current;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "withdrawal {id} is {} after {within:?}, wanted {status}",
+                current.status
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls `check` until it returns Some or the deadline passes.
+    pub async fn eventually<T, F, Fut>(&self, what: &str, within: std::time::Duration, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+}

@@ -7,5 +7,7 @@ mod access;
 mod cli;
 mod funds;
 mod idempotency;
+mod payouts;
+mod provider;
 mod transitions;
 mod validation;

@@ -1,0 +1,262 @@
+//! The `submit_payout` handler (SPEC §4, §5): send one withdrawal to the provider, exactly once.
+//!
+//! Order matters. In one transaction: the guarded `pending → processing`, then the attempt row
+//! (`started`, side effect unknown) — committed before the call, so a crash during the call
+//! leaves evidence. A withdrawal whose last attempt has no outcome is never resubmitted: it goes
+//! to reconciliation. After the call, one fenced transaction records the outcome, moves the
+//! withdrawal and finishes the job; if the lease was lost meanwhile, all of it rolls back and the
+//! unfinished attempt sends the next claimer to reconciliation.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::TimeDelta;
+use rand::Rng;
+
+use super::retry::{Exhausted, RetryDecision};
+use super::worker::{park_for_review, JobContext};
+use super::{enqueue_reconciliation, SubmitPayout};
+use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
+use crate::provider::{SubmitOutcome, TransferRequest, TransferStatus};
+use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
+use crate::storage::jobs::{self as job_store, Finish};
+use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use crate::storage::DbTime;
+
+pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<()> {
+    let id = payload.withdrawal_id;
+    let job = &ctx.job;
+    let actor = Actor::Worker(ctx.worker_id().to_owned());
+    let mut tx = ctx.db().begin().await?;
+    let withdrawal = store::get_in_tx(&mut tx, id).await?.with_context(|| format!("withdrawal {id} not found"))?;
+
+    match withdrawal.status {
+        WithdrawalStatus::Completed | WithdrawalStatus::Failed | WithdrawalStatus::RequiresReview => {
+            // Someone else decided (customer cancel, reconciliation, operator): nothing to send.
+            tracing::info!(status = %withdrawal.status, "submit skipped: withdrawal no longer awaits payout");
+            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
+        }
+        WithdrawalStatus::Pending => {
+            let claimed = store::transition(
+                &mut tx,
+                &TransitionRequest {
+                    id,
+                    from: WithdrawalStatus::Pending,
+                    to: WithdrawalStatus::Processing,
+                    expected_version: None,
+                    actor: &actor,
+                    reason: "worker claimed the submit job",
+                    correlation_id: &job.correlation_id,
+                    failure_code: None,
+                },
+            )
+            .await?;
+            if !matches!(claimed, TransitionOutcome::Applied(_)) {
+                // Cancelled or claimed in between: let the next run see the new state.
+                drop(tx);
+                return ctx
+                    .finish_in_own_tx(&Finish::Reschedule {
+                        run_at: DbTime::now(),
+                        consumed_attempt: false,
+                        error: "withdrawal moved while claiming",
+                    })
+                    .await;
+            }
+        }
+        WithdrawalStatus::Processing => {}
+    }
+
+    let last = attempts::latest(&mut tx, id).await?;
+    if let Some(last) = &last {
+        if last.outcome.is_none() {
+            // A previous call may have happened: ask the provider, never resubmit blindly.
+            enqueue_reconciliation(&mut tx, id, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
+            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
+        }
+    }
+
+    let permit = match ctx.gateway().breaker.try_acquire() {
+        Ok(permit) => permit,
+        Err(rejected) => {
+            // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
+            let jitter = rand::thread_rng().gen_range(0..=ctx.config().breaker_jitter.as_millis() as u64);
+            let wait = rejected.retry_in + Duration::from_millis(jitter);
+            tracing::info!(retry_in_ms = wait.as_millis() as u64, "breaker open: submit deferred");
+            let run_at = DbTime::now().plus(TimeDelta::from_std(wait).unwrap_or(TimeDelta::seconds(1)));
+            let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
+            return ctx.finish_or_rollback(tx, &how).await;
+        }
+    };
+
+    let attempt_no = last.as_ref().map_or(1, |a| a.attempt_no + 1);
+    let attempt = attempts::start(&mut tx, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id).await?;
+    let first_attempt_at = job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
+    if !ctx.still_leased(&mut tx).await? {
+        return Ok(());
+    }
+    tx.commit().await?;
+
+    let request = transfer_request(&withdrawal);
+    let started = std::time::Instant::now();
+    let outcome = ctx.gateway().provider.submit(&id.to_string(), &job.correlation_id, &request).await;
+    ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
+    tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
+
+    let mut tx = ctx.db().begin().await?;
+    let (record, finish) = decide(ctx, &outcome, first_attempt_at);
+    attempts::record_outcome(&mut tx, attempt, &record).await?;
+    match &outcome {
+        SubmitOutcome::Accepted { transfer, .. } => match transfer.status {
+            TransferStatus::Paid => {
+                move_to(
+                    &mut tx,
+                    &withdrawal,
+                    WithdrawalStatus::Completed,
+                    &actor,
+                    "provider confirmed paid",
+                    None,
+                    job,
+                )
+                .await?;
+            }
+            TransferStatus::Failed => {
+                let code = transfer.failure_code.as_deref().unwrap_or("provider_failed");
+                move_to(
+                    &mut tx,
+                    &withdrawal,
+                    WithdrawalStatus::Failed,
+                    &actor,
+                    "provider reported failed",
+                    Some(code),
+                    job,
+                )
+                .await?;
+            }
+            TransferStatus::Pending => {
+                let poll_at = DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default());
+                enqueue_reconciliation(&mut tx, id, "pending_transfer", &job.correlation_id, poll_at).await?;
+            }
+        },
+        SubmitOutcome::Unknown(_) => {
+            enqueue_reconciliation(&mut tx, id, "unknown_outcome", &job.correlation_id, DbTime::now()).await?;
+        }
+        SubmitOutcome::Retryable(_) => {
+            if let Finish::Dead { error } = &finish {
+                park_for_review(&mut tx, &withdrawal, &actor, error, &job.correlation_id).await?;
+            }
+        }
+        SubmitOutcome::Permanent { error, .. } | SubmitOutcome::IdempotencyConflict(error) => {
+            park_for_review(&mut tx, &withdrawal, &actor, &error.code, &job.correlation_id).await?;
+        }
+    }
+    ctx.finish_or_rollback(tx, &finish).await
+}
+
+fn transfer_request(w: &Withdrawal) -> TransferRequest {
+    TransferRequest {
+        reference: w.id.to_string(),
+        amount: format_minor(w.amount.to_minor(), w.amount.currency()),
+        currency: w.amount.currency().code().to_owned(),
+        destination: w.destination.clone(),
+    }
+}
+
+/// The attempt row's outcome and how the job ends, from the classified outcome and the policy.
+fn decide<'a>(
+    ctx: &JobContext,
+    outcome: &'a SubmitOutcome,
+    first_attempt_at: DbTime,
+) -> (AttemptOutcome<'a>, Finish<'a>) {
+    match outcome {
+        SubmitOutcome::Accepted { transfer, http_status } => {
+            let name = match transfer.status {
+                TransferStatus::Paid => "paid",
+                TransferStatus::Pending => "pending",
+                TransferStatus::Failed => "failed",
+            };
+            let record = AttemptOutcome {
+                outcome: name,
+                side_effect: Some(SideEffect::Confirmed),
+                http_status: Some(*http_status),
+                provider_transfer_id: Some(&transfer.id),
+                failure_code: transfer.failure_code.as_deref(),
+                ..AttemptOutcome::default()
+            };
+            (record, Finish::Succeeded)
+        }
+        SubmitOutcome::Retryable(error) => {
+            let record = error_record("retryable", SideEffect::NotStarted, error);
+            let attempts_made = u32::try_from(ctx.job.attempts + 1).unwrap_or(u32::MAX);
+            let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
+            let decision = ctx.config().submit_policy.next_delay(
+                attempts_made,
+                elapsed,
+                error.retry_after,
+                &mut rand::thread_rng(),
+            );
+            let finish = match decision {
+                RetryDecision::RetryAfter(delay) => Finish::Reschedule {
+                    run_at: DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1))),
+                    consumed_attempt: true,
+                    error: &error.code,
+                },
+                RetryDecision::Exhausted(Exhausted::Attempts) => {
+                    Finish::Dead { error: "retries_exhausted: max_attempts" }
+                }
+                RetryDecision::Exhausted(Exhausted::Elapsed) => {
+                    Finish::Dead { error: "retries_exhausted: max_elapsed" }
+                }
+            };
+            (record, finish)
+        }
+        SubmitOutcome::Unknown(error) => (error_record("unknown", SideEffect::Unknown, error), Finish::Succeeded),
+        SubmitOutcome::Permanent { error, side_effect } => {
+            (error_record("permanent", *side_effect, error), Finish::Dead { error: &error.code })
+        }
+        SubmitOutcome::IdempotencyConflict(error) => {
+            (error_record("conflict", SideEffect::Unknown, error), Finish::Dead { error: &error.code })
+        }
+    }
+}
+
+fn error_record<'a>(
+    outcome: &'a str,
+    side_effect: SideEffect,
+    error: &'a crate::provider::ProviderError,
+) -> AttemptOutcome<'a> {
+    AttemptOutcome {
+        outcome,
+        side_effect: Some(side_effect),
+        http_status: error.http_status,
+        error_code: Some(&error.code),
+        error_message: Some(&error.message),
+        ..AttemptOutcome::default()
+    }
+}
+
+async fn move_to(
+    tx: &mut crate::storage::Tx,
+    w: &Withdrawal,
+    to: WithdrawalStatus,
+    actor: &Actor,
+    reason: &str,
+    failure_code: Option<&str>,
+    job: &crate::storage::jobs::ClaimedJob,
+) -> anyhow::Result<()> {
+    let request = TransitionRequest {
+        id: w.id,
+        from: WithdrawalStatus::Processing,
+        to,
+        expected_version: None,
+        actor,
+        reason,
+        correlation_id: &job.correlation_id,
+        failure_code,
+    };
+    match store::transition(tx, &request).await? {
+        TransitionOutcome::Applied(_) => Ok(()),
+        // Reconciliation or an operator already decided: the late worker changes nothing.
+        TransitionOutcome::Stale => Ok(()),
+        TransitionOutcome::Forbidden(err) => Err(err.into()),
+    }
+}

@@ -1,0 +1,119 @@
+//! The reqwest implementation of [`Provider`]: bearer auth from a `secrecy` secret, connect and
+//! overall timeouts, the correlation id forwarded as a header.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::classify::{classify_error, classify_lookup, classify_response};
+use super::{BoxFuture, LookupOutcome, Provider, ProviderError, SubmitOutcome, TransferRequest};
+
+#[derive(Clone)]
+pub struct ProviderConfig {
+    /// e.g. `https://payouts.example.com` (no trailing slash needed).
+    pub base_url: String,
+    pub api_key: SecretString,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &"[redacted]")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+pub struct HttpProvider {
+    base_url: String,
+    api_key: SecretString,
+    http: reqwest::Client,
+}
+
+impl HttpProvider {
+    pub fn new(config: ProviderConfig) -> anyhow::Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(Self { base_url: config.base_url.trim_end_matches('/').to_owned(), api_key: config.api_key, http })
+    }
+
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.api_key.expose_secret())
+    }
+}
+
+impl Provider for HttpProvider {
+    fn submit<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        correlation_id: &'a str,
+        request: &'a TransferRequest,
+    ) -> BoxFuture<'a, SubmitOutcome> {
+        Box::pin(async move {
+            let sent = self
+                .http
+                .post(format!("{}/v1/transfers", self.base_url))
+                .header("Authorization", self.bearer())
+                .header("Idempotency-Key", idempotency_key)
+                .header("X-Correlation-Id", correlation_id)
+                .json(request)
+                .send()
+                .await;
+            let response = match sent {
+                Ok(response) => response,
+                Err(err) => return classify_error(&err),
+            };
+            let status = response.status();
+            let headers = response.headers().clone();
+            match response.bytes().await {
+                Ok(body) => classify_response(status, &headers, &body),
+                // The status line arrived, so the request was received: the body broke off.
+                Err(err) => match classify_error(&err) {
+                    SubmitOutcome::Retryable(e) => SubmitOutcome::Unknown(e),
+                    other => other,
+                },
+            }
+        })
+    }
+
+    fn lookup<'a>(&'a self, idempotency_key: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome> {
+        Box::pin(async move {
+            let sent = self
+                .http
+                .get(format!("{}/v1/transfers", self.base_url))
+                .query(&[("idempotency_key", idempotency_key)])
+                .header("Authorization", self.bearer())
+                .header("X-Correlation-Id", correlation_id)
+                .send()
+                .await;
+            let response = match sent {
+                Ok(response) => response,
+                Err(err) => {
+                    return LookupOutcome::Unavailable(ProviderError {
+                        code: if err.is_timeout() { "lookup_timeout".into() } else { "lookup_unreachable".into() },
+                        http_status: None,
+                        message: "the provider could not be asked".into(),
+                        retry_after: None,
+                    })
+                }
+            };
+            let status = response.status();
+            match response.bytes().await {
+                Ok(body) => classify_lookup(status, &body),
+                Err(_) => LookupOutcome::Unavailable(ProviderError {
+                    code: "lookup_body_lost".into(),
+                    http_status: Some(status.as_u16()),
+                    message: "the lookup response broke off".into(),
+                    retry_after: None,
+                }),
+            }
+        })
+    }
+}

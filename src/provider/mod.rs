@@ -1,0 +1,152 @@
+//! The payout provider (SPEC §4): its contract as types, the HTTP client, the one classification
+//! of outcomes, and the circuit breaker in front of it.
+//!
+//! Classification happens once, here at the boundary: the rest of the service sees only
+//! [`SubmitOutcome`] and [`LookupOutcome`] and never an HTTP status. The provider sits behind the
+//! [`Provider`] trait object so tests point the service at a mock over real HTTP.
+
+pub mod breaker;
+mod classify;
+mod client;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use classify::{classify_error, classify_response};
+pub use client::{HttpProvider, ProviderConfig};
+
+use crate::storage::attempts::SideEffect;
+use breaker::{CallOutcome, CircuitBreaker};
+
+/// What the service asks the provider to pay. `reference` is the withdrawal id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TransferRequest {
+    pub reference: String,
+    pub amount: String,
+    pub currency: String,
+    pub destination: crate::domain::Destination,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransferStatus {
+    Pending,
+    Paid,
+    Failed,
+}
+
+/// A transfer as the provider reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub id: String,
+    #[serde(default)]
+    pub reference: Option<String>,
+    pub status: TransferStatus,
+    #[serde(default)]
+    pub failure_code: Option<String>,
+}
+
+/// Why a call did not produce a transfer, in terms operators can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderError {
+    /// Stable code, e.g. `http_503`, `connect_failed`, `timeout_after_send`, `invalid_account`.
+    pub code: String,
+    pub http_status: Option<u16>,
+    pub message: String,
+    /// The provider's `Retry-After`, if it sent one.
+    pub retry_after: Option<Duration>,
+}
+
+/// The classified result of `POST /v1/transfers` (SPEC §4's table).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// 2xx with a transfer: `paid`, `pending` (poll later) or `failed` (definitively not paid).
+    Accepted { transfer: Transfer, http_status: u16 },
+    /// Nothing reached the provider, or it said "later" (429/503): safe to retry.
+    Retryable(ProviderError),
+    /// The request may have been executed: only reconciliation may decide.
+    Unknown(ProviderError),
+    /// Refused for good (400/422 confirmed not paid; 401/403 credentials, not started).
+    Permanent { error: ProviderError, side_effect: SideEffect },
+    /// The provider holds a different request under our idempotency key (409).
+    IdempotencyConflict(ProviderError),
+}
+
+impl SubmitOutcome {
+    /// What the circuit breaker learns: only retryable and unknown outcomes are failures.
+    pub fn breaker_outcome(&self) -> CallOutcome {
+        match self {
+            SubmitOutcome::Accepted { .. } => CallOutcome::Success,
+            SubmitOutcome::Retryable(_) | SubmitOutcome::Unknown(_) => CallOutcome::Failure,
+            SubmitOutcome::Permanent { .. } | SubmitOutcome::IdempotencyConflict(_) => CallOutcome::Ignored,
+        }
+    }
+}
+
+/// The classified result of looking a transfer up by idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LookupOutcome {
+    Found(Vec<Transfer>),
+    /// A definitive "no such transfer" (200 with an empty list).
+    NotFound,
+    /// The provider could not answer; ask again later.
+    Unavailable(ProviderError),
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The provider contract. `idempotency_key` is the withdrawal id on every call.
+pub trait Provider: Send + Sync {
+    fn submit<'a>(
+        &'a self,
+        idempotency_key: &'a str,
+        correlation_id: &'a str,
+        request: &'a TransferRequest,
+    ) -> BoxFuture<'a, SubmitOutcome>;
+
+    fn lookup<'a>(&'a self, idempotency_key: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome>;
+}
+
+/// The provider as the workers use it: every call goes through the breaker.
+#[derive(Clone)]
+pub struct Gateway {
+    pub provider: Arc<dyn Provider>,
+    pub breaker: Arc<CircuitBreaker>,
+}
+
+/// The breaker refused the call; try again after `retry_in` (plus jitter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerOpen {
+    pub retry_in: Duration,
+}
+
+impl Gateway {
+    pub async fn submit(
+        &self,
+        idempotency_key: &str,
+        correlation_id: &str,
+        request: &TransferRequest,
+    ) -> Result<SubmitOutcome, BreakerOpen> {
+        let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
+        let started = std::time::Instant::now();
+        let outcome = self.provider.submit(idempotency_key, correlation_id, request).await;
+        self.breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
+        Ok(outcome)
+    }
+
+    pub async fn lookup(&self, idempotency_key: &str, correlation_id: &str) -> Result<LookupOutcome, BreakerOpen> {
+        let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
+        let started = std::time::Instant::now();
+        let outcome = self.provider.lookup(idempotency_key, correlation_id).await;
+        let counted = match &outcome {
+            LookupOutcome::Found(_) | LookupOutcome::NotFound => CallOutcome::Success,
+            LookupOutcome::Unavailable(_) => CallOutcome::Failure,
+        };
+        self.breaker.record(permit, counted, started.elapsed());
+        Ok(outcome)
+    }
+}

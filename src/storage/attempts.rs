@@ -1,0 +1,140 @@
+//! Provider attempts (SPEC §4): the evidence of every call to the payout provider.
+//!
+//! [`start`] is committed before the call; [`record_outcome`] fills in what came back. An attempt
+//! left without an outcome means the call may have happened, so the withdrawal must be reconciled,
+//! never blindly resubmitted.
+
+use uuid::Uuid;
+
+use super::{Db, DbTime, Result, Tx};
+use crate::domain::WithdrawalId;
+use crate::{with_conn, with_read_conn};
+
+/// The attempt's side effect at the provider, as far as we know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideEffect {
+    NotStarted,
+    Confirmed,
+    Unknown,
+}
+
+impl SideEffect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SideEffect::NotStarted => "not_started",
+            SideEffect::Confirmed => "confirmed",
+            SideEffect::Unknown => "unknown",
+        }
+    }
+}
+
+/// A recorded attempt.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub attempt_no: i64,
+    pub worker_id: String,
+    pub correlation_id: String,
+    pub started_at: DbTime,
+    pub finished_at: Option<DbTime>,
+    pub outcome: Option<String>,
+    pub side_effect: String,
+    pub http_status: Option<i64>,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+}
+
+const COLUMNS: &str = "id, job_id, attempt_no, worker_id, correlation_id, started_at, finished_at, outcome, \
+                       side_effect, http_status, provider_transfer_id, failure_code, error_code, error_message";
+
+/// The latest attempt for a withdrawal, if any.
+pub async fn latest(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<Option<AttemptRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, AttemptRow>(&format!(
+            "SELECT {COLUMNS} FROM provider_attempts WHERE withdrawal_id = $1 ORDER BY attempt_no DESC LIMIT 1"
+        ))
+        .bind(withdrawal.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Every attempt for a withdrawal, oldest first.
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<AttemptRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, AttemptRow>(&format!(
+            "SELECT {COLUMNS} FROM provider_attempts WHERE withdrawal_id = $1 ORDER BY attempt_no"
+        ))
+        .bind(withdrawal.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Records that attempt `attempt_no` is about to call the provider. A unique index on
+/// (withdrawal, attempt_no) makes a racing second start fail instead of calling twice.
+pub async fn start(
+    tx: &mut Tx,
+    withdrawal: WithdrawalId,
+    job: Uuid,
+    attempt_no: i64,
+    worker: &str,
+    correlation_id: &str,
+) -> Result<Uuid> {
+    let id = Uuid::now_v7();
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
+                                            started_at, side_effect)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'unknown')",
+        )
+        .bind(id)
+        .bind(withdrawal.0)
+        .bind(job)
+        .bind(attempt_no)
+        .bind(worker)
+        .bind(correlation_id)
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(id)
+}
+
+/// What a call produced, for the attempt row.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptOutcome<'a> {
+    pub outcome: &'a str,
+    pub side_effect: Option<SideEffect>,
+    pub http_status: Option<u16>,
+    pub provider_transfer_id: Option<&'a str>,
+    pub failure_code: Option<&'a str>,
+    pub error_code: Option<&'a str>,
+    pub error_message: Option<&'a str>,
+}
+
+pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE provider_attempts
+             SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,
+                 failure_code = $6, error_code = $7, error_message = $8
+             WHERE id = $9",
+        )
+        .bind(DbTime::now())
+        .bind(outcome.outcome)
+        .bind(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str())
+        .bind(outcome.http_status.map(i64::from))
+        .bind(outcome.provider_transfer_id)
+        .bind(outcome.failure_code)
+        .bind(outcome.error_code)
+        .bind(outcome.error_message)
+        .bind(attempt)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}

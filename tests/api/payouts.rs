@@ -1,0 +1,373 @@
+//! Paying out (SPEC §4, §5): the worker, the provider over real HTTP, retries, the breaker,
+//! leases and fencing. Every scenario ends in one explainable state with the ledger exact.
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT};
+use withdrawals::provider::breaker::{BreakerConfig, BreakerState, SlidingWindow};
+use withdrawals::provider::TransferRequest;
+use withdrawals::service;
+use withdrawals::storage::attempts;
+use withdrawals::storage::jobs::{self as job_store, Finish};
+use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+
+use crate::both_backends;
+use crate::harness::{provider_mock, worker_config, TestApp};
+
+both_backends!(
+    a_withdrawal_is_paid_once_and_its_hold_settled,
+    three_503s_then_success_completes_with_every_attempt_recorded,
+    a_429_with_retry_after_is_not_retried_before_it_says,
+    an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_attempts,
+    a_worker_that_died_before_calling_is_replaced_and_the_payout_completes,
+    a_worker_that_died_after_calling_sends_the_withdrawal_to_reconciliation_not_a_resubmit,
+    a_zombie_workers_late_completion_is_rejected_and_changes_nothing,
+    the_same_job_delivered_twice_executes_the_transfer_once,
+    a_timeout_after_the_provider_committed_goes_to_reconciliation,
+    a_permanent_rejection_parks_the_withdrawal_for_review_without_retrying,
+);
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn executions_for(mock: &provider_mocks::RunningMock, id: WithdrawalId) -> u32 {
+    mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum()
+}
+
+fn create_requests(mock: &provider_mocks::RunningMock, id: WithdrawalId) -> Vec<provider_mocks::RequestRecord> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.route == provider_mocks::Route::Create && r.idempotency_key.as_deref() == Some(&id.to_string()))
+        .collect()
+}
+
+async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(done.version, 3, "pending → processing → completed");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
+    assert_eq!(executions_for(&provider.mock, id), 1);
+    let transfer = provider.mock.transfers().into_iter().find(|t| t.reference == id.to_string()).unwrap();
+    assert_eq!(transfer.idempotency_key, id.to_string(), "the withdrawal id is the operation key");
+    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"));
+    assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(jobs[0].status, "succeeded");
+    app.assert_ledger_invariant().await;
+}
+
+async fn three_503s_then_success_completes_with_every_attempt_recorded(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let mut rule = FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None });
+    rule.times = Some(3);
+    provider.mock.set_faults(FaultConfig { rules: vec![rule] });
+    let config = worker_config("w1");
+    let policy = config.submit_policy.clone();
+    app.start_worker(service::gateway(provider.provider.clone()), config);
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let outcomes: Vec<_> = recorded.iter().map(|a| a.outcome.clone().unwrap()).collect();
+    assert_eq!(outcomes, ["retryable", "retryable", "retryable", "paid"]);
+    assert!(recorded[..3].iter().all(|a| a.http_status == Some(503) && a.side_effect == "not_started"));
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(jobs[0].attempts, 3, "each 503 consumed one attempt");
+    // Each gap between calls is a delay drawn from the policy (plus the time to run a job).
+    let calls = create_requests(&provider.mock, id);
+    assert_eq!(calls.len(), 4);
+    for (n, pair) in calls.windows(2).enumerate() {
+        let gap = (pair[1].at - pair[0].at).to_std().unwrap();
+        let ceiling = policy.backoff_ceiling(n as u32 + 1);
+        assert!(gap <= ceiling + Duration::from_millis(750), "gap {gap:?} after attempt {} exceeds {ceiling:?}", n + 1);
+    }
+    assert_eq!(executions_for(&provider.mock, id), 1);
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_429_with_retry_after_is_not_retried_before_it_says(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let mut rule = FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 429, retry_after_secs: Some(2) });
+    rule.times = Some(1);
+    provider.mock.set_faults(FaultConfig { rules: vec![rule] });
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let calls = create_requests(&provider.mock, id);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].outcome, "status:429");
+    let gap = (calls[1].at - calls[0].at).to_std().unwrap();
+    assert!(gap >= Duration::from_secs(2), "retried after {gap:?}, before Retry-After: 2");
+    app.assert_ledger_invariant().await;
+}
+
+async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_attempts(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None })],
+    });
+    let breaker = BreakerConfig {
+        window: SlidingWindow::Count { size: 4 },
+        minimum_number_of_calls: 4,
+        failure_rate_threshold: 50.0,
+        wait_duration_in_open: Duration::from_millis(400),
+        permitted_calls_in_half_open: 1,
+        ..BreakerConfig::default()
+    };
+    let gateway = service::gateway_with(provider.provider.clone(), breaker);
+    let mut config = worker_config("w1");
+    config.submit_policy.max_attempts = 50;
+    app.start_worker(gateway.clone(), config);
+    let alice = app.customer("100.00").await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(app.create_withdrawal(&alice, &format!("k{i}"), "5.00").await);
+    }
+
+    app.eventually("the breaker to open", WAIT, || async {
+        (gateway.breaker.state() == BreakerState::Open).then_some(())
+    })
+    .await;
+    let deferred = app
+        .eventually("a deferred job", WAIT, || async {
+            for id in &ids {
+                let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
+                if job.last_error.as_deref() == Some("circuit breaker open") {
+                    return Some(*id);
+                }
+            }
+            None
+        })
+        .await;
+    provider.mock.set_faults(FaultConfig::default());
+
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+    }
+    assert_ne!(gateway.breaker.state(), BreakerState::Open, "the breaker closed after recovery");
+    for id in &ids {
+        let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
+        let calls = attempts::for_withdrawal(&app.db, *id).await.unwrap();
+        let failed_calls = calls.iter().filter(|a| a.outcome.as_deref() == Some("retryable")).count() as i64;
+        assert_eq!(job.attempts, failed_calls, "only real calls consume attempts ({id})");
+        assert_eq!(executions_for(&provider.mock, *id), 1);
+    }
+    let deferred_job = job_store::jobs_for_withdrawal(&app.db, deferred).await.unwrap().remove(0);
+    assert!(deferred_job.receives > deferred_job.attempts + 1, "it ran without calling: {deferred_job:?}");
+    app.assert_ledger_invariant().await;
+}
+
+/// Claims the withdrawal's submit job as a worker that then dies (never finishes, never heartbeats).
+async fn claim_and_die(app: &TestApp, lease_ms: i64) -> job_store::ClaimedJob {
+    let claimed =
+        job_store::claim(&app.db, PAYOUTS_QUEUE, "doomed-worker", 1, TimeDelta::milliseconds(lease_ms)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    claimed.into_iter().next().unwrap()
+}
+
+async fn a_worker_that_died_before_calling_is_replaced_and_the_payout_completes(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    claim_and_die(&app, 200).await;
+
+    let mut config = worker_config("w2");
+    config.lease = Duration::from_millis(600);
+    app.start_worker(service::gateway(provider.provider.clone()), config);
+
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(executions_for(&provider.mock, id), 1);
+    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!(job.receives, 2, "received by the dead worker, then by the live one");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_worker_that_died_after_calling_sends_the_withdrawal_to_reconciliation_not_a_resubmit(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    let job = claim_and_die(&app, 200).await;
+    // The doomed worker got as far as the call: processing, attempt started, transfer executed.
+    let mut tx = app.db.begin().await.unwrap();
+    let actor = Actor::Worker("doomed-worker".into());
+    let claimed = store::transition(&mut tx, &to_processing(id, &actor)).await.unwrap();
+    assert!(matches!(claimed, TransitionOutcome::Applied(_)));
+    attempts::start(&mut tx, id, job.id, 1, "doomed-worker", &job.correlation_id).await.unwrap();
+    tx.commit().await.unwrap();
+    let request = TransferRequest {
+        reference: id.to_string(),
+        amount: "25.00".into(),
+        currency: "USD".into(),
+        destination: withdrawals::domain::Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+    };
+    provider.provider.submit(&id.to_string(), &job.correlation_id, &request).await;
+
+    let mut config = worker_config("w2");
+    config.lease = Duration::from_millis(600);
+    app.start_worker(service::gateway(provider.provider.clone()), config);
+
+    let reconciliation = app
+        .eventually("a reconciliation job", WAIT, || async {
+            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
+        })
+        .await;
+    assert_eq!(reconciliation.status, "scheduled");
+    let submit = app
+        .eventually("the submit job to finish", WAIT, || async {
+            let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+            (job.status == "succeeded").then_some(job)
+        })
+        .await;
+    assert_eq!(submit.receives, 2);
+    assert_eq!(executions_for(&provider.mock, id), 1, "never resubmitted blindly");
+    assert_eq!(create_requests(&provider.mock, id).len(), 1);
+    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::Processing, "waiting for reconciliation, funds still held");
+    app.assert_ledger_invariant().await;
+}
+
+fn to_processing(id: WithdrawalId, actor: &Actor) -> TransitionRequest<'_> {
+    TransitionRequest {
+        id,
+        from: WithdrawalStatus::Pending,
+        to: WithdrawalStatus::Processing,
+        expected_version: None,
+        actor,
+        reason: "test",
+        correlation_id: "c",
+        failure_code: None,
+    }
+}
+
+async fn a_zombie_workers_late_completion_is_rejected_and_changes_nothing(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    let zombie = claim_and_die(&app, 0).await;
+    tokio::time::sleep(Duration::from_millis(5)).await; // let the zero-length lease lapse
+    assert!(job_store::expire_leases(&app.db, 5).await.unwrap().is_empty());
+    let live = job_store::claim(&app.db, PAYOUTS_QUEUE, "live-worker", 1, TimeDelta::seconds(30)).await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_ne!(live[0].lease_token, zombie.lease_token);
+
+    // The zombie wakes up and tries to finish: move the withdrawal and complete the job.
+    let mut tx = app.db.begin().await.unwrap();
+    let actor = Actor::Worker("zombie".into());
+    store::transition(&mut tx, &to_processing(id, &actor)).await.unwrap();
+    let fenced = job_store::finish(&mut tx, zombie.id, zombie.lease_token, &Finish::Succeeded).await.unwrap();
+    assert!(!fenced, "the old lease token no longer matches");
+    drop(tx); // the caller rolls back, as JobContext::finish_or_rollback does
+
+    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!((current.status, current.version), (WithdrawalStatus::Pending, 1));
+    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!((job.status.as_str(), job.receives), ("running", 2), "still the live worker's");
+    let live_finish = {
+        let mut tx = app.db.begin().await.unwrap();
+        let ok = job_store::finish(&mut tx, live[0].id, live[0].lease_token, &Finish::Release).await.unwrap();
+        tx.commit().await.unwrap();
+        ok
+    };
+    assert!(live_finish, "the live lease still works");
+    app.assert_ledger_invariant().await;
+}
+
+async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
+    let provider = provider_mock(5_000).await;
+    let mut slow = FaultRule::new(RouteMatch::Create, FaultEffect::Latency { ms: 1_500 });
+    slow.times = Some(1);
+    provider.mock.set_faults(FaultConfig { rules: vec![slow] });
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    // Worker one's lease runs out during its slow call (no heartbeat in time), so the job is
+    // delivered again, to worker two, while worker one is still inside the call.
+    let mut first = worker_config("w1");
+    first.lease = Duration::from_millis(400);
+    first.heartbeat = Duration::from_secs(30);
+    app.start_worker(service::gateway(provider.provider.clone()), first);
+    app.eventually("worker one to call the provider", WAIT, || async {
+        (!create_requests(&provider.mock, id).is_empty()).then_some(())
+    })
+    .await;
+    let mut second = worker_config("w2");
+    second.lease = Duration::from_millis(400);
+    app.start_worker(service::gateway(provider.provider.clone()), second);
+
+    let reconciliation = app
+        .eventually("the second delivery to hand over to reconciliation", WAIT, || async {
+            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
+        })
+        .await;
+    app.eventually("worker one's call to return", WAIT, || async {
+        (create_requests(&provider.mock, id).len() == 1 && provider.mock.transfers().len() == 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_700)).await; // worker one's call returns and is fenced off
+
+    assert_eq!(reconciliation.payload_version, 1);
+    assert_eq!(executions_for(&provider.mock, id), 1, "one provider execution");
+    assert_eq!(create_requests(&provider.mock, id).len(), 1, "the second delivery did not call again");
+    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(recorded.len(), 1, "one attempt");
+    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::Processing, "one outcome: reconciliation decides");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_timeout_after_the_provider_committed_goes_to_reconciliation(app: TestApp) {
+    let provider = provider_mock(300).await;
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 2_000 })],
+    });
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    let reconciliation = app
+        .eventually("a reconciliation job", WAIT, || async {
+            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
+        })
+        .await;
+    assert_eq!(reconciliation.status, "scheduled");
+    let submit = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!(submit.status, "succeeded", "handed over, not retried");
+    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!((recorded[0].outcome.as_deref(), recorded[0].side_effect.as_str()), (Some("unknown"), "unknown"));
+    assert_eq!(store::get(&app.db, None, id).await.unwrap().unwrap().status, WithdrawalStatus::Processing);
+    assert_eq!(create_requests(&provider.mock, id).len(), 1, "no second transfer attempted");
+    assert_eq!(executions_for(&provider.mock, id), 1);
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_permanent_rejection_parks_the_withdrawal_for_review_without_retrying(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!((job.status.as_str(), job.last_error.as_deref()), ("dead", Some("invalid_account")));
+    assert_eq!(create_requests(&provider.mock, id).len(), 1, "a permanent error is not retried");
+    assert_eq!(app.usd_balance(&alice).await.1, "25.00", "still held until someone decides");
+    app.assert_ledger_invariant().await;
+}
