@@ -208,6 +208,7 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(shutdown_on_signal(shutdown.clone()));
     let tasks = tokio_util::task::TaskTracker::new();
+    let worker_failed: std::sync::Arc<std::sync::Mutex<Option<anyhow::Error>>> = Default::default();
 
     // Kept alive for the whole run: dropping it stops the sandbox provider.
     let mut _sandbox = None;
@@ -225,9 +226,13 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         worker_config.concurrency = args.worker_concurrency.max(1);
         let worker = Worker::new(db.clone(), gateway, worker_config);
         let stop = shutdown.clone();
+        let failed = worker_failed.clone();
         tasks.spawn(async move {
-            if let Err(err) = worker.run(stop).await {
-                tracing::error!(error = format!("{err:#}"), "worker stopped with an error");
+            if let Err(err) = worker.run(stop.clone()).await {
+                // A service that accepts withdrawals nobody pays out is worse than one that is down.
+                tracing::error!(error = format!("{err:#}"), "worker stopped with an error; shutting down");
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                stop.cancel();
             }
         });
     }
@@ -245,7 +250,11 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     tasks.wait().await;
     db.close().await;
     tracing::info!("stopped");
-    Ok(())
+    let failure = worker_failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match failure {
+        Some(err) => Err(err.context("the payout worker failed")),
+        None => Ok(()),
+    }
 }
 
 /// Forgets idempotency records past their retention, every ten minutes.

@@ -23,11 +23,13 @@
 pub mod cli;
 pub mod config;
 pub mod credentials;
+pub mod dead_letter;
 pub mod domain;
 pub mod http;
 pub mod jobs;
 pub mod provider;
 pub mod provisioning;
+pub mod redact;
 pub mod service;
 pub mod storage;
 pub mod telemetry;

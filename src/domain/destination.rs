@@ -2,10 +2,23 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Destination {
     BankAccount { account_number: String, bank_code: String },
+}
+
+/// Debug output masks the account number, so a stray `?destination` in a log cannot leak it.
+impl std::fmt::Debug for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Destination::BankAccount { account_number, bank_code } => f
+                .debug_struct("BankAccount")
+                .field("account_number", &mask_account_number(account_number))
+                .field("bank_code", bank_code)
+                .finish(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

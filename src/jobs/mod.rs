@@ -4,6 +4,7 @@
 //! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
 //! ([`submit`]); [`retry`] is the retry policy as data.
 
+pub mod reconcile;
 pub mod retry;
 pub mod submit;
 pub mod worker;
@@ -25,6 +26,10 @@ pub const SUBMIT_PAYOUT: &str = "submit_payout";
 #[serde(deny_unknown_fields)]
 pub struct SubmitPayout {
     pub withdrawal_id: WithdrawalId,
+    /// Set on a controlled retry: the reconciliation result that proved the provider never
+    /// executed the previous attempt (optional, so version 1 payloads without it still decode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciliation_result_id: Option<uuid::Uuid>,
 }
 
 impl SubmitPayout {

@@ -14,8 +14,9 @@ use chrono::TimeDelta;
 use rand::Rng;
 
 use super::retry::{Exhausted, RetryDecision};
-use super::worker::{park_for_review, JobContext};
+use super::worker::JobContext;
 use super::{enqueue_reconciliation, SubmitPayout};
+use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
 use crate::provider::{SubmitOutcome, TransferRequest, TransferStatus};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
@@ -80,7 +81,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         Err(rejected) => {
             // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
             let jitter = rand::thread_rng().gen_range(0..=ctx.config().breaker_jitter.as_millis() as u64);
-            let wait = rejected.retry_in + Duration::from_millis(jitter);
+            let wait = rejected.retry_in.max(ctx.config().breaker_min_defer) + Duration::from_millis(jitter);
             tracing::info!(retry_in_ms = wait.as_millis() as u64, "breaker open: submit deferred");
             let run_at = DbTime::now().plus(TimeDelta::from_std(wait).unwrap_or(TimeDelta::seconds(1)));
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
@@ -90,7 +91,8 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
 
     let attempt_no = last.as_ref().map_or(1, |a| a.attempt_no + 1);
     let attempt = attempts::start(&mut tx, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id).await?;
-    let first_attempt_at = job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
+    job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
+    let first_attempt_at = attempts::budget(&mut tx, id).await?.1.unwrap_or_else(DbTime::now);
     if !ctx.still_leased(&mut tx).await? {
         return Ok(());
     }
@@ -103,7 +105,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
 
     let mut tx = ctx.db().begin().await?;
-    let (record, finish) = decide(ctx, &outcome, first_attempt_at);
+    let (record, next) = decide(ctx, &outcome, attempt_no, first_attempt_at);
     attempts::record_outcome(&mut tx, attempt, &record).await?;
     match &outcome {
         SubmitOutcome::Accepted { transfer, .. } => match transfer.status {
@@ -140,16 +142,18 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         SubmitOutcome::Unknown(_) => {
             enqueue_reconciliation(&mut tx, id, "unknown_outcome", &job.correlation_id, DbTime::now()).await?;
         }
-        SubmitOutcome::Retryable(_) => {
-            if let Finish::Dead { error } = &finish {
-                park_for_review(&mut tx, &withdrawal, &actor, error, &job.correlation_id).await?;
-            }
-        }
-        SubmitOutcome::Permanent { error, .. } | SubmitOutcome::IdempotencyConflict(error) => {
-            park_for_review(&mut tx, &withdrawal, &actor, &error.code, &job.correlation_id).await?;
-        }
+        SubmitOutcome::Retryable(_) | SubmitOutcome::Permanent { .. } | SubmitOutcome::IdempotencyConflict(_) => {}
     }
-    ctx.finish_or_rollback(tx, &finish).await
+    match next {
+        Next::Finish(finish) => ctx.finish_or_rollback(tx, &finish).await,
+        Next::DeadLetter(failure) => ctx.dead_letter(tx, &failure).await,
+    }
+}
+
+/// How this run ends: the job finishes (succeeds or is rescheduled), or it is dead-lettered.
+enum Next<'a> {
+    Finish(Finish<'a>),
+    DeadLetter(Failure),
 }
 
 fn transfer_request(w: &Withdrawal) -> TransferRequest {
@@ -162,11 +166,14 @@ fn transfer_request(w: &Withdrawal) -> TransferRequest {
 }
 
 /// The attempt row's outcome and how the job ends, from the classified outcome and the policy.
+/// The retry budget is the withdrawal's: `attempt_no` counts every provider attempt it has had and
+/// `first_attempt_at` is its first, across controlled retries.
 fn decide<'a>(
     ctx: &JobContext,
     outcome: &'a SubmitOutcome,
+    attempt_no: i64,
     first_attempt_at: DbTime,
-) -> (AttemptOutcome<'a>, Finish<'a>) {
+) -> (AttemptOutcome<'a>, Next<'a>) {
     match outcome {
         SubmitOutcome::Accepted { transfer, http_status } => {
             let name = match transfer.status {
@@ -182,39 +189,58 @@ fn decide<'a>(
                 failure_code: transfer.failure_code.as_deref(),
                 ..AttemptOutcome::default()
             };
-            (record, Finish::Succeeded)
+            (record, Next::Finish(Finish::Succeeded))
         }
         SubmitOutcome::Retryable(error) => {
             let record = error_record("retryable", SideEffect::NotStarted, error);
-            let attempts_made = u32::try_from(ctx.job.attempts + 1).unwrap_or(u32::MAX);
+            let attempts_made = u32::try_from(attempt_no).unwrap_or(u32::MAX);
             let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
-            let decision = ctx.config().submit_policy.next_delay(
-                attempts_made,
-                elapsed,
-                error.retry_after,
-                &mut rand::thread_rng(),
-            );
-            let finish = match decision {
-                RetryDecision::RetryAfter(delay) => Finish::Reschedule {
+            let policy = &ctx.config().submit_policy;
+            let exhausted = |by: &str| {
+                Next::DeadLetter(Failure {
+                    category: Category::RetriesExhausted,
+                    error_code: error.code.clone(),
+                    error_class: "retryable",
+                    message: format!("retries exhausted by {by} after {attempts_made} attempts: {}", error.message),
+                    stack: None,
+                    side_effect: Some(SideEffect::NotStarted),
+                })
+            };
+            let next = match policy.next_delay(attempts_made, elapsed, error.retry_after, &mut rand::thread_rng()) {
+                RetryDecision::RetryAfter(delay) => Next::Finish(Finish::Reschedule {
                     run_at: DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1))),
                     consumed_attempt: true,
                     error: &error.code,
-                },
-                RetryDecision::Exhausted(Exhausted::Attempts) => {
-                    Finish::Dead { error: "retries_exhausted: max_attempts" }
-                }
-                RetryDecision::Exhausted(Exhausted::Elapsed) => {
-                    Finish::Dead { error: "retries_exhausted: max_elapsed" }
-                }
+                }),
+                RetryDecision::Exhausted(Exhausted::Attempts) => exhausted("max_attempts"),
+                RetryDecision::Exhausted(Exhausted::Elapsed) => exhausted("max_elapsed"),
             };
-            (record, finish)
+            (record, next)
         }
-        SubmitOutcome::Unknown(error) => (error_record("unknown", SideEffect::Unknown, error), Finish::Succeeded),
+        SubmitOutcome::Unknown(error) => {
+            (error_record("unknown", SideEffect::Unknown, error), Next::Finish(Finish::Succeeded))
+        }
         SubmitOutcome::Permanent { error, side_effect } => {
-            (error_record("permanent", *side_effect, error), Finish::Dead { error: &error.code })
+            let failure = Failure {
+                category: Category::DependencyRejected,
+                error_code: error.code.clone(),
+                error_class: "permanent",
+                message: error.message.clone(),
+                stack: None,
+                side_effect: Some(*side_effect),
+            };
+            (error_record("permanent", *side_effect, error), Next::DeadLetter(failure))
         }
         SubmitOutcome::IdempotencyConflict(error) => {
-            (error_record("conflict", SideEffect::Unknown, error), Finish::Dead { error: &error.code })
+            let failure = Failure {
+                category: Category::SideEffectUnknown,
+                error_code: error.code.clone(),
+                error_class: "unknown",
+                message: error.message.clone(),
+                stack: None,
+                side_effect: Some(SideEffect::Unknown),
+            };
+            (error_record("conflict", SideEffect::Unknown, error), Next::DeadLetter(failure))
         }
     }
 }

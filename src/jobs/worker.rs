@@ -19,7 +19,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::retry::RetryPolicy;
-use super::{submit, SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use super::{
+    enqueue_reconciliation, reconcile, submit, ReconcilePayout, SubmitPayout, PAYOUTS_QUEUE, RECONCILE_PAYOUT,
+    RECONCILIATION_QUEUE, SUBMIT_PAYOUT,
+};
+use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::Gateway;
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
@@ -36,38 +40,85 @@ pub struct WorkerConfig {
     /// Jobs claimed per round trip.
     pub batch_size: u32,
     pub lease: Duration,
+    /// How often a running job extends its lease; zero disables heartbeats (the lease must then
+    /// outlast the longest job).
     pub heartbeat: Duration,
     /// Polling fallback when no notification arrives.
     pub poll_interval: Duration,
-    /// A job whose lease expired this many times is dead (`crashed`).
+    /// A job whose lease expired this many times is dead-lettered as `crashed`.
     pub max_receives: i64,
+    /// A job whose handler failed this many runs in a row is dead-lettered as `code_bug`.
+    pub max_handler_errors: i64,
     /// How long shutdown waits for in-flight jobs before handing them back.
     pub shutdown_grace: Duration,
     pub submit_policy: RetryPolicy,
     /// Added at random to a breaker deferral so deferred jobs don't stampede the probe.
     pub breaker_jitter: Duration,
+    /// The shortest breaker deferral (a half-open breaker whose probes are busy says "now").
+    pub breaker_min_defer: Duration,
     /// When a `pending` transfer is first polled.
     pub pending_poll: Duration,
+    /// Policy of the reconciliation job: its `max_elapsed` is the reconciliation window.
+    pub reconcile_policy: RetryPolicy,
+    /// A withdrawal in `processing` longer than this with no live job is swept into reconciliation.
+    pub processing_sla: Duration,
+    pub sweep_interval: Duration,
+    /// Delay before re-running a job whose handler failed for infrastructure reasons.
+    pub error_backoff: Duration,
+    /// How long an attempt may still be in flight at the provider (its request timeout plus a
+    /// margin). Reconciliation does not trust "not found" for an attempt younger than this.
+    pub in_flight_grace: Duration,
 }
 
 impl WorkerConfig {
+    /// Refuses settings that would break the worker's own guarantees.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.concurrency > 0 && self.batch_size > 0, "concurrency and batch size must be positive");
+        anyhow::ensure!(
+            !self.lease.is_zero() && !self.poll_interval.is_zero(),
+            "lease and poll interval must be positive"
+        );
+        anyhow::ensure!(
+            self.heartbeat.is_zero() || self.heartbeat * 2 < self.lease,
+            "the heartbeat ({:?}) must be shorter than half the lease ({:?}), or zero to disable it",
+            self.heartbeat,
+            self.lease
+        );
+        anyhow::ensure!(!self.sweep_interval.is_zero(), "the sweep interval must be positive");
+        anyhow::ensure!(self.max_receives > 0 && self.max_handler_errors > 0, "limits must be positive");
+        self.submit_policy.validate().map_err(|e| anyhow::anyhow!("submit policy: {e}"))?;
+        self.reconcile_policy.validate().map_err(|e| anyhow::anyhow!("reconcile policy: {e}"))?;
+        Ok(())
+    }
+
     pub fn new(worker_id: impl Into<String>) -> Self {
         Self {
             worker_id: worker_id.into(),
-            queues: vec![PAYOUTS_QUEUE],
+            queues: vec![PAYOUTS_QUEUE, RECONCILIATION_QUEUE],
             concurrency: 16,
             batch_size: 16,
             lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
             max_receives: 5,
+            max_handler_errors: 10,
             shutdown_grace: Duration::from_secs(10),
             submit_policy: RetryPolicy::payout_submit(),
             breaker_jitter: Duration::from_secs(1),
+            breaker_min_defer: Duration::from_secs(1),
             pending_poll: Duration::from_secs(5),
+            reconcile_policy: RetryPolicy::reconciliation(),
+            processing_sla: Duration::from_secs(15 * 60),
+            sweep_interval: Duration::from_secs(60),
+            error_backoff: Duration::from_secs(5),
+            in_flight_grace: Duration::from_secs(15),
         }
     }
 }
+
+/// A handler for an extra job kind (plugged in with [`Worker::with_handler`]).
+pub type Handler =
+    Arc<dyn for<'a> Fn(&'a JobContext) -> crate::provider::BoxFuture<'a, anyhow::Result<()>> + Send + Sync>;
 
 /// A worker process's shared pieces.
 #[derive(Clone)]
@@ -75,6 +126,7 @@ pub struct Worker {
     db: Db,
     gateway: Gateway,
     config: Arc<WorkerConfig>,
+    extra: Arc<Vec<(&'static str, i64, Handler)>>,
 }
 
 /// What a handler gets: the leased job and the worker's services.
@@ -100,6 +152,11 @@ impl JobContext {
         &self.worker.config.worker_id
     }
 
+    /// The withdrawal this job is about.
+    pub fn payload_withdrawal(&self) -> anyhow::Result<WithdrawalId> {
+        self.job.withdrawal_id.map(WithdrawalId).ok_or_else(|| anyhow::anyhow!("job {} has no withdrawal", self.job.id))
+    }
+
     /// Finishes the job inside `tx` and commits; if the lease was lost, rolls everything back.
     pub async fn finish_or_rollback(&self, mut tx: Tx, how: &Finish<'_>) -> anyhow::Result<()> {
         if job_store::finish(&mut tx, self.job.id, self.job.lease_token, how).await? {
@@ -109,6 +166,13 @@ impl JobContext {
             tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's writes were rolled back");
         }
         Ok(())
+    }
+
+    /// Dead-letters the job: envelope, withdrawal parked, job dead — one fenced transaction. An
+    /// error (the dead-letter store is down) rolls all of it back; the runner then retries later.
+    pub async fn dead_letter(&self, mut tx: Tx, failure: &Failure) -> anyhow::Result<()> {
+        dead_letter::bury(&mut tx, &self.job, failure, self.worker_id()).await?;
+        self.finish_or_rollback(tx, &Finish::Dead { error: &failure.error_code }).await
     }
 
     pub async fn finish_in_own_tx(&self, how: &Finish<'_>) -> anyhow::Result<()> {
@@ -130,18 +194,28 @@ impl JobContext {
 
 impl Worker {
     pub fn new(db: Db, gateway: Gateway, config: WorkerConfig) -> Self {
-        Self { db, gateway, config: Arc::new(config) }
+        Self { db, gateway, config: Arc::new(config), extra: Arc::new(Vec::new()) }
+    }
+
+    /// Registers a handler for another job kind and payload version (the built-in kinds are
+    /// dispatched in [`JobContext::dispatch`]).
+    pub fn with_handler(mut self, kind: &'static str, version: i64, handler: Handler) -> Self {
+        Arc::make_mut(&mut self.extra).push((kind, version, handler));
+        self
     }
 
     /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight jobs
     /// `shutdown_grace` to finish, and hands back those still running.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.config.validate()?;
         let wake = Arc::new(Notify::new());
         job_store::listen(&self.db, wake.clone(), shutdown.clone()).await.context("cannot listen for jobs")?;
         let tracker = TaskTracker::new();
         let permits = Arc::new(Semaphore::new(self.config.concurrency));
         let handlers_stop = CancellationToken::new();
         tracker.spawn(self.clone().reap_leases(shutdown.clone()));
+        tracker.spawn(self.clone().sweep_stuck(shutdown.clone()));
+        capture_panic_backtraces();
         tracing::info!(worker_id = %self.config.worker_id, queues = ?self.config.queues, "worker started");
 
         while !shutdown.is_cancelled() {
@@ -178,7 +252,10 @@ impl Worker {
         stop: &CancellationToken,
     ) -> anyhow::Result<bool> {
         let mut any = false;
-        for queue in &self.config.queues {
+        // Start from a different queue each round so a busy queue cannot starve the others.
+        let start = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.config.queues.len().max(1);
+        let rotated = self.config.queues.iter().cycle().skip(start).take(self.config.queues.len());
+        for queue in rotated {
             let free = permits.available_permits().min(self.config.batch_size as usize);
             if free == 0 {
                 // Wait for a slot rather than claiming jobs nobody can run yet.
@@ -202,8 +279,7 @@ impl Worker {
         Ok(any)
     }
 
-    /// Every half lease: expired leases go back to the queue, or die as `crashed` after
-    /// `max_receives`.
+    /// Every half lease: [`Worker::reap_once`].
     async fn reap_leases(self, shutdown: CancellationToken) {
         let mut every = tokio::time::interval(self.config.lease / 2);
         loop {
@@ -211,18 +287,34 @@ impl Worker {
                 _ = shutdown.cancelled() => return,
                 _ = every.tick() => {}
             }
-            match job_store::expire_leases(&self.db, self.config.max_receives).await {
-                Ok(crashed) => {
-                    for job in crashed {
-                        let error = format!("crashed: lease expired {} times", job.receives);
-                        if let Err(err) = kill(&self.db, &job, &self.config.worker_id, &error, true).await {
-                            tracing::warn!(error = format!("{err:#}"), job_id = %job.id, "could not kill crashed job");
-                        }
-                    }
-                }
-                Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "lease reaper failed"),
+            if let Err(err) = self.reap_once().await {
+                tracing::warn!(error = format!("{err:#}"), "lease reaper failed");
             }
         }
+    }
+
+    /// Expired leases go back to the queue, or — after `max_receives` — are dead-lettered as
+    /// `crashed`. Returns how many were dead-lettered.
+    pub async fn reap_once(&self) -> anyhow::Result<usize> {
+        let crashed = job_store::expire_leases(&self.db, self.config.max_receives).await?;
+        let mut buried = 0;
+        for job in crashed {
+            let failure = Failure {
+                category: Category::Crashed,
+                error_code: "lease_expired".into(),
+                error_class: "crash",
+                message: format!("the job's lease expired {} times without it finishing", job.lease_expiries + 1),
+                stack: None,
+                side_effect: None,
+            };
+            match kill(&self.db, &job, &self.config.worker_id, &failure, true).await {
+                Ok(()) => buried += 1,
+                Err(err) => {
+                    tracing::warn!(error = format!("{err:#}"), job_id = %job.id, "could not dead-letter crashed job")
+                }
+            }
+        }
+        Ok(buried)
     }
 }
 
@@ -246,24 +338,45 @@ impl JobContext {
             heartbeat.cancel();
             match outcome {
                 Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(err))) if self.job.handler_errors + 1 >= self.config().max_handler_errors => {
+                    // The same failure run after run is a bug, not weather: stop and tell someone.
+                    tracing::error!(error = format!("{err:#}"), "handler keeps failing; dead-lettering as code_bug");
+                    let failure = Failure {
+                        category: Category::CodeBug,
+                        error_code: "handler_error".into(),
+                        error_class: "bug",
+                        message: format!("{} runs in a row failed; last error: {err:#}", self.job.handler_errors + 1),
+                        stack: None,
+                        side_effect: None,
+                    };
+                    if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
+                        tracing::warn!(error = format!("{err:#}"), "could not dead-letter; the lease will expire");
+                    }
+                }
                 Some(Ok(Err(err))) => {
-                    // Infrastructure trouble (database, a bug returning Err): try again later
+                    // Infrastructure trouble (database, dead-letter store): try again later
                     // without consuming an attempt; the lease fences any double run.
                     tracing::warn!(error = format!("{err:#}"), "job run failed; rescheduling");
-                    let run_at = DbTime::now().plus(TimeDelta::seconds(5));
-                    let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "handler error" };
+                    let backoff = TimeDelta::from_std(self.config().error_backoff).unwrap_or(TimeDelta::seconds(5));
+                    let how = Finish::HandlerError { run_at: DbTime::now().plus(backoff), error: "handler error" };
                     if let Err(err) = self.finish_in_own_tx(&how).await {
                         tracing::warn!(error = format!("{err:#}"), "could not reschedule; the lease will expire");
                     }
                 }
                 Some(Err(panic)) => {
                     let message = panic_message(&panic);
-                    tracing::error!(panic = %message, "handler panicked; job is dead (code_bug)");
-                    let error = format!("code_bug: handler panicked: {message}");
-                    if let Err(err) =
-                        kill(&self.worker.db, &self.job, &self.worker.config.worker_id, &error, false).await
-                    {
-                        tracing::warn!(error = format!("{err:#}"), "could not kill the panicked job");
+                    tracing::error!(panic = %message, "handler panicked; dead-lettering as code_bug");
+                    let failure = Failure {
+                        category: Category::CodeBug,
+                        error_code: "handler_panicked".into(),
+                        error_class: "panic",
+                        message: format!("handler panicked: {message}"),
+                        stack: LAST_PANIC_BACKTRACE.with(|b| b.borrow_mut().take()),
+                        side_effect: None,
+                    };
+                    if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
+                        // The lease will expire and the job run again: nothing is lost.
+                        tracing::warn!(error = format!("{err:#}"), "could not dead-letter the panicked job");
                     }
                 }
                 None => {
@@ -278,48 +391,119 @@ impl JobContext {
     }
 
     async fn dispatch(&self) -> anyhow::Result<()> {
+        let payload = &self.job.payload;
         match (self.job.kind.as_str(), self.job.payload_version) {
-            (SUBMIT_PAYOUT, SubmitPayout::VERSION) => match serde_json::from_slice::<SubmitPayout>(&self.job.payload) {
+            (SUBMIT_PAYOUT, SubmitPayout::VERSION) => match serde_json::from_slice::<SubmitPayout>(payload) {
                 Ok(payload) => submit::handle(self, payload).await,
-                Err(err) => self.poison(&format!("bad_payload: {err}")).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
-            (kind, version) => self.poison(&format!("bad_payload: no handler for {kind} version {version}")).await,
+            (RECONCILE_PAYOUT, ReconcilePayout::VERSION) => match serde_json::from_slice::<ReconcilePayout>(payload) {
+                Ok(payload) => reconcile::handle(self, payload).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
+            (kind, version) => {
+                let extra = self.worker.extra.iter().find(|(k, v, _)| *k == kind && *v == version);
+                match extra {
+                    Some((_, _, handler)) => handler(self).await,
+                    None => {
+                        let message = format!("no handler for {kind} payload version {version}");
+                        self.poison("unknown_payload_version", &message).await
+                    }
+                }
+            }
         }
     }
 
-    /// A payload that cannot be run: dead at once, and the worker moves on.
-    async fn poison(&self, error: &str) -> anyhow::Result<()> {
-        tracing::error!(error, "poison job");
-        let mut tx = self.db().begin().await?;
-        if let Some(id) = self.job.withdrawal_id {
-            let id = WithdrawalId(id);
-            if let Some(w) = store::get_in_tx(&mut tx, id).await? {
-                let actor = Actor::Worker(self.worker_id().to_owned());
-                park_for_review(&mut tx, &w, &actor, error, &self.job.correlation_id).await?;
-            }
-        }
-        self.finish_or_rollback(tx, &Finish::Dead { error }).await
+    /// A payload that cannot be run: dead-lettered at once with its raw bytes; the worker moves on.
+    async fn poison(&self, code: &str, message: &str) -> anyhow::Result<()> {
+        tracing::error!(error_code = code, "poison job");
+        let failure = Failure {
+            category: Category::BadPayload,
+            error_code: code.to_owned(),
+            error_class: "poison",
+            message: message.to_owned(),
+            stack: None,
+            side_effect: None,
+        };
+        let tx = self.db().begin().await?;
+        self.dead_letter(tx, &failure).await
     }
 }
 
-/// Kills a job outside its lease (panics, crashed leases) and parks its withdrawal for review.
-async fn kill(db: &Db, job: &ClaimedJob, worker: &str, error: &str, expired_lease: bool) -> anyhow::Result<()> {
+/// Dead-letters a job outside the normal handler path (panics, crashed leases).
+async fn kill(db: &Db, job: &ClaimedJob, worker: &str, failure: &Failure, expired_lease: bool) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
     let killed = if expired_lease {
-        job_store::kill_expired(&mut tx, job.id, error).await?
+        job_store::kill_expired(&mut tx, job.id, &failure.error_code).await?
     } else {
-        job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Dead { error }).await?
+        job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Dead { error: &failure.error_code }).await?
     };
     if !killed {
         return Ok(());
     }
-    if let Some(id) = job.withdrawal_id {
-        if let Some(w) = store::get_in_tx(&mut tx, WithdrawalId(id)).await? {
-            park_for_review(&mut tx, &w, &Actor::Worker(worker.to_owned()), error, &job.correlation_id).await?;
-        }
-    }
+    dead_letter::bury(&mut tx, job, failure, worker).await?;
     tx.commit().await?;
     Ok(())
+}
+
+impl Worker {
+    /// Every `sweep_interval`: withdrawals stuck in `processing` past the SLA with no live job
+    /// get a reconciliation (SPEC §7). On PostgreSQL one instance sweeps at a time.
+    async fn sweep_stuck(self, shutdown: CancellationToken) {
+        let mut every = tokio::time::interval(self.config.sweep_interval);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            if let Err(err) = self.sweep_once().await {
+                tracing::warn!(error = format!("{err:#}"), "stuck-processing sweep failed");
+            }
+        }
+    }
+
+    pub async fn sweep_once(&self) -> anyhow::Result<usize> {
+        let sla = TimeDelta::from_std(self.config.processing_sla)?;
+        let mut tx = self.db.begin().await?;
+        let Some(stuck) =
+            crate::storage::reconciliations::stuck_processing(&mut tx, DbTime::now().plus(-sla), 100).await?
+        else {
+            return Ok(0);
+        };
+        let mut enqueued = 0;
+        for id in &stuck {
+            let correlation = format!("sweep-{}", uuid::Uuid::new_v4());
+            enqueued += usize::from(
+                enqueue_reconciliation(&mut tx, WithdrawalId(*id), "stuck_processing", &correlation, DbTime::now())
+                    .await?,
+            );
+        }
+        tx.commit().await?;
+        if enqueued > 0 {
+            tracing::warn!(count = enqueued, "withdrawals stuck in processing sent to reconciliation");
+        }
+        Ok(enqueued)
+    }
+}
+
+static ROUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+thread_local! {
+    /// The backtrace of the last panic on this thread, taken by the panic hook so the runner can
+    /// put it in the `code_bug` dead letter (catch_unwind alone loses it).
+    static LAST_PANIC_BACKTRACE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+fn capture_panic_backtraces() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let trace = std::backtrace::Backtrace::force_capture().to_string();
+            LAST_PANIC_BACKTRACE.with(|b| *b.borrow_mut() = Some(trace));
+            previous(info);
+        }));
+    });
 }
 
 /// Moves a withdrawal automation gave up on to `requires_review` (through `processing` if it
@@ -360,6 +544,9 @@ pub async fn park_for_review(
 }
 
 async fn heartbeat_loop(worker: Worker, job: uuid::Uuid, token: uuid::Uuid, stop: CancellationToken) {
+    if worker.config.heartbeat.is_zero() {
+        return;
+    }
     let lease = TimeDelta::from_std(worker.config.lease).unwrap_or(TimeDelta::seconds(30));
     let mut every = tokio::time::interval(worker.config.heartbeat);
     every.tick().await;

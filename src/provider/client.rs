@@ -40,6 +40,8 @@ impl HttpProvider {
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
+            // A redirect would turn the POST into a GET; the provider contract has none.
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         Ok(Self { base_url: config.base_url.trim_end_matches('/').to_owned(), api_key: config.api_key, http })
     }

@@ -138,3 +138,35 @@ pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome
     });
     Ok(())
 }
+
+/// Closes attempts left without an outcome once reconciliation proved the provider never
+/// executed them, so a controlled retry may call again.
+pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<u64> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE provider_attempts
+             SET finished_at = $1, outcome = 'unknown', side_effect = 'not_started',
+                 error_code = 'reconciled_not_found',
+                 error_message = 'reconciliation found no transfer for this operation key'
+             WHERE withdrawal_id = $2 AND outcome IS NULL",
+        )
+        .bind(DbTime::now())
+        .bind(withdrawal.0)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    }))
+}
+
+/// A withdrawal's retry budget so far: how many provider attempts it has had, and when the
+/// first one started. Budgets are per withdrawal, not per job, so controlled retries (new jobs)
+/// cannot reset them.
+pub async fn budget(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<(i64, Option<DbTime>)> {
+    let row: (Option<i64>, Option<DbTime>) = with_conn!(tx, |conn| {
+        sqlx::query_as("SELECT MAX(attempt_no), MIN(started_at) FROM provider_attempts WHERE withdrawal_id = $1")
+            .bind(withdrawal.0)
+            .fetch_one(&mut *conn)
+            .await?
+    });
+    Ok((row.0.unwrap_or(0), row.1))
+}

@@ -97,13 +97,16 @@ pub async fn begin(
     let expired = existing.expires_at <= now;
     let stale_claim = existing.state == "in_progress" && existing.locked_at.plus(settings.lock_timeout) <= now;
     let decision = if expired || (stale_claim && existing.fingerprint == fingerprint) {
-        // Take the key over: an expired record is forgotten; a dead claim never committed.
+        // Take the key over: an expired record is forgotten; a dead claim never committed. The
+        // update re-checks both conditions, so a claim that completed since we read it (its
+        // `locked_at` is unchanged) is never overwritten.
         let taken = with_conn!(&mut tx, |conn| {
             sqlx::query(
                 "UPDATE idempotency_records
                  SET fingerprint = $1, state = 'in_progress', response_status = NULL, response_body = NULL,
                      withdrawal_id = NULL, locked_at = $2, created_at = $2, expires_at = $3
-                 WHERE account_id = $4 AND key = $5 AND locked_at = $6",
+                 WHERE account_id = $4 AND key = $5 AND locked_at = $6
+                   AND (expires_at <= $2 OR state = 'in_progress')",
             )
             .bind(fingerprint)
             .bind(now)

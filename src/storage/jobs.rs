@@ -117,10 +117,14 @@ pub struct ClaimedJob {
     pub lease_token: Uuid,
     pub correlation_id: String,
     pub withdrawal_id: Option<Uuid>,
+    /// Times this job's lease ran out before it finished.
+    pub lease_expiries: i64,
+    /// Consecutive runs that ended in a handler error.
+    pub handler_errors: i64,
 }
 
 const CLAIMED_COLUMNS: &str = "id, queue, kind, payload, payload_version, attempts, receives, first_attempt_at, \
-                               lease_token, correlation_id, withdrawal_id";
+                               lease_token, correlation_id, withdrawal_id, lease_expiries, handler_errors";
 
 /// Claims up to `limit` runnable jobs of `queue`: scheduled and due. Each claimed job gets the
 /// lease `lease_token` until `now + lease`, and its receive count goes up by one.
@@ -156,27 +160,28 @@ pub async fn claim(db: &Db, queue: &str, worker: &str, limit: u32, lease: TimeDe
     Ok(jobs)
 }
 
-/// Jobs whose lease ran out: their worker died or stalled. Those received `max_receives` times
-/// are returned for the caller to kill (the broker-fallback safety net); the others go back to
-/// `scheduled` so any worker can claim them again.
-pub async fn expire_leases(db: &Db, max_receives: i64) -> Result<Vec<ClaimedJob>> {
+/// Jobs whose lease ran out: their worker died or stalled. Those whose lease has now expired
+/// `max_expiries` times are returned for the caller to dead-letter as crashed (the
+/// broker-fallback safety net); the others go back to `scheduled` so any worker can claim them.
+pub async fn expire_leases(db: &Db, max_expiries: i64) -> Result<Vec<ClaimedJob>> {
     let now = DbTime::now();
     let mut tx = db.begin().await?;
     let exhausted: Vec<ClaimedJob> = with_conn!(&mut tx, |conn| {
         sqlx::query(
             "UPDATE jobs SET status = 'scheduled', run_at = $1, locked_by = NULL, locked_until = NULL,
-                             lease_token = NULL, last_error = 'lease expired', updated_at = $1
-             WHERE status = 'running' AND locked_until < $1 AND receives < $2",
+                             lease_token = NULL, last_error = 'lease expired', lease_expiries = lease_expiries + 1,
+                             updated_at = $1
+             WHERE status = 'running' AND locked_until < $1 AND lease_expiries + 1 < $2",
         )
         .bind(now)
-        .bind(max_receives)
+        .bind(max_expiries)
         .execute(&mut *conn)
         .await?;
         sqlx::query_as(&format!(
-            "SELECT {CLAIMED_COLUMNS} FROM jobs WHERE status = 'running' AND locked_until < $1 AND receives >= $2"
+            "SELECT {CLAIMED_COLUMNS} FROM jobs WHERE status = 'running' AND locked_until < $1 AND lease_expiries + 1 >= $2"
         ))
         .bind(now)
-        .bind(max_receives)
+        .bind(max_expiries)
         .fetch_all(&mut *conn)
         .await?
     });
@@ -217,25 +222,34 @@ pub enum Finish<'a> {
     },
     /// Handed back unfinished (graceful shutdown): runnable at once, no attempt consumed.
     Release,
+    /// The handler failed for a reason that is not the job's outcome (database down, a bug):
+    /// run again at `run_at`, no attempt consumed, one more consecutive handler error.
+    HandlerError {
+        run_at: DbTime,
+        error: &'a str,
+    },
 }
 
 /// Ends a leased run inside `tx`, fenced by the lease token. Returns false when the lease was
 /// lost: the caller must then roll back `tx`, so nothing it wrote beside this survives.
 pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Result<bool> {
     let now = DbTime::now();
-    let (status, run_at, consumed, error) = match how {
-        Finish::Succeeded => ("succeeded", None, 0_i64, None),
+    // (status, run_at, attempts consumed, error, whether this run was a handler error)
+    let (status, run_at, consumed, error, handler_error) = match how {
+        Finish::Succeeded => ("succeeded", None, 0_i64, None, false),
         Finish::Reschedule { run_at, consumed_attempt, error } => {
-            ("scheduled", Some(*run_at), i64::from(*consumed_attempt), Some(*error))
+            ("scheduled", Some(*run_at), i64::from(*consumed_attempt), Some(*error), false)
         }
-        Finish::Dead { error } => ("dead", None, 0, Some(*error)),
-        Finish::Release => ("scheduled", Some(now), 0, None),
+        Finish::Dead { error } => ("dead", None, 0, Some(*error), false),
+        Finish::Release => ("scheduled", Some(now), 0, None, false),
+        Finish::HandlerError { run_at, error } => ("scheduled", Some(*run_at), 0, Some(*error), true),
     };
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE jobs SET status = $1, run_at = COALESCE($2, run_at), attempts = attempts + $3,
                              last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
-                             lease_token = NULL, updated_at = $5
+                             lease_token = NULL, updated_at = $5,
+                             handler_errors = CASE WHEN $8 THEN handler_errors + 1 ELSE 0 END
              WHERE id = $6 AND lease_token = $7 AND status = 'running'",
         )
         .bind(status)
@@ -245,6 +259,7 @@ pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Re
         .bind(now)
         .bind(job)
         .bind(token)
+        .bind(handler_error)
         .execute(&mut *conn)
         .await?
         .rows_affected()
@@ -362,4 +377,28 @@ pub async fn kill_expired(tx: &mut Tx, job: Uuid, error: &str) -> Result<bool> {
         .rows_affected()
     });
     Ok(updated == 1)
+}
+
+/// One job's status (tests, operators).
+pub async fn job_status(db: &Db, job: Uuid) -> Result<Option<String>> {
+    Ok(crate::with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, String>("SELECT status FROM jobs WHERE id = $1")
+            .bind(job)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}
+
+/// One job as stored.
+pub async fn job_row(db: &Db, job: Uuid) -> Result<Option<JobRow>> {
+    Ok(crate::with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, JobRow>(
+            "SELECT id, queue, kind, payload, payload_version, status, attempts, receives, run_at, last_error,
+                    correlation_id
+             FROM jobs WHERE id = $1",
+        )
+        .bind(job)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
 }

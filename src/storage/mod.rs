@@ -13,8 +13,10 @@
 pub mod accounts;
 pub mod attempts;
 pub mod credentials;
+pub mod dead_letters;
 pub mod idempotency;
 pub mod jobs;
+pub mod reconciliations;
 pub mod time;
 pub mod withdrawals;
 

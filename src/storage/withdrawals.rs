@@ -104,7 +104,8 @@ pub async fn create(tx: &mut Tx, new: &NewWithdrawal) -> Result<std::result::Res
     if !accounts::hold(tx, new.account_id, new.amount, id, transition).await? {
         return Ok(Err(CreateRejected::InsufficientFunds));
     }
-    let payload = serde_json::to_vec(&SubmitPayout { withdrawal_id: id }).expect("payload serialises");
+    let payload = serde_json::to_vec(&SubmitPayout { withdrawal_id: id, reconciliation_result_id: None })
+        .expect("payload serialises");
     jobs::enqueue(
         tx,
         &NewJob {

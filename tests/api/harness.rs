@@ -134,6 +134,11 @@ impl TestApp {
         TestApp { db, database_url, base_url, client: Client::new(), shutdown, _dir: dir }
     }
 
+    /// A token cancelled when the test's app stops.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.child_token()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
@@ -202,6 +207,7 @@ pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
     config.lease = Duration::from_secs(5);
     config.heartbeat = Duration::from_secs(1);
     config.breaker_jitter = Duration::from_millis(50);
+    config.breaker_min_defer = Duration::from_millis(100);
     config.shutdown_grace = Duration::from_secs(2);
     config.submit_policy = withdrawals::jobs::retry::RetryPolicy {
         base_delay: Duration::from_millis(20),
@@ -210,6 +216,16 @@ pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
         max_elapsed: Duration::from_secs(60),
         max_retry_after: Duration::from_secs(10),
     };
+    config.reconcile_policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        max_attempts: 1_000,
+        max_elapsed: Duration::from_secs(30),
+        max_retry_after: Duration::from_secs(1),
+    };
+    config.error_backoff = Duration::from_millis(100);
+    config.in_flight_grace = Duration::from_millis(2_500);
+    config.sweep_interval = Duration::from_millis(200);
     config
 }
 

@@ -5,9 +5,11 @@ mod harness;
 
 mod access;
 mod cli;
+mod dead_letters;
 mod funds;
 mod idempotency;
 mod payouts;
 mod provider;
+mod redaction;
 mod transitions;
 mod validation;

@@ -10,9 +10,9 @@ use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT};
 use withdrawals::provider::breaker::{BreakerConfig, BreakerState, SlidingWindow};
 use withdrawals::provider::TransferRequest;
 use withdrawals::service;
-use withdrawals::storage::attempts;
 use withdrawals::storage::jobs::{self as job_store, Finish};
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use withdrawals::storage::{attempts, dead_letters, reconciliations};
 
 use crate::both_backends;
 use crate::harness::{provider_mock, worker_config, TestApp};
@@ -23,11 +23,11 @@ both_backends!(
     a_429_with_retry_after_is_not_retried_before_it_says,
     an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_attempts,
     a_worker_that_died_before_calling_is_replaced_and_the_payout_completes,
-    a_worker_that_died_after_calling_sends_the_withdrawal_to_reconciliation_not_a_resubmit,
+    process_death_after_the_provider_executed_is_reconciled_to_completed_with_one_execution,
     a_zombie_workers_late_completion_is_rejected_and_changes_nothing,
     the_same_job_delivered_twice_executes_the_transfer_once,
-    a_timeout_after_the_provider_committed_goes_to_reconciliation,
-    a_permanent_rejection_parks_the_withdrawal_for_review_without_retrying,
+    a_timeout_after_the_provider_committed_is_reconciled_to_completed,
+    a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_funds_held,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -187,6 +187,7 @@ async fn a_worker_that_died_before_calling_is_replaced_and_the_payout_completes(
 
     let mut config = worker_config("w2");
     config.lease = Duration::from_millis(600);
+    config.heartbeat = Duration::from_millis(150);
     app.start_worker(service::gateway(provider.provider.clone()), config);
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
@@ -196,7 +197,7 @@ async fn a_worker_that_died_before_calling_is_replaced_and_the_payout_completes(
     app.assert_ledger_invariant().await;
 }
 
-async fn a_worker_that_died_after_calling_sends_the_withdrawal_to_reconciliation_not_a_resubmit(app: TestApp) {
+async fn process_death_after_the_provider_executed_is_reconciled_to_completed_with_one_execution(app: TestApp) {
     let provider = provider_mock(2_000).await;
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -218,25 +219,18 @@ async fn a_worker_that_died_after_calling_sends_the_withdrawal_to_reconciliation
 
     let mut config = worker_config("w2");
     config.lease = Duration::from_millis(600);
+    config.heartbeat = Duration::from_millis(150);
     app.start_worker(service::gateway(provider.provider.clone()), config);
 
-    let reconciliation = app
-        .eventually("a reconciliation job", WAIT, || async {
-            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
-        })
-        .await;
-    assert_eq!(reconciliation.status, "scheduled");
-    let submit = app
-        .eventually("the submit job to finish", WAIT, || async {
-            let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
-            (job.status == "succeeded").then_some(job)
-        })
-        .await;
-    assert_eq!(submit.receives, 2);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!((jobs[0].kind.as_str(), jobs[0].receives), ("submit_payout", 2));
+    assert!(jobs.iter().any(|j| j.kind == RECONCILE_PAYOUT), "the second claimer asked reconciliation");
+    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"]);
     assert_eq!(executions_for(&provider.mock, id), 1, "never resubmitted blindly");
     assert_eq!(create_requests(&provider.mock, id).len(), 1);
-    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
-    assert_eq!(current.status, WithdrawalStatus::Processing, "waiting for reconciliation, funds still held");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
     app.assert_ledger_invariant().await;
 }
 
@@ -296,7 +290,8 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     // delivered again, to worker two, while worker one is still inside the call.
     let mut first = worker_config("w1");
     first.lease = Duration::from_millis(400);
-    first.heartbeat = Duration::from_secs(30);
+    first.heartbeat = Duration::ZERO;
+    first.max_receives = 1_000;
     app.start_worker(service::gateway(provider.provider.clone()), first);
     app.eventually("worker one to call the provider", WAIT, || async {
         (!create_requests(&provider.mock, id).is_empty()).then_some(())
@@ -304,30 +299,24 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     .await;
     let mut second = worker_config("w2");
     second.lease = Duration::from_millis(400);
+    second.heartbeat = Duration::from_millis(100);
     app.start_worker(service::gateway(provider.provider.clone()), second);
 
-    let reconciliation = app
-        .eventually("the second delivery to hand over to reconciliation", WAIT, || async {
-            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
-        })
-        .await;
-    app.eventually("worker one's call to return", WAIT, || async {
-        (create_requests(&provider.mock, id).len() == 1 && provider.mock.transfers().len() == 1).then_some(())
-    })
-    .await;
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     tokio::time::sleep(Duration::from_millis(1_700)).await; // worker one's call returns and is fenced off
 
-    assert_eq!(reconciliation.payload_version, 1);
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert!(jobs.iter().any(|j| j.kind == RECONCILE_PAYOUT), "the second delivery handed over to reconciliation");
     assert_eq!(executions_for(&provider.mock, id), 1, "one provider execution");
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "the second delivery did not call again");
-    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
-    assert_eq!(recorded.len(), 1, "one attempt");
+    assert_eq!(attempts::for_withdrawal(&app.db, id).await.unwrap().len(), 1, "one attempt");
     let current = store::get(&app.db, None, id).await.unwrap().unwrap();
-    assert_eq!(current.status, WithdrawalStatus::Processing, "one outcome: reconciliation decides");
+    assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3), "one outcome");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
 }
 
-async fn a_timeout_after_the_provider_committed_goes_to_reconciliation(app: TestApp) {
+async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: TestApp) {
     let provider = provider_mock(300).await;
     provider.mock.set_faults(FaultConfig {
         rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 2_000 })],
@@ -337,24 +326,20 @@ async fn a_timeout_after_the_provider_committed_goes_to_reconciliation(app: Test
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
-    let reconciliation = app
-        .eventually("a reconciliation job", WAIT, || async {
-            job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().into_iter().find(|j| j.kind == RECONCILE_PAYOUT)
-        })
-        .await;
-    assert_eq!(reconciliation.status, "scheduled");
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let submit = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
     assert_eq!(submit.status, "succeeded", "handed over, not retried");
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!((recorded[0].outcome.as_deref(), recorded[0].side_effect.as_str()), (Some("unknown"), "unknown"));
-    assert_eq!(store::get(&app.db, None, id).await.unwrap().unwrap().status, WithdrawalStatus::Processing);
+    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"], "found → completed");
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "no second transfer attempted");
     assert_eq!(executions_for(&provider.mock, id), 1);
     app.assert_ledger_invariant().await;
 }
 
-async fn a_permanent_rejection_parks_the_withdrawal_for_review_without_retrying(app: TestApp) {
+async fn a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_funds_held(app: TestApp) {
     let provider = provider_mock(2_000).await;
     provider
         .mock
@@ -369,5 +354,16 @@ async fn a_permanent_rejection_parks_the_withdrawal_for_review_without_retrying(
     assert_eq!((job.status.as_str(), job.last_error.as_deref()), ("dead", Some("invalid_account")));
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "a permanent error is not retried");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "still held until someone decides");
+    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0];
+    assert_eq!(
+        (letter.category.as_str(), letter.error_code.as_str(), letter.side_effect_state.as_str()),
+        ("dependency_rejected", "invalid_account", "confirmed")
+    );
+    assert_eq!((letter.owner.as_str(), letter.attempts), ("integration owner", 0));
+    assert_eq!(letter.idempotency_key.as_deref(), Some(id.to_string().as_str()));
+    let payload = letter.payload.as_ref().unwrap();
+    assert_eq!(payload.0["withdrawal_id"], id.to_string());
     app.assert_ledger_invariant().await;
 }

@@ -1,0 +1,78 @@
+//! Reconciliation results (SPEC §7): every answer the provider gave about an unknown outcome,
+//! kept as evidence on the withdrawal. Append-only.
+
+use uuid::Uuid;
+
+use super::{Db, DbTime, Result, Tx};
+use crate::domain::WithdrawalId;
+use crate::{with_conn, with_read_conn};
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReconciliationResult {
+    pub id: Uuid,
+    pub withdrawal_id: Uuid,
+    pub job_id: Uuid,
+    /// `paid`, `failed`, `pending`, `not_found`, `unavailable`, `window_expired`, `skipped`.
+    pub result: String,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub detail: String,
+    pub follow_up_job_id: Option<Uuid>,
+    pub correlation_id: String,
+    pub at: DbTime,
+}
+
+const COLUMNS: &str =
+    "id, withdrawal_id, job_id, result, provider_transfer_id, failure_code, detail, follow_up_job_id, correlation_id, at";
+
+pub async fn insert(tx: &mut Tx, r: &ReconciliationResult) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query(&format!(
+            "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+        ))
+        .bind(r.id)
+        .bind(r.withdrawal_id)
+        .bind(r.job_id)
+        .bind(&r.result)
+        .bind(&r.provider_transfer_id)
+        .bind(&r.failure_code)
+        .bind(&r.detail)
+        .bind(r.follow_up_job_id)
+        .bind(&r.correlation_id)
+        .bind(r.at)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReconciliationResult>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReconciliationResult>(&format!(
+            "SELECT {COLUMNS} FROM reconciliation_results WHERE withdrawal_id = $1 ORDER BY at, id"
+        ))
+        .bind(withdrawal.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Withdrawals in `processing` since before `older_than` with no scheduled or running job: the
+/// sweep reconciles them. On PostgreSQL only the instance holding the advisory lock sweeps.
+pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<Uuid>>> {
+    const SQL: &str = "SELECT w.id FROM withdrawals w
+         WHERE w.status = 'processing' AND w.updated_at < $1
+           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.withdrawal_id = w.id AND j.status IN ('scheduled', 'running'))
+         ORDER BY w.updated_at LIMIT $2";
+    match tx {
+        Tx::Postgres(t) => {
+            // One sweeper at a time across instances; the lock ends with the transaction.
+            let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7201)").fetch_one(&mut **t).await?;
+            if !locked {
+                return Ok(None);
+            }
+            Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?))
+        }
+        Tx::Sqlite(t) => Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?)),
+    }
+}

@@ -1,0 +1,383 @@
+//! Dead letters and reconciliation (SPEC §5–§7): nothing exhausted is lost, nothing unknown is
+//! retried blindly, and every parked withdrawal carries its evidence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use sqlx::Connection;
+use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use withdrawals::jobs::worker::{Handler, Worker};
+use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::service;
+use withdrawals::storage::dead_letters::{self, DEAD_LETTER_STORE_OUTAGE};
+use withdrawals::storage::jobs::{self as job_store, NewJob};
+use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use withdrawals::storage::{attempts, reconciliations, DbTime};
+
+use crate::both_backends;
+use crate::harness::{provider_mock, worker_config, TestApp};
+
+both_backends!(
+    repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhausted,
+    a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_the_same_key,
+    a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown,
+    malformed_and_unknown_version_payloads_are_dead_lettered_with_raw_bytes_and_the_queue_moves_on,
+    a_panicking_handler_is_dead_lettered_as_a_code_bug_and_the_worker_keeps_working,
+    a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery,
+    a_late_worker_after_reconciliation_completed_the_withdrawal_changes_nothing,
+    a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed,
+    a_withdrawal_stuck_in_processing_is_swept_into_reconciliation,
+    dead_letter_rows_cannot_be_updated_or_deleted,
+);
+
+const WAIT: Duration = Duration::from_secs(25);
+
+/// A breaker that stays closed through a test's deliberate failures.
+fn patient_breaker() -> withdrawals::provider::breaker::BreakerConfig {
+    withdrawals::provider::breaker::BreakerConfig { minimum_number_of_calls: 1_000, ..Default::default() }
+}
+
+fn transfers_for(mock: &provider_mocks::RunningMock, id: WithdrawalId) -> usize {
+    mock.transfers().iter().filter(|t| t.reference == id.to_string()).count()
+}
+
+async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhausted(app: TestApp) {
+    let provider = provider_mock(150).await;
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutBeforeCommit { ms: 1_000 })],
+    });
+    let mut config = worker_config("w1");
+    config.submit_policy.max_elapsed = Duration::from_millis(1_500);
+    config.submit_policy.max_attempts = 1_000;
+    config.in_flight_grace = Duration::from_millis(200);
+    app.start_worker(service::gateway_with(provider.provider.clone(), patient_breaker()), config);
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].category.as_str(), letters[0].side_effect_state.as_str()),
+        ("retries_exhausted", "not_started")
+    );
+    assert_eq!(letters[0].error_code, "timeout_after_send");
+    let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert!(calls.len() >= 2, "retried under the same key before giving up: {}", calls.len());
+    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    assert!(results.iter().all(|r| r.result == "not_found"), "each timeout was reconciled before any retry");
+    assert_eq!(transfers_for(&provider.mock, id), 0, "nothing was ever paid");
+    assert_eq!(app.usd_balance(&alice).await.1, "25.00", "held until an operator decides");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_the_same_key(app: TestApp) {
+    let provider = provider_mock(200).await;
+    let mut rule = FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutBeforeCommit { ms: 800 });
+    rule.times = Some(1);
+    provider.mock.set_faults(FaultConfig { rules: vec![rule] });
+    let mut config = worker_config("w1");
+    config.in_flight_grace = Duration::from_millis(300);
+    app.start_worker(service::gateway(provider.provider.clone()), config);
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let decisive = results.iter().find(|r| r.follow_up_job_id.is_some()).expect("a controlled retry");
+    assert_eq!(decisive.result, "not_found");
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let retry = jobs.iter().find(|j| Some(j.id) == decisive.follow_up_job_id).unwrap();
+    assert_eq!(retry.kind, SUBMIT_PAYOUT);
+    let payload: serde_json::Value = serde_json::from_slice(&retry.payload).unwrap();
+    assert_eq!(payload["reconciliation_result_id"], decisive.id.to_string(), "linked to the evidence");
+    let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].error_code.as_deref(), Some("timeout_after_send"));
+    assert_eq!(transfers_for(&provider.mock, id), 1, "one execution");
+    let transfer = provider.mock.transfers().into_iter().find(|t| t.reference == id.to_string()).unwrap();
+    assert_eq!(transfer.idempotency_key, id.to_string(), "the same idempotency key");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: TestApp) {
+    let provider = provider_mock(200).await;
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![
+            FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 800 }),
+            FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable),
+        ],
+    });
+    let mut config = worker_config("w1");
+    config.reconcile_policy.max_elapsed = Duration::from_millis(800);
+    app.start_worker(service::gateway_with(provider.provider.clone(), patient_breaker()), config);
+    let alice = app.customer("100.00").await;
+
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].category.as_str(), letters[0].side_effect_state.as_str()),
+        ("side_effect_unknown", "unknown")
+    );
+    assert_eq!((letters[0].owner.as_str(), letters[0].job_type.as_str()), ("operator", "reconcile_payout"));
+    let results: Vec<String> =
+        reconciliations::for_withdrawal(&app.db, id).await.unwrap().into_iter().map(|r| r.result).collect();
+    assert!(results.iter().any(|r| r == "unavailable"), "{results:?}");
+    assert_eq!(results.last().map(String::as_str), Some("window_expired"));
+    assert_eq!(transfers_for(&provider.mock, id), 1, "it was paid once and never resubmitted");
+    assert_eq!(app.usd_balance(&alice).await.1, "25.00");
+    app.assert_ledger_invariant().await;
+}
+
+async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> uuid::Uuid {
+    let mut tx = app.db.begin().await.unwrap();
+    let id = job_store::enqueue(
+        &mut tx,
+        &NewJob {
+            queue: PAYOUTS_QUEUE,
+            kind,
+            payload: payload.to_vec(),
+            payload_version: version,
+            run_at: DbTime::now(),
+            correlation_id: "poison-test".into(),
+            withdrawal_id: None,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    id.0
+}
+
+async fn wait_for_job_status(app: &TestApp, job: uuid::Uuid, status: &str) {
+    app.eventually(&format!("job {job} to be {status}"), WAIT, || async {
+        let letters = dead_letters::for_job(&app.db, job).await.unwrap();
+        let counts = job_store::job_status(&app.db, job).await.unwrap();
+        (counts.as_deref() == Some(status)).then_some(letters)
+    })
+    .await;
+}
+
+async fn malformed_and_unknown_version_payloads_are_dead_lettered_with_raw_bytes_and_the_queue_moves_on(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let garbage = b"{\"withdrawal_id\": 12345678901 oops".to_vec();
+    let malformed = enqueue_raw(&app, SUBMIT_PAYOUT, 1, &garbage).await;
+    let from_the_future = enqueue_raw(&app, SUBMIT_PAYOUT, 99, br#"{"withdrawal_id":"x","new_field":true}"#).await;
+    let behind = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+
+    app.wait_for_status(behind, WithdrawalStatus::Completed, WAIT).await;
+    wait_for_job_status(&app, malformed, "dead").await;
+    wait_for_job_status(&app, from_the_future, "dead").await;
+    let bad = dead_letters::for_job(&app.db, malformed).await.unwrap().remove(0);
+    assert_eq!(
+        (bad.category.as_str(), bad.error_code.as_str(), bad.error_class.as_str()),
+        ("bad_payload", "undecodable_payload", "poison")
+    );
+    assert!(bad.payload.is_none());
+    let raw = String::from_utf8(bad.raw_payload.clone().unwrap()).unwrap();
+    assert_eq!(raw, "{\"withdrawal_id\": *******8901 oops", "the raw bytes, redacted");
+    assert_eq!((bad.owner.as_str(), bad.runbook.as_str()), ("producing team", "runbooks/dead-letter-bad-payload.md"));
+    let future = dead_letters::for_job(&app.db, from_the_future).await.unwrap().remove(0);
+    assert_eq!((future.error_code.as_str(), future.payload_version), ("unknown_payload_version", 99));
+    assert_eq!(future.raw_payload.as_deref(), Some(&br#"{"withdrawal_id":"x","new_field":true}"#[..]));
+    app.assert_ledger_invariant().await;
+}
+
+fn exploding_handler() -> Handler {
+    Arc::new(|_ctx| Box::pin(async { panic!("boom: invariant violated in test handler") }))
+}
+
+async fn a_panicking_handler_is_dead_lettered_as_a_code_bug_and_the_worker_keeps_working(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let exploding = enqueue_raw(&app, "explode", 1, b"{}").await;
+    let worker = Worker::new(app.db.clone(), service::gateway(provider.provider.clone()), worker_config("w1"))
+        .with_handler("explode", 1, exploding_handler());
+    tokio::spawn(worker.run(app.shutdown_token()));
+
+    wait_for_job_status(&app, exploding, "dead").await;
+    let after = app.create_withdrawal(&alice, "k1", "25.00").await;
+
+    app.wait_for_status(after, WithdrawalStatus::Completed, WAIT).await;
+    let letter = dead_letters::for_job(&app.db, exploding).await.unwrap().remove(0);
+    assert_eq!((letter.category.as_str(), letter.error_class.as_str()), ("code_bug", "panic"));
+    assert!(letter.error_message.contains("boom: invariant violated"), "{}", letter.error_message);
+    assert!(letter.stack.as_deref().is_some_and(|s| !s.is_empty()), "the panic's backtrace is kept");
+    assert_eq!(letter.owner, "service team");
+}
+
+async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, true).await.unwrap();
+    let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 1, b"not json").await;
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+
+    let tried = app
+        .eventually("the worker to fail to dead-letter twice", WAIT, || async {
+            let job = job_store::job_row(&app.db, poison).await.unwrap().unwrap();
+            (job.receives >= 2).then_some(job)
+        })
+        .await;
+    assert_ne!(tried.status, "dead", "not counted as done while the store is down");
+    assert!(dead_letters::for_job(&app.db, poison).await.unwrap().is_empty());
+
+    dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, false).await.unwrap();
+
+    wait_for_job_status(&app, poison, "dead").await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // any duplicate would land in this time
+    let letters = dead_letters::for_job(&app.db, poison).await.unwrap();
+    assert_eq!(letters.len(), 1, "dead-lettered exactly once");
+    assert_eq!(letters[0].raw_payload.as_deref(), Some(&b"not json"[..]));
+}
+
+async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_nothing(app: TestApp) {
+    let provider = provider_mock(5_000).await;
+    let mut slow = FaultRule::new(RouteMatch::Create, FaultEffect::Latency { ms: 1_000 });
+    slow.times = Some(1);
+    provider.mock.set_faults(FaultConfig { rules: vec![slow] });
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.eventually("the worker to be inside its provider call", WAIT, || async {
+        let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+        (calls.len() == 1).then_some(())
+    })
+    .await;
+
+    // Meanwhile reconciliation decided: paid.
+    let mut tx = app.db.begin().await.unwrap();
+    let decided = store::transition(
+        &mut tx,
+        &TransitionRequest {
+            id,
+            from: WithdrawalStatus::Processing,
+            to: WithdrawalStatus::Completed,
+            expected_version: None,
+            actor: &Actor::Reconciliation,
+            reason: "reconciliation found it paid",
+            correlation_id: "recon",
+            failure_code: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(decided, TransitionOutcome::Applied(_)));
+    tx.commit().await.unwrap();
+
+    app.eventually("the late worker to record its outcome", WAIT, || async {
+        let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+        calls[0].outcome.clone()
+    })
+    .await;
+    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3), "the late worker moved nothing");
+    let transitions = store::transitions(&app.db, id).await.unwrap();
+    assert_eq!(transitions.last().unwrap().actor, "reconciliation");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    let mut config = worker_config("reaper");
+    config.max_receives = 2;
+    let reaper = Worker::new(app.db.clone(), service::gateway(provider.provider.clone()), config);
+
+    for round in 1..=2 {
+        let claimed = job_store::claim(&app.db, PAYOUTS_QUEUE, "crashing-worker", 1, TimeDelta::zero()).await.unwrap();
+        assert_eq!(claimed.len(), 1, "round {round}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let buried = reaper.reap_once().await.unwrap();
+        assert_eq!(buried, usize::from(round == 2), "round {round}");
+    }
+
+    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::RequiresReview);
+    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!(
+        (letter.category.as_str(), letter.error_code.as_str(), letter.side_effect_state.as_str()),
+        ("crashed", "lease_expired", "not_started")
+    );
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    // A worker moved it to processing and its job vanished (e.g. killed by hand).
+    let job = job_store::claim(&app.db, PAYOUTS_QUEUE, "w0", 1, TimeDelta::seconds(30)).await.unwrap().remove(0);
+    let mut tx = app.db.begin().await.unwrap();
+    let actor = Actor::Worker("w0".into());
+    store::transition(
+        &mut tx,
+        &TransitionRequest {
+            id,
+            from: WithdrawalStatus::Pending,
+            to: WithdrawalStatus::Processing,
+            expected_version: None,
+            actor: &actor,
+            reason: "claimed",
+            correlation_id: "c",
+            failure_code: None,
+        },
+    )
+    .await
+    .unwrap();
+    job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut config = worker_config("w1");
+    config.processing_sla = Duration::from_millis(100);
+
+    app.start_worker(service::gateway(provider.provider.clone()), config);
+
+    app.eventually("a reconciliation result", WAIT, || async {
+        let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+        (!results.is_empty()).then_some(())
+    })
+    .await;
+    // Never called, so the provider has nothing: a controlled retry pays it.
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(transfers_for(&provider.mock, id), 1);
+    app.assert_ledger_invariant().await;
+}
+
+async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
+    let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 7, b"{}").await;
+    let provider = provider_mock(2_000).await;
+    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    wait_for_job_status(&app, poison, "dead").await;
+
+    // Straight SQL, as a careless script would: the database itself refuses.
+    let (update, delete) = match app.database_url.starts_with("sqlite") {
+        true => {
+            let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
+            let update = sqlx::query("UPDATE dead_letters SET error_message = 'tampered'").execute(&mut conn).await;
+            let delete = sqlx::query("DELETE FROM dead_letters").execute(&mut conn).await;
+            (update.is_err(), delete.is_err())
+        }
+        false => {
+            let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+            let update = sqlx::query("UPDATE dead_letters SET error_message = 'tampered'").execute(&mut conn).await;
+            let delete = sqlx::query("DELETE FROM dead_letters").execute(&mut conn).await;
+            (update.is_err(), delete.is_err())
+        }
+    };
+
+    assert!(update && delete, "update refused: {update}, delete refused: {delete}");
+    let letters = dead_letters::for_job(&app.db, poison).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_ne!(letters[0].error_message, "tampered");
+}
