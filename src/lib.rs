@@ -7,8 +7,10 @@
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs.
 //! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health.
-//! - [`jobs`] — job kinds, queues and payloads; the durable worker; the submit-payout handler;
-//!   retry policies.
+//! - [`jobs`] — job kinds, queues and payloads; the durable worker; the submit-payout and
+//!   reconciliation handlers; retry policies.
+//! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
+//! - [`redact`] — the one set of redaction rules for dead letters and logs.
 //! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker.
 //! - [`service`] — assembling provider, breaker and workers (CLI and tests).
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
@@ -17,8 +19,7 @@
 //! - [`cli`] — the `withdrawals` command line (serve, migrate, accounts, operators).
 //! - [`telemetry`] — tracing set-up.
 //!
-//! Coming next (see the issues): `dead_letter`, `reconcile`, `ops` (operator API), each as its own
-//! module.
+//! Coming next (see the issues): `ops` (operator API and CLI), metrics.
 
 pub mod cli;
 pub mod config;

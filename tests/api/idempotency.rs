@@ -20,6 +20,7 @@ both_backends!(
     an_abandoned_claim_is_taken_over_after_the_lock_timeout,
     twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal,
     a_key_past_its_retention_is_forgotten_and_purged,
+    a_takeover_never_overwrites_a_claim_that_completed_meanwhile,
 );
 
 async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job(app: TestApp) {
@@ -218,4 +219,33 @@ async fn a_key_past_its_retention_is_forgotten_and_purged(app: TestApp) {
     assert_eq!(purged, 1);
     assert_eq!(reused.status(), 201, "an expired key is a new key");
     assert!(reused.headers().get("idempotent-replayed").is_none());
+}
+
+/// A retry that finds a stale claim must not overwrite it if the first request completes while
+/// the retry decides (it would create a second withdrawal and pay twice).
+async fn a_takeover_never_overwrites_a_claim_that_completed_meanwhile(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let key = IdempotencyKey::parse("racy-key").unwrap();
+    let fingerprint = fingerprint_of("10.00");
+    let no_wait = IdempotencySettings { lock_timeout: chrono::TimeDelta::zero(), ..IdempotencySettings::default() };
+    let Begin::Proceed(first) =
+        idempotency::begin(&app.db, alice.account_id, &key, &fingerprint, no_wait).await.unwrap()
+    else {
+        panic!("first claim proceeds")
+    };
+    // The first request is completing: its transaction has stored the response, not yet committed.
+    let mut tx = app.db.begin().await.unwrap();
+    assert!(idempotency::complete(&mut tx, &key, first, 201, b"{\"first\":true}", None).await.unwrap());
+
+    let db = app.db.clone();
+    let (account, retry_key, retry_fingerprint) = (alice.account_id, key.clone(), fingerprint.clone());
+    let retry =
+        tokio::spawn(async move { idempotency::begin(&db, account, &retry_key, &retry_fingerprint, no_wait).await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await; // the retry is now waiting or deciding
+    tx.commit().await.unwrap();
+    let decided = retry.await.unwrap().unwrap();
+
+    assert!(!matches!(decided, Begin::Proceed(_)), "a completed claim was taken over: {decided:?}");
+    let again = idempotency::begin(&app.db, alice.account_id, &key, &fingerprint, no_wait).await.unwrap();
+    assert_eq!(again, Begin::Replay { status: 201, body: b"{\"first\":true}".to_vec() });
 }
