@@ -14,6 +14,7 @@ use crate::config::AppConfig;
 use crate::domain::{AccountId, Amount, AmountLimits, Currency};
 use crate::http::{self, AppState};
 use crate::jobs::worker::{Worker, WorkerConfig};
+use crate::ops_cli;
 use crate::provisioning;
 use crate::service;
 use crate::storage::{Db, PoolSettings};
@@ -50,6 +51,31 @@ pub enum Command {
     /// Operator credentials.
     #[command(subcommand)]
     Operators(OperatorsCommand),
+    /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
+    Review {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::ReviewCommand,
+    },
+    /// Dead letters: list, summary, show, close (calls /ops/v1).
+    Dlq {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::DlqCommand,
+    },
+    /// The operator audit log (calls /ops/v1).
+    Audit {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[arg(long)]
+        action: Option<String>,
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -142,6 +168,9 @@ pub enum OperatorsCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&cli.database_url, args).await,
+        Command::Review { conn, command } => ops_cli::review(&conn, command).await,
+        Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
+        Command::Audit { conn, action, target, limit } => ops_cli::audit(&conn, action, target, limit).await,
         Command::Worker(mut args) => {
             args.role = Role::Worker;
             serve(&cli.database_url, args).await
@@ -210,9 +239,11 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     let tasks = tokio_util::task::TaskTracker::new();
     let worker_failed: std::sync::Arc<std::sync::Mutex<Option<anyhow::Error>>> = Default::default();
 
-    // Kept alive for the whole run: dropping it stops the sandbox provider.
+    // Kept alive for the whole run: dropping it stops the sandbox provider. An API-only process
+    // gets the provider too when one is configured (operators check references against it).
     let mut _sandbox = None;
-    if args.role != Role::Api {
+    let mut gateway = None;
+    if args.role != Role::Api || args.provider_url.is_some() {
         let (provider, sandbox) = service::provider_from(
             args.provider_url.clone(),
             args.provider_api_key.clone(),
@@ -221,7 +252,9 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
         _sandbox = sandbox;
-        let gateway = service::gateway(provider);
+        gateway = Some(service::gateway(provider));
+    }
+    if let (true, Some(gateway)) = (args.role != Role::Api, gateway.clone()) {
         let mut worker_config = WorkerConfig::new(service::worker_id());
         worker_config.concurrency = args.worker_concurrency.max(1);
         let worker = Worker::new(db.clone(), gateway, worker_config);
@@ -242,7 +275,11 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}", args.bind))?;
         tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
-        http::serve(listener, AppState::new(db.clone(), config), shutdown.clone()).await?;
+        let state = match gateway {
+            Some(gateway) => AppState::with_gateway(db.clone(), config, gateway),
+            None => AppState::new(db.clone(), config),
+        };
+        http::serve(listener, state, shutdown.clone()).await?;
     } else {
         shutdown.cancelled().await;
     }

@@ -16,10 +16,13 @@
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
-//! - [`cli`] — the `withdrawals` command line (serve, migrate, accounts, operators).
+//! - [`cli`] — the `withdrawals` command line (serve, worker, migrate, accounts, operators);
+//!   [`ops_cli`] — its operator commands (review, dlq, audit), clients of `/ops/v1`.
 //! - [`telemetry`] — tracing set-up.
 //!
-//! Coming next (see the issues): `ops` (operator API and CLI), metrics.
+//! - [`ops`] — the operator API under `/ops/v1`: roles, audit, review queue, dead-letter triage.
+//!
+//! Coming next (see the issues): replay runs, metrics and alerts, the operator console.
 
 pub mod cli;
 pub mod config;
@@ -28,6 +31,8 @@ pub mod dead_letter;
 pub mod domain;
 pub mod http;
 pub mod jobs;
+pub mod ops;
+pub mod ops_cli;
 pub mod provider;
 pub mod provisioning;
 pub mod redact;

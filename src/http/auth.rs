@@ -16,6 +16,7 @@ pub struct Customer {
     pub account_id: AccountId,
 }
 
+/// The bearer token of a request, if any.
 pub fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;

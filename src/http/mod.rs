@@ -4,6 +4,7 @@
 //! route shares (correlation id, tracing, body limit, problem+json fallbacks).
 
 mod auth;
+pub use auth::bearer;
 mod balances;
 pub mod correlation;
 pub mod error;
@@ -32,11 +33,22 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     db: Db,
     config: AppConfig,
+    /// The provider and breaker, when this process has them (operators check provider
+    /// references against it and read breaker state).
+    gateway: Option<crate::provider::Gateway>,
 }
 
 impl AppState {
     pub fn new(db: Db, config: AppConfig) -> Self {
-        Self(Arc::new(Inner { db, config }))
+        Self(Arc::new(Inner { db, config, gateway: None }))
+    }
+
+    pub fn with_gateway(db: Db, config: AppConfig, gateway: crate::provider::Gateway) -> Self {
+        Self(Arc::new(Inner { db, config, gateway: Some(gateway) }))
+    }
+
+    pub fn gateway(&self) -> Option<&crate::provider::Gateway> {
+        self.0.gateway.as_ref()
     }
 
     pub fn db(&self) -> &Db {
@@ -56,6 +68,7 @@ pub fn app(state: AppState) -> Router {
         .merge(balances::router())
         .merge(health::router())
         .merge(openapi::router())
+        .merge(crate::ops::router())
         .fallback(|| async { error::ApiError::not_found() })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(TraceLayer::new_for_http())

@@ -229,3 +229,27 @@ pub async fn ledger_violations(db: &super::Db) -> Result<Vec<LedgerViolation>> {
            OR b.paid_out <> COALESCE(l.paid_out, 0)";
     Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, LedgerViolation>(SQL).fetch_all(&mut *conn).await?))
 }
+
+/// One ledger entry, as evidence on a withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LedgerEntry {
+    pub id: Uuid,
+    pub kind: String,
+    pub currency: String,
+    pub available_delta: i64,
+    pub held_delta: i64,
+    pub paid_out_delta: i64,
+    pub created_at: DbTime,
+}
+
+pub async fn entries_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Vec<LedgerEntry>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, LedgerEntry>(
+            "SELECT id, kind, currency, available_delta, held_delta, paid_out_delta, created_at
+             FROM ledger_entries WHERE withdrawal_id = $1 ORDER BY created_at, id",
+        )
+        .bind(withdrawal.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}

@@ -125,3 +125,136 @@ pub async fn set_fault_flag(db: &Db, name: &str, on: bool) -> Result<()> {
 }
 
 pub const DEAD_LETTER_STORE_OUTAGE: &str = "dead_letter_store_outage";
+
+pub async fn get(db: &Db, id: Uuid) -> Result<Option<DeadLetter>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}
+
+/// Triage filters (SPEC §8.2); `None` means any.
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub error_code: Option<String>,
+    pub category: Option<String>,
+    pub failed_after: Option<DbTime>,
+    pub failed_before: Option<DbTime>,
+    /// `Some(true)` open only, `Some(false)` closed only.
+    pub open: Option<bool>,
+    /// Page after this (failed_at, id), newest first.
+    pub after: Option<(DbTime, Uuid)>,
+    pub limit: i64,
+}
+
+/// A dead letter with its handling state.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ListedDeadLetter {
+    #[sqlx(flatten)]
+    pub letter: DeadLetter,
+    pub closed_at: Option<DbTime>,
+}
+
+const FILTER: &str =
+    "($1 IS NULL OR d.queue = $1) AND ($2 IS NULL OR d.job_type = $2) AND ($3 IS NULL OR d.error_code = $3)
+       AND ($4 IS NULL OR d.category = $4) AND ($5 IS NULL OR d.failed_at > $5) AND ($6 IS NULL OR d.failed_at < $6)";
+const CLOSED: &str =
+    "(SELECT MIN(e.at) FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')";
+
+pub async fn list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<ListedDeadLetter>> {
+    let columns = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ListedDeadLetter>(&format!(
+            "SELECT {columns}, {CLOSED} AS closed_at FROM dead_letters d
+             WHERE {FILTER}
+               AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
+                                                     WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
+               AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
+             ORDER BY d.failed_at DESC, d.id DESC LIMIT $10"
+        ))
+        .bind(&f.queue)
+        .bind(&f.job_type)
+        .bind(&f.error_code)
+        .bind(&f.category)
+        .bind(f.failed_after)
+        .bind(f.failed_before)
+        .bind(f.open)
+        .bind(f.after.map(|a| a.0))
+        .bind(f.after.map(|a| a.1))
+        .bind(f.limit)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One group of the triage summary: open dead letters by category and error code.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SummaryRow {
+    pub category: String,
+    pub error_code: String,
+    pub open: i64,
+    pub oldest_open: Option<DbTime>,
+}
+
+pub async fn summary(db: &Db) -> Result<Vec<SummaryRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, SummaryRow>(
+            "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
+             FROM dead_letters d
+             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+             GROUP BY d.category, d.error_code
+             ORDER BY COUNT(*) DESC, d.category, d.error_code",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// A handling event (closed, replayed, …) beside an untouched envelope.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Event {
+    pub id: Uuid,
+    pub dead_letter_id: Uuid,
+    pub action: String,
+    pub actor: String,
+    pub reason: String,
+    pub details: Option<Json<serde_json::Value>>,
+    pub at: DbTime,
+}
+
+pub async fn events(db: &Db, dead_letter: Uuid) -> Result<Vec<Event>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, Event>(
+            "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
+             WHERE dead_letter_id = $1 ORDER BY at, id",
+        )
+        .bind(dead_letter)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Records a handling event. Returns false if it is a second `closed` (refused by a unique index).
+pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
+    let inserted = with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO dead_letter_events (id, dead_letter_id, action, actor, reason, details, at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+        )
+        .bind(event.id)
+        .bind(event.dead_letter_id)
+        .bind(&event.action)
+        .bind(&event.actor)
+        .bind(&event.reason)
+        .bind(&event.details)
+        .bind(event.at)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(inserted == 1)
+}

@@ -12,6 +12,7 @@
 
 pub mod accounts;
 pub mod attempts;
+pub mod audit;
 pub mod credentials;
 pub mod dead_letters;
 pub mod idempotency;

@@ -321,3 +321,27 @@ pub async fn count_for_account(db: &super::Db, account: AccountId) -> Result<i64
             .await?
     }))
 }
+
+/// A page of withdrawals in one status, oldest change first (the review queue: longest waiting
+/// first), strictly after `after` = (updated_at, id).
+pub async fn list_by_status(
+    db: &super::Db,
+    status: WithdrawalStatus,
+    limit: i64,
+    after: Option<(DbTime, Uuid)>,
+) -> Result<Vec<Withdrawal>> {
+    let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM withdrawals
+             WHERE status = $1 AND ($2 IS NULL OR updated_at > $2 OR (updated_at = $2 AND id > $3))
+             ORDER BY updated_at, id LIMIT $4"
+        ))
+        .bind(status.as_str())
+        .bind(after.map(|a| a.0))
+        .bind(after.map(|a| a.1))
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    rows.into_iter().map(Withdrawal::try_from).collect()
+}

@@ -62,6 +62,9 @@ pub struct TestApp {
     pub database_url: String,
     pub base_url: String,
     pub client: Client,
+    /// The provider mock the app's own gateway (operator checks, breakers) talks to.
+    pub provider: ProviderHarness,
+    pub gateway: withdrawals::provider::Gateway,
     shutdown: CancellationToken,
     _dir: Option<tempfile::TempDir>,
 }
@@ -130,8 +133,11 @@ impl TestApp {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
-        tokio::spawn(http::serve(listener, AppState::new(db.clone(), config), shutdown.clone()));
-        TestApp { db, database_url, base_url, client: Client::new(), shutdown, _dir: dir }
+        let provider = provider_mock(2_000).await;
+        let gateway = withdrawals::service::gateway(provider.provider.clone());
+        let state = AppState::with_gateway(db.clone(), config, gateway.clone());
+        tokio::spawn(http::serve(listener, state, shutdown.clone()));
+        TestApp { db, database_url, base_url, client: Client::new(), provider, gateway, shutdown, _dir: dir }
     }
 
     /// A token cancelled when the test's app stops.
@@ -149,6 +155,16 @@ impl TestApp {
         let amount = Amount::new(Decimal::from_str(usd).unwrap(), usd_currency).unwrap();
         let created = provisioning::create_account(&self.db, "test customer", Some(amount)).await.unwrap();
         Customer { account_id: created.account_id, api_key: created.api_key }
+    }
+
+    /// A new operator with `role`; returns its bearer token.
+    pub async fn operator(&self, role: &str) -> String {
+        provisioning::create_operator(&self.db, &format!("{role} op"), role).await.unwrap().token
+    }
+
+    /// Starts a worker against the app's own provider mock, with the test settings.
+    pub fn start_default_worker(&self) -> CancellationToken {
+        self.start_worker(self.gateway.clone(), worker_config("w-default"))
     }
 
     pub fn post_withdrawal(&self, customer: &Customer, key: &str, body: &Value) -> RequestBuilder {

@@ -1,0 +1,77 @@
+//! Operator authentication and roles: `Authorization: Bearer wdo_…`, hashed, constant-time.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+
+use crate::credentials;
+use crate::domain::OperatorId;
+use crate::http::error::ApiError;
+use crate::http::{bearer, AppState};
+use crate::storage::credentials::find_operator;
+
+/// Roles are ordered: each includes everything below it (SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    Viewer,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// An authenticated operator.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    pub id: OperatorId,
+    pub name: String,
+    pub role: Role,
+}
+
+impl Operator {
+    /// 403 unless the operator has at least `role`.
+    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+        if self.role >= role {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("this action needs the {} role; you have {}", role.as_str(), self.role.as_str()),
+            ))
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let token = bearer(parts).ok_or_else(ApiError::unauthorized)?;
+        let (id, secret) =
+            credentials::parse(credentials::OPERATOR_TOKEN_PREFIX, token).ok_or_else(ApiError::unauthorized)?;
+        let stored = find_operator(state.db(), OperatorId(id)).await?.ok_or_else(ApiError::unauthorized)?;
+        if stored.disabled_at.is_some() || !credentials::verify(secret, &stored.secret_hash) {
+            return Err(ApiError::unauthorized());
+        }
+        let role = Role::parse(&stored.role).ok_or_else(ApiError::unauthorized)?;
+        Ok(Operator { id: OperatorId(stored.id), name: stored.name, role })
+    }
+}

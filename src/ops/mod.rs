@@ -1,0 +1,88 @@
+//! The operator surface (SPEC §8): `/ops/v1`, for finance operators and on-call engineers.
+//!
+//! Every route checks the caller's role; every action that changes anything — or was refused —
+//! writes one append-only audit row. The CLI's operator commands call these routes, so roles and
+//! audit apply the same way to both. Owns no SQL: storage does.
+
+mod audit;
+mod auth;
+mod dead_letters;
+mod review;
+
+use axum::Router;
+use serde_json::Value;
+use uuid::Uuid;
+
+pub use auth::{Operator, Role};
+
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::storage::audit::{self as audit_store, AuditRow};
+use crate::storage::{DbTime, Tx};
+
+pub fn router() -> Router<AppState> {
+    Router::new().merge(review::router()).merge(dead_letters::router()).merge(audit::router())
+}
+
+/// What an action did, for its audit row.
+pub struct Audited<'a> {
+    pub action: &'a str,
+    pub target_type: &'a str,
+    pub target_id: String,
+    pub reason: &'a str,
+    pub parameters: Value,
+}
+
+impl Audited<'_> {
+    fn row(&self, operator: &Operator, result: &str) -> AuditRow {
+        AuditRow {
+            id: Uuid::now_v7(),
+            operator_id: operator.id.0,
+            operator_name: operator.name.clone(),
+            role: operator.role.as_str().to_owned(),
+            action: self.action.to_owned(),
+            target_type: self.target_type.to_owned(),
+            target_id: self.target_id.clone(),
+            reason: crate::redact::text(self.reason),
+            parameters: sqlx::types::Json(crate::redact::json(&self.parameters)),
+            result: result.to_owned(),
+            at: DbTime::now(),
+        }
+    }
+
+    /// Records a successful action inside the transaction that performs it.
+    pub async fn record_ok(&self, tx: &mut Tx, operator: &Operator) -> Result<(), ApiError> {
+        audit_store::insert(tx, &self.row(operator, "ok")).await?;
+        Ok(())
+    }
+
+    /// Records a refusal (in its own transaction) and hands the error back.
+    pub async fn refuse(&self, state: &AppState, operator: &Operator, error: ApiError) -> ApiError {
+        let code = match &error {
+            ApiError::Problem(p) => p.code.clone(),
+            ApiError::Internal(_) => "internal_error".to_owned(),
+        };
+        let written = async {
+            let mut tx = state.db().begin().await?;
+            audit_store::insert(&mut tx, &self.row(operator, &code)).await?;
+            tx.commit().await
+        };
+        if let Err(err) = written.await {
+            tracing::error!(error = format!("{:#}", anyhow::Error::from(err)), "could not audit a refused action");
+        }
+        error
+    }
+}
+
+/// A reason is required for every action and kept short enough to read in a list.
+pub fn require_reason(reason: &str) -> Result<&str, ApiError> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > 500 {
+        return Err(ApiError::unprocessable(
+            "reason_required",
+            "reason",
+            "a reason of 1 to 500 characters is required",
+        ));
+    }
+    Ok(reason)
+}

@@ -1,0 +1,342 @@
+//! The operator commands of the CLI (`review`, `dlq`, `audit`): thin clients of `/ops/v1`, so
+//! roles and the audit log apply exactly as they do over HTTP. `WITHDRAWALS_URL` and
+//! `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON for scripts.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Debug, Args, Clone)]
+pub struct Connection {
+    /// Base URL of a running `withdrawals serve`.
+    #[arg(long, env = "WITHDRAWALS_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    pub url: String,
+    /// Operator token (`wdo_…`), from `withdrawals operators create`.
+    #[arg(long, env = "WITHDRAWALS_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReviewCommand {
+    /// Withdrawals waiting in `requires_review`, oldest first.
+    List {
+        #[arg(long, default_value = "requires_review")]
+        status: String,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// One withdrawal with all its evidence.
+    Show { id: String },
+    /// Resolve a withdrawal: complete | fail | retry | reconcile.
+    Resolve {
+        id: String,
+        #[arg(value_parser = ["complete", "fail", "retry", "reconcile"])]
+        action: String,
+        #[arg(long)]
+        reason: String,
+        /// The version you looked at (`review show`); a stale one is refused.
+        #[arg(long)]
+        version: i64,
+        #[arg(long)]
+        provider_reference: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Dead letters, newest first, filtered.
+    List {
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        job_type: Option<String>,
+        #[arg(long)]
+        error_code: Option<String>,
+        #[arg(long)]
+        category: Option<String>,
+        /// RFC 3339 time.
+        #[arg(long)]
+        failed_after: Option<String>,
+        #[arg(long)]
+        failed_before: Option<String>,
+        /// open (default), closed or all.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Open dead letters grouped by category and error code.
+    Summary,
+    /// One dead letter's envelope and handling events.
+    Show { id: String },
+    /// Close (archive) a dead letter.
+    Close {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    fn new(conn: &Connection) -> anyhow::Result<Self> {
+        let token = conn.token.clone().context("WITHDRAWALS_TOKEN (or --token) is required")?;
+        Ok(Self { http: reqwest::Client::new(), base: conn.url.trim_end_matches('/').to_owned(), token })
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let response =
+            request.bearer_auth(&self.token).send().await.with_context(|| format!("cannot reach {}", self.base))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let code = body["code"].as_str().unwrap_or("error");
+            let detail = body["detail"].as_str().unwrap_or("");
+            bail!("{} {code}: {detail}", status.as_u16());
+        }
+        Ok(body)
+    }
+
+    async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.send(self.http.get(format!("{}{path}", self.base)).query(query)).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+    }
+}
+
+fn opt(name: &'static str, value: &Option<impl ToString>) -> Option<(&'static str, String)> {
+    value.as_ref().map(|v| (name, v.to_string()))
+}
+
+fn age(seconds: &Value) -> String {
+    let s = seconds.as_i64().unwrap_or(0);
+    match s {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7_200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3_600),
+        s => format!("{}d", s / 86_400),
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    let body = match &command {
+        ReviewCommand::List { status, limit } => {
+            let query: Vec<_> = [Some(("status", status.clone())), opt("limit", limit)].into_iter().flatten().collect();
+            client.get("/ops/v1/withdrawals", &query).await?
+        }
+        ReviewCommand::Show { id } => client.get(&format!("/ops/v1/withdrawals/{id}"), &[]).await?,
+        ReviewCommand::Resolve { id, action, reason, version, provider_reference } => {
+            let request = json!({"action": action, "reason": reason, "version": version, "provider_reference": provider_reference});
+            client.post(&format!("/ops/v1/withdrawals/{id}/resolve"), &request).await?
+        }
+    };
+    if conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    match command {
+        ReviewCommand::List { .. } => {
+            println!("{:<38} {:>12} {:<4} {:>5} {:>7}  status", "id", "amount", "cur", "ver", "age");
+            for w in body["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<38} {:>12} {:<4} {:>5} {:>7}  {}",
+                    s(&w["id"]),
+                    s(&w["amount"]),
+                    s(&w["currency"]),
+                    s(&w["version"]),
+                    age(&w["age_seconds"]),
+                    s(&w["status"])
+                );
+            }
+        }
+        ReviewCommand::Show { .. } => {
+            let w = &body["withdrawal"];
+            println!(
+                "{} {} {} — {} (version {}, {} in state)",
+                s(&w["id"]),
+                s(&w["amount"]),
+                s(&w["currency"]),
+                s(&w["status"]),
+                s(&w["version"]),
+                age(&w["age_seconds"])
+            );
+            for t in body["transitions"].as_array().into_iter().flatten() {
+                println!(
+                    "  transition  {} → {}  by {}: {}  ({})",
+                    s(&t["from"]),
+                    s(&t["to"]),
+                    s(&t["actor"]),
+                    s(&t["reason"]),
+                    s(&t["at"])
+                );
+            }
+            for a in body["provider_attempts"].as_array().into_iter().flatten() {
+                println!(
+                    "  attempt #{} {} side effect {} {} ({})",
+                    s(&a["attempt_no"]),
+                    s(&a["outcome"]),
+                    s(&a["side_effect"]),
+                    s(&a["error_code"]),
+                    s(&a["started_at"])
+                );
+            }
+            for r in body["reconciliation_results"].as_array().into_iter().flatten() {
+                println!("  reconciliation {}: {} ({})", s(&r["result"]), s(&r["detail"]), s(&r["at"]));
+            }
+            for d in body["dead_letters"].as_array().into_iter().flatten() {
+                println!(
+                    "  dead letter {} {} {} — owner {}, see {}",
+                    s(&d["id"]),
+                    s(&d["category"]),
+                    s(&d["error_code"]),
+                    s(&d["owner"]),
+                    s(&d["runbook"])
+                );
+            }
+            for e in body["ledger_entries"].as_array().into_iter().flatten() {
+                println!(
+                    "  ledger {} available {} held {} paid out {}",
+                    s(&e["kind"]),
+                    s(&e["available"]),
+                    s(&e["held"]),
+                    s(&e["paid_out"])
+                );
+            }
+        }
+        ReviewCommand::Resolve { action, .. } => {
+            let w = &body["withdrawal"];
+            println!("{action}: {} is now {} (version {})", s(&w["id"]), s(&w["status"]), s(&w["version"]));
+        }
+    }
+    Ok(())
+}
+
+pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    let body = match &command {
+        DlqCommand::List {
+            queue,
+            job_type,
+            error_code,
+            category,
+            failed_after,
+            failed_before,
+            state,
+            limit,
+            cursor,
+        } => {
+            let query: Vec<_> = [
+                opt("queue", queue),
+                opt("job_type", job_type),
+                opt("error_code", error_code),
+                opt("category", category),
+                opt("failed_after", failed_after),
+                opt("failed_before", failed_before),
+                opt("state", state),
+                opt("limit", limit),
+                opt("cursor", cursor),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            client.get("/ops/v1/dead-letters", &query).await?
+        }
+        DlqCommand::Summary => client.get("/ops/v1/dead-letters/summary", &[]).await?,
+        DlqCommand::Show { id } => client.get(&format!("/ops/v1/dead-letters/{id}"), &[]).await?,
+        DlqCommand::Close { id, reason } => {
+            client.post(&format!("/ops/v1/dead-letters/{id}/close"), &json!({"reason": reason})).await?
+        }
+    };
+    if conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    match command {
+        DlqCommand::List { .. } => {
+            println!(
+                "{:<38} {:<20} {:<28} {:<12} {:>7}  withdrawal",
+                "id", "category", "error_code", "side_effect", "age"
+            );
+            for d in body["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<38} {:<20} {:<28} {:<12} {:>7}  {}",
+                    s(&d["id"]),
+                    s(&d["category"]),
+                    s(&d["error_code"]),
+                    s(&d["side_effect_state"]),
+                    age(&d["age_seconds"]),
+                    s(&d["withdrawal_id"])
+                );
+            }
+            if let Some(next) = body["next_cursor"].as_str() {
+                println!("more: --cursor {next}");
+            }
+        }
+        DlqCommand::Summary => {
+            println!("{:<20} {:<28} {:>6} {:>10}", "category", "error_code", "open", "oldest");
+            for g in body["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<20} {:<28} {:>6} {:>10}",
+                    s(&g["category"]),
+                    s(&g["error_code"]),
+                    s(&g["open"]),
+                    age(&g["oldest_open_age_seconds"])
+                );
+            }
+        }
+        DlqCommand::Show { .. } => println!("{}", serde_json::to_string_pretty(&body)?),
+        DlqCommand::Close { id, .. } => println!("closed {id}"),
+    }
+    Ok(())
+}
+
+pub async fn audit(
+    conn: &Connection,
+    action: Option<String>,
+    target: Option<String>,
+    limit: Option<u32>,
+) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    let query: Vec<_> =
+        [opt("action", &action), opt("target_id", &target), opt("limit", &limit)].into_iter().flatten().collect();
+    let body = client.get("/ops/v1/audit", &query).await?;
+    if conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    for r in body["data"].as_array().into_iter().flatten() {
+        println!(
+            "{}  {} ({})  {} {} {}  {}  reason: {}",
+            s(&r["at"]),
+            s(&r["operator_name"]),
+            s(&r["role"]),
+            s(&r["action"]),
+            s(&r["target_type"]),
+            s(&r["target_id"]),
+            s(&r["result"]),
+            s(&r["reason"])
+        );
+    }
+    Ok(())
+}

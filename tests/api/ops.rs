@@ -1,0 +1,414 @@
+//! The operator surface (SPEC §8): roles on every route, one audit row per action, resolving the
+//! review queue against the provider's record, dead-letter triage — over HTTP and the CLI.
+
+use std::process::Command;
+use std::time::Duration;
+
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use reqwest::Method;
+use serde_json::{json, Value};
+use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::storage::audit::{self, AuditFilter};
+use withdrawals::storage::dead_letters;
+
+use crate::both_backends;
+use crate::harness::{problem_code, worker_config, TestApp};
+
+both_backends!(
+    every_ops_route_checks_the_callers_role,
+    every_action_writes_exactly_one_audit_row_with_its_reason,
+    complete_is_checked_against_the_providers_record,
+    fail_releases_the_funds_and_the_ledger_holds,
+    retry_is_refused_while_the_side_effect_is_unknown_and_reconcile_settles_it,
+    a_stale_version_is_a_409,
+    retry_after_a_known_unexecuted_failure_pays_out_once,
+    dead_letters_are_listed_summarised_shown_and_closed,
+    the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
+);
+
+const WAIT: Duration = Duration::from_secs(25);
+
+/// A withdrawal the provider rejected: `requires_review`, one `dependency_rejected` dead letter.
+async fn rejected_withdrawal(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    stop.cancel();
+    app.provider.mock.set_faults(FaultConfig::default());
+    (id, alice)
+}
+
+/// A withdrawal the provider paid but whose outcome the service never learned: the call timed
+/// out after the commit and every lookup failed until the window closed.
+async fn paid_but_unknown(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
+    app.provider.mock.set_faults(FaultConfig {
+        rules: vec![
+            FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 3_000 }),
+            FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable),
+        ],
+    });
+    let mut config = worker_config("w-unknown");
+    config.reconcile_policy.max_elapsed = Duration::from_millis(500);
+    // The worker's client times out quickly; it talks to the app's mock through its own client.
+    let provider = withdrawals::provider::HttpProvider::new(withdrawals::provider::ProviderConfig {
+        base_url: app.provider.mock.url(),
+        api_key: secrecy::SecretString::from("test-provider-key"),
+        connect_timeout: Duration::from_millis(300),
+        request_timeout: Duration::from_millis(300),
+    })
+    .unwrap();
+    let stop = app.start_worker(withdrawals::service::gateway(std::sync::Arc::new(provider)), config);
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    stop.cancel();
+    app.provider.mock.set_faults(FaultConfig::default());
+    (id, alice)
+}
+
+async fn call(
+    app: &TestApp,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = app.client.request(method, app.url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+async fn version_of(app: &TestApp, id: WithdrawalId, token: &str) -> i64 {
+    let body: Value =
+        call(app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(token), None).await.json().await.unwrap();
+    body["withdrawal"]["version"].as_i64().unwrap()
+}
+
+async fn resolve(app: &TestApp, id: WithdrawalId, token: &str, body: Value) -> reqwest::Response {
+    call(app, Method::POST, &format!("/ops/v1/withdrawals/{id}/resolve"), Some(token), Some(body)).await
+}
+
+async fn every_ops_route_checks_the_callers_role(app: TestApp) {
+    let (id, alice) = rejected_withdrawal(&app).await;
+    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+    let admin = app.operator("admin").await;
+    let reads = [
+        "/ops/v1/withdrawals".to_owned(),
+        format!("/ops/v1/withdrawals/{id}"),
+        "/ops/v1/dead-letters".to_owned(),
+        "/ops/v1/dead-letters/summary".to_owned(),
+        format!("/ops/v1/dead-letters/{letter}"),
+        "/ops/v1/audit".to_owned(),
+        "/ops/v1/breakers".to_owned(),
+    ];
+    // Bodies without a reason: an authorised caller gets 422, so nothing changes.
+    let writes = [format!("/ops/v1/withdrawals/{id}/resolve"), format!("/ops/v1/dead-letters/{letter}/close")];
+    let write_body = || json!({"action": "fail", "reason": "", "version": 1});
+    let close_body = || json!({"reason": ""});
+
+    for (who, token, read, write) in [
+        ("no token", None, 401, 401),
+        ("customer key", Some(alice.api_key.as_str()), 401, 401),
+        ("viewer", Some(viewer.as_str()), 200, 403),
+        ("operator", Some(operator.as_str()), 200, 422),
+        ("admin", Some(admin.as_str()), 200, 422),
+    ] {
+        for path in &reads {
+            let status = call(&app, Method::GET, path, token, None).await.status().as_u16();
+            assert_eq!(status, read, "{who} GET {path}");
+        }
+        for path in &writes {
+            let body = if path.ends_with("close") { close_body() } else { write_body() };
+            let status = call(&app, Method::POST, path, token, Some(body)).await.status().as_u16();
+            assert_eq!(status, write, "{who} POST {path}");
+        }
+    }
+    let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(w.status, WithdrawalStatus::RequiresReview, "no role changed anything without a reason");
+}
+
+async fn audit_rows(app: &TestApp) -> Vec<audit::AuditRow> {
+    audit::list(&app.db, &AuditFilter { limit: 1_000, ..AuditFilter::default() }).await.unwrap()
+}
+
+async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp) {
+    let (id, _) = rejected_withdrawal(&app).await;
+    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+    let actions: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "stale resolve",
+            json!({"action": "fail", "reason": "customer asked", "version": version - 1}),
+            "withdrawal.resolve",
+            "stale_version",
+        ),
+        (
+            "fail",
+            json!({"action": "fail", "reason": "invalid account confirmed", "version": version}),
+            "withdrawal.resolve",
+            "ok",
+        ),
+    ];
+    for (what, body, action, result) in actions {
+        let before = audit_rows(&app).await.len();
+        resolve(&app, id, &operator, body.clone()).await;
+        let rows = audit_rows(&app).await;
+        assert_eq!(rows.len(), before + 1, "{what}: exactly one audit row");
+        let row = &rows[0];
+        assert_eq!((row.action.as_str(), row.result.as_str()), (action, result), "{what}");
+        assert_eq!(row.reason, body["reason"].as_str().unwrap());
+        assert_eq!(row.target_id, id.to_string());
+        assert_eq!(row.role, "operator");
+    }
+    let before = audit_rows(&app).await.len();
+    call(
+        &app,
+        Method::POST,
+        &format!("/ops/v1/dead-letters/{letter}/close"),
+        Some(&operator),
+        Some(json!({"reason": "handled by fail"})),
+    )
+    .await;
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.len(), before + 1);
+    assert_eq!(
+        (rows[0].action.as_str(), rows[0].reason.as_str(), rows[0].result.as_str()),
+        ("dead_letter.close", "handled by fail", "ok")
+    );
+    let listed: Value = call(&app, Method::GET, "/ops/v1/audit?action=dead_letter.close", Some(&operator), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
+}
+
+async fn complete_is_checked_against_the_providers_record(app: TestApp) {
+    let (id, alice) = paid_but_unknown(&app).await;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+
+    let unknown = resolve(&app, id, &operator, json!({"action": "complete", "reason": "bank says paid", "version": version, "provider_reference": "tr_not_real"})).await;
+    let (status, code, _) = problem_code(unknown).await;
+    assert_eq!((status, code.as_str()), (422, "provider_reference_mismatch"));
+
+    let transfer = app.provider.mock.transfers().into_iter().find(|t| t.reference == id.to_string()).unwrap();
+    let done = resolve(&app, id, &operator, json!({"action": "complete", "reason": "provider shows it paid", "version": version, "provider_reference": transfer.id})).await;
+    assert_eq!(done.status(), 200);
+    let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(w.status, WithdrawalStatus::Completed);
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
+    let (id, alice) = rejected_withdrawal(&app).await;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+
+    let response =
+        resolve(&app, id, &operator, json!({"action": "fail", "reason": "invalid account", "version": version})).await;
+
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["withdrawal"]["status"], "failed");
+    assert_eq!(body["withdrawal"]["failure_code"], "rejected_by_operator");
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn retry_is_refused_while_the_side_effect_is_unknown_and_reconcile_settles_it(app: TestApp) {
+    let (unknown, _) = paid_but_unknown(&app).await;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, unknown, &operator).await;
+    let refused =
+        resolve(&app, unknown, &operator, json!({"action": "retry", "reason": "try again", "version": version})).await;
+    let (status, code, body) = problem_code(refused).await;
+    assert_eq!((status, code.as_str()), (409, "side_effect_unknown"));
+    assert!(body["detail"].as_str().unwrap().contains("reconcile"), "offers reconcile instead");
+
+    // Reconcile instead: the provider is answering again and shows it paid.
+    let reconcile = resolve(
+        &app,
+        unknown,
+        &operator,
+        json!({"action": "reconcile", "reason": "provider back", "version": version}),
+    )
+    .await;
+    assert_eq!(reconcile.status(), 200);
+    app.start_default_worker();
+    app.wait_for_status(unknown, WithdrawalStatus::Completed, WAIT).await;
+    let executions: u32 =
+        app.provider.mock.transfers().iter().filter(|t| t.reference == unknown.to_string()).map(|t| t.executions).sum();
+    assert_eq!(executions, 1, "paid once");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_stale_version_is_a_409(app: TestApp) {
+    let (id, alice) = rejected_withdrawal(&app).await;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+
+    let response =
+        resolve(&app, id, &operator, json!({"action": "fail", "reason": "dup", "version": version + 7})).await;
+
+    let (status, code, body) = problem_code(response).await;
+    assert_eq!((status, code.as_str()), (409, "stale_version"));
+    assert!(body["detail"].as_str().unwrap().contains(&version.to_string()), "names the current version");
+    assert_eq!(app.usd_balance(&alice).await.1, "25.00", "nothing changed");
+}
+
+async fn dead_letters_are_listed_summarised_shown_and_closed(app: TestApp) {
+    let (id, _) = rejected_withdrawal(&app).await;
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+
+    let summary: Value =
+        call(&app, Method::GET, "/ops/v1/dead-letters/summary", Some(&viewer), None).await.json().await.unwrap();
+    assert_eq!(summary["data"][0]["category"], "dependency_rejected");
+    assert_eq!(summary["data"][0]["error_code"], "invalid_account");
+    assert_eq!(summary["data"][0]["open"], 1);
+    let filtered: Value = call(
+        &app,
+        Method::GET,
+        "/ops/v1/dead-letters?category=dependency_rejected&error_code=invalid_account",
+        Some(&viewer),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let letter = filtered["data"][0].clone();
+    assert_eq!(letter["withdrawal_id"], id.to_string());
+    let other: Value = call(&app, Method::GET, "/ops/v1/dead-letters?category=code_bug", Some(&viewer), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(other["data"].as_array().unwrap().is_empty());
+    let letter_id = letter["id"].as_str().unwrap();
+    let shown: Value = call(&app, Method::GET, &format!("/ops/v1/dead-letters/{letter_id}"), Some(&viewer), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!((shown["owner"].as_str(), shown["state"].as_str()), (Some("integration owner"), Some("open")));
+
+    let closed = call(
+        &app,
+        Method::POST,
+        &format!("/ops/v1/dead-letters/{letter_id}/close"),
+        Some(&operator),
+        Some(json!({"reason": "customer contacted"})),
+    )
+    .await;
+    assert_eq!(closed.status(), 200);
+    let again = call(
+        &app,
+        Method::POST,
+        &format!("/ops/v1/dead-letters/{letter_id}/close"),
+        Some(&operator),
+        Some(json!({"reason": "again"})),
+    )
+    .await;
+    let (status, code, _) = problem_code(again).await;
+    assert_eq!((status, code.as_str()), (409, "already_closed"));
+    let open: Value = call(&app, Method::GET, "/ops/v1/dead-letters", Some(&viewer), None).await.json().await.unwrap();
+    assert!(open["data"].as_array().unwrap().is_empty(), "closed ones leave the default (open) list");
+    let archived: Value =
+        call(&app, Method::GET, "/ops/v1/dead-letters?state=closed", Some(&viewer), None).await.json().await.unwrap();
+    assert_eq!(archived["data"][0]["id"], letter_id, "archived, never deleted");
+    let summary: Value =
+        call(&app, Method::GET, "/ops/v1/dead-letters/summary", Some(&viewer), None).await.json().await.unwrap();
+    assert!(summary["data"].as_array().unwrap().is_empty());
+}
+
+fn cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(args)
+        .env("WITHDRAWALS_URL", &app.base_url)
+        .env("WITHDRAWALS_TOKEN", token)
+        .output()
+        .expect("run the withdrawals binary")
+}
+
+async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: TestApp) {
+    let (id, alice) = rejected_withdrawal(&app).await;
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+
+    let listed = cli(&app, &viewer, &["review", "list", "--json"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["data"][0]["id"], id.to_string());
+    let summary = cli(&app, &viewer, &["dlq", "summary"]);
+    assert!(String::from_utf8_lossy(&summary.stdout).contains("invalid_account"));
+    let shown = cli(&app, &viewer, &["review", "show", &id.to_string()]);
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("dependency_rejected"));
+
+    let forbidden =
+        cli(&app, &viewer, &["review", "resolve", &id.to_string(), "fail", "--reason", "x", "--version", "3"]);
+    assert!(!forbidden.status.success());
+    let stderr = String::from_utf8(forbidden.stderr).unwrap();
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("403 forbidden"), "{stderr}");
+
+    let version = listed["data"][0]["version"].as_i64().unwrap().to_string();
+    let resolved = cli(
+        &app,
+        &operator,
+        &["review", "resolve", &id.to_string(), "fail", "--reason", "invalid account", "--version", &version],
+    );
+    assert!(resolved.status.success(), "{}", String::from_utf8_lossy(&resolved.stderr));
+    assert!(String::from_utf8_lossy(&resolved.stdout).contains("failed"));
+    assert_eq!(app.usd_balance(&alice).await.0, "100.00");
+    let trail = cli(&app, &viewer, &["audit", "--json"]);
+    let trail: Value = serde_json::from_slice(&trail.stdout).unwrap();
+    assert_eq!(trail["data"][0]["result"], "ok");
+    assert_eq!(trail["data"][0]["reason"], "invalid account");
+    app.assert_ledger_invariant().await;
+}
+
+async fn retry_after_a_known_unexecuted_failure_pays_out_once(app: TestApp) {
+    app.provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None })],
+    });
+    let mut config = worker_config("w-exhaust");
+    config.submit_policy.max_attempts = 2;
+    let gateway = withdrawals::service::gateway_with(
+        app.provider.provider.clone(),
+        withdrawals::provider::breaker::BreakerConfig { minimum_number_of_calls: 1_000, ..Default::default() },
+    );
+    app.start_worker(gateway, config);
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    app.provider.mock.set_faults(FaultConfig::default());
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+
+    let response =
+        resolve(&app, id, &operator, json!({"action": "retry", "reason": "provider recovered", "version": version}))
+            .await;
+
+    assert_eq!(response.status(), 200);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let executions: u32 =
+        app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum();
+    assert_eq!(executions, 1, "paid once");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
+    app.assert_ledger_invariant().await;
+}
