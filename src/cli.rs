@@ -65,6 +65,13 @@ pub enum Command {
         #[command(subcommand)]
         command: ops_cli::DlqCommand,
     },
+    /// Deliberate replays of dead letters: start (with --dry-run), status, pause, resume, cancel, approve.
+    Replay {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::ReplayCommand,
+    },
     /// The operator audit log (calls /ops/v1).
     Audit {
         #[command(flatten)]
@@ -170,6 +177,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&cli.database_url, args).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
+        Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,
         Command::Audit { conn, action, target, limit } => ops_cli::audit(&conn, action, target, limit).await,
         Command::Worker(mut args) => {
             args.role = Role::Worker;

@@ -12,6 +12,8 @@ pub struct AppConfig {
     pub idempotency: IdempotencySettings,
     /// Largest accepted request body; bigger bodies get a 413 before any parsing.
     pub max_body_bytes: usize,
+    /// Replay limits and the approval threshold.
+    pub replay: crate::ops::ReplaySettings,
 }
 
 impl Default for AppConfig {
@@ -20,6 +22,7 @@ impl Default for AppConfig {
             limits: AmountLimits { default_max: Decimal::from(1_000_000), ..AmountLimits::default() },
             idempotency: IdempotencySettings::default(),
             max_body_bytes: 16 * 1024,
+            replay: crate::ops::ReplaySettings::default(),
         }
     }
 }

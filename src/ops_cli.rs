@@ -1,4 +1,4 @@
-//! The operator commands of the CLI (`review`, `dlq`, `audit`): thin clients of `/ops/v1`, so
+//! The operator commands of the CLI (`review`, `dlq`, `replay`, `audit`): thin clients of `/ops/v1`, so
 //! roles and the audit log apply exactly as they do over HTTP. `WITHDRAWALS_URL` and
 //! `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON for scripts.
 
@@ -339,4 +339,205 @@ pub async fn audit(
         );
     }
     Ok(())
+}
+
+// Parsed once per process; boxing the big variant would only add noise.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum ReplayCommand {
+    /// Start a replay run (or a dry run): a reason, a selection, the expected payload version and a destination queue.
+    Start {
+        #[arg(long)]
+        reason: String,
+        /// Dead-letter ids to replay (repeatable); or select with the filters below.
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        job_type: Option<String>,
+        #[arg(long)]
+        error_code: Option<String>,
+        #[arg(long)]
+        category: Option<String>,
+        #[arg(long)]
+        failed_after: Option<String>,
+        #[arg(long)]
+        failed_before: Option<String>,
+        #[arg(long)]
+        expected_payload_version: i64,
+        /// Queue the released jobs go to (payouts or reconciliation).
+        #[arg(long)]
+        destination: String,
+        /// Report the count and a sample; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        rate: Option<i64>,
+        #[arg(long)]
+        max_concurrency: Option<i64>,
+        #[arg(long)]
+        auto_pause: Option<i64>,
+        /// Follow the run with a progress bar until it ends.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// A run's progress.
+    Status {
+        id: String,
+        #[arg(long)]
+        watch: bool,
+    },
+    Pause {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    Resume {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    Cancel {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Approve a run over the threshold (a second operator, admin role).
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    match command {
+        ReplayCommand::Start {
+            reason,
+            ids,
+            queue,
+            job_type,
+            error_code,
+            category,
+            failed_after,
+            failed_before,
+            expected_payload_version,
+            destination,
+            dry_run,
+            rate,
+            max_concurrency,
+            auto_pause,
+            watch,
+        } => {
+            let mut request = json!({
+                "reason": reason, "expected_payload_version": expected_payload_version,
+                "destination_queue": destination, "dry_run": dry_run, "rate_per_second": rate,
+                "max_concurrency": max_concurrency, "auto_pause_threshold": auto_pause,
+            });
+            if ids.is_empty() {
+                request["filter"] = json!({"queue": queue, "job_type": job_type, "error_code": error_code,
+                                           "category": category, "failed_after": failed_after, "failed_before": failed_before});
+            } else {
+                request["dead_letter_ids"] = json!(ids);
+            }
+            let body = client.post("/ops/v1/replays", &request).await?;
+            if conn.json {
+                println!("{body}");
+            } else if dry_run {
+                println!(
+                    "dry run: {} dead letters would be replayed{}",
+                    s(&body["count"]),
+                    if body["needs_approval"] == true { " (needs a second operator's approval)" } else { "" }
+                );
+                for item in body["sample"].as_array().into_iter().flatten() {
+                    println!(
+                        "  {} {} {} withdrawal {}",
+                        s(&item["dead_letter_id"]),
+                        s(&item["category"]),
+                        s(&item["error_code"]),
+                        s(&item["withdrawal_id"])
+                    );
+                }
+            } else {
+                println!(
+                    "replay run {} started: {} items, status {}",
+                    s(&body["id"]),
+                    s(&body["total"]),
+                    s(&body["status"])
+                );
+            }
+            if watch && !dry_run {
+                follow(&client, &s(&body["id"])).await?;
+            }
+        }
+        ReplayCommand::Status { id, watch } => {
+            if watch {
+                follow(&client, &id).await?;
+            } else {
+                let body = client.get(&format!("/ops/v1/replays/{id}"), &[]).await?;
+                if conn.json {
+                    println!("{body}");
+                } else {
+                    let p = &body["progress"];
+                    println!(
+                        "run {} {}: total {}, released {}, reconciling {}, skipped {}, succeeded {}, failed {}, new dead letters {}, {} /s{}",
+                        s(&body["id"]), s(&body["status"]), s(&p["total"]), s(&p["released"]), s(&p["reconciling"]), s(&p["skipped"]),
+                        s(&p["succeeded"]), s(&p["failed"]), s(&p["new_dead_letters"]), s(&p["released_per_second"]),
+                        body["paused_reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default()
+                    );
+                }
+            }
+        }
+        ReplayCommand::Pause { id, reason } => return replay_control(conn, "pause", &id, &reason).await,
+        ReplayCommand::Resume { id, reason } => return replay_control(conn, "resume", &id, &reason).await,
+        ReplayCommand::Cancel { id, reason } => return replay_control(conn, "cancel", &id, &reason).await,
+        ReplayCommand::Approve { id, reason } => return replay_control(conn, "approve", &id, &reason).await,
+    }
+    Ok(())
+}
+
+/// pause | resume | cancel | approve.
+async fn replay_control(conn: &Connection, action: &str, id: &str, reason: &str) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    let body = client.post(&format!("/ops/v1/replays/{id}/{action}"), &json!({"reason": reason})).await?;
+    if conn.json {
+        println!("{body}");
+    } else {
+        println!("run {} is now {}", s(&body["id"]), s(&body["status"]));
+    }
+    Ok(())
+}
+
+/// A live progress bar until the run completes, is cancelled or pauses.
+async fn follow(client: &Client, id: &str) -> anyhow::Result<()> {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    loop {
+        let body = client.get(&format!("/ops/v1/replays/{id}"), &[]).await?;
+        let p = &body["progress"];
+        let done = p["released"].as_u64().unwrap_or(0)
+            + p["reconciling"].as_u64().unwrap_or(0)
+            + p["skipped"].as_u64().unwrap_or(0)
+            + p["cancelled"].as_u64().unwrap_or(0);
+        bar.set_length(p["total"].as_u64().unwrap_or(0));
+        bar.set_position(done);
+        bar.set_message(format!(
+            "{} · succeeded {} · failed {} · new dead letters {} · {} /s",
+            s(&body["status"]),
+            s(&p["succeeded"]),
+            s(&p["failed"]),
+            s(&p["new_dead_letters"]),
+            s(&p["released_per_second"])
+        ));
+        if matches!(body["status"].as_str(), Some("completed" | "cancelled" | "paused")) {
+            bar.finish();
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
 }

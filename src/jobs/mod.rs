@@ -4,7 +4,9 @@
 //! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
 //! ([`submit`]); [`retry`] is the retry policy as data.
 
+pub mod payload;
 pub mod reconcile;
+pub mod replay;
 pub mod retry;
 pub mod submit;
 pub mod worker;
@@ -21,19 +23,39 @@ pub const PAYOUTS_QUEUE: &str = "payouts";
 /// Sends a withdrawal to the payout provider.
 pub const SUBMIT_PAYOUT: &str = "submit_payout";
 
-/// Payload of [`SUBMIT_PAYOUT`], version [`SubmitPayout::VERSION`].
+/// Payload of [`SUBMIT_PAYOUT`], version [`SubmitPayout::VERSION`] (2). Version 1 had no
+/// `operation_key`; [`payload`] upgrades it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitPayout {
     pub withdrawal_id: WithdrawalId,
+    /// The provider idempotency key, explicit since version 2. Always the withdrawal id.
+    pub operation_key: String,
     /// Set on a controlled retry: the reconciliation result that proved the provider never
-    /// executed the previous attempt (optional, so version 1 payloads without it still decode).
+    /// executed the previous attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciliation_result_id: Option<uuid::Uuid>,
 }
 
 impl SubmitPayout {
-    pub const VERSION: i64 = 1;
+    pub const VERSION: i64 = 2;
+
+    pub fn new(withdrawal_id: WithdrawalId, reconciliation_result_id: Option<uuid::Uuid>) -> Self {
+        Self { withdrawal_id, operation_key: withdrawal_id.to_string(), reconciliation_result_id }
+    }
+
+    /// The job that pays `withdrawal` out, to enqueue in the caller's transaction.
+    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob {
+            queue: PAYOUTS_QUEUE,
+            kind: SUBMIT_PAYOUT,
+            payload: serde_json::to_vec(&self).expect("payload serialises"),
+            payload_version: Self::VERSION,
+            run_at,
+            correlation_id: correlation_id.to_owned(),
+            withdrawal_id: Some(self.withdrawal_id),
+        }
+    }
 }
 
 /// The queue that asks the provider what happened (SPEC §7).
@@ -84,4 +106,19 @@ pub async fn enqueue_reconciliation(
     .await?;
     tracing::info!(withdrawal_id = %withdrawal, reason, "reconciliation enqueued");
     Ok(true)
+}
+
+/// True when the withdrawal's last provider attempt may have executed and no later
+/// reconciliation proved it did not: a resubmission could pay twice, so only reconciliation may
+/// follow.
+pub async fn side_effect_unreconciled(db: &crate::storage::Db, id: WithdrawalId) -> Result<bool> {
+    let Some(last) = crate::storage::attempts::for_withdrawal(db, id).await?.pop() else { return Ok(false) };
+    if last.side_effect != "unknown" {
+        return Ok(false);
+    }
+    let settled = crate::storage::reconciliations::for_withdrawal(db, id)
+        .await?
+        .iter()
+        .any(|r| r.at >= last.started_at && r.result == "not_found" && r.follow_up_job_id.is_some());
+    Ok(!settled)
 }

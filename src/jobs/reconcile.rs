@@ -17,12 +17,12 @@ use uuid::Uuid;
 
 use super::retry::RetryDecision;
 use super::worker::JobContext;
-use super::{ReconcilePayout, SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use super::{ReconcilePayout, SubmitPayout, SUBMIT_PAYOUT};
 use crate::dead_letter::{Category, Failure};
 use crate::domain::{Actor, WithdrawalStatus};
 use crate::provider::{LookupOutcome, TransferStatus};
 use crate::storage::attempts::{self, SideEffect};
-use crate::storage::jobs::{self as job_store, Finish, NewJob};
+use crate::storage::jobs::{self as job_store, Finish};
 use crate::storage::reconciliations::{self, ReconciliationResult};
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{DbTime, Tx};
@@ -170,22 +170,9 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
     let follow_up = if job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await? {
         None
     } else {
-        let payload = SubmitPayout { withdrawal_id: id, reconciliation_result_id: Some(result_id) };
-        Some(
-            job_store::enqueue(
-                &mut tx,
-                &NewJob {
-                    queue: PAYOUTS_QUEUE,
-                    kind: SUBMIT_PAYOUT,
-                    payload: serde_json::to_vec(&payload)?,
-                    payload_version: SubmitPayout::VERSION,
-                    run_at: DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1))),
-                    correlation_id: job.correlation_id.clone(),
-                    withdrawal_id: Some(id),
-                },
-            )
-            .await?,
-        )
+        let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
+        let retry = SubmitPayout::new(id, Some(result_id)).job(&job.correlation_id, run_at);
+        Some(job_store::enqueue(&mut tx, &retry).await?)
     };
     let detail = "provider has no transfer under this key: controlled retry with the same key";
     insert_result(&mut tx, ctx, result_id, "not_found", None, None, detail, follow_up.map(|j| j.0)).await?;

@@ -215,6 +215,7 @@ impl Worker {
         let handlers_stop = CancellationToken::new();
         tracker.spawn(self.clone().reap_leases(shutdown.clone()));
         tracker.spawn(self.clone().sweep_stuck(shutdown.clone()));
+        tracker.spawn(super::replay::run_releaser(self.db.clone(), self.config.worker_id.clone(), shutdown.clone()));
         capture_panic_backtraces();
         tracing::info!(worker_id = %self.config.worker_id, queues = ?self.config.queues, "worker started");
 
@@ -391,26 +392,33 @@ impl JobContext {
     }
 
     async fn dispatch(&self) -> anyhow::Result<()> {
-        let payload = &self.job.payload;
-        match (self.job.kind.as_str(), self.job.payload_version) {
-            (SUBMIT_PAYOUT, SubmitPayout::VERSION) => match serde_json::from_slice::<SubmitPayout>(payload) {
-                Ok(payload) => submit::handle(self, payload).await,
-                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
-            },
-            (RECONCILE_PAYOUT, ReconcilePayout::VERSION) => match serde_json::from_slice::<ReconcilePayout>(payload) {
-                Ok(payload) => reconcile::handle(self, payload).await,
-                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
-            },
-            (kind, version) => {
-                let extra = self.worker.extra.iter().find(|(k, v, _)| *k == kind && *v == version);
-                match extra {
-                    Some((_, _, handler)) => handler(self).await,
-                    None => {
-                        let message = format!("no handler for {kind} payload version {version}");
-                        self.poison("unknown_payload_version", &message).await
-                    }
+        let (kind, version) = (self.job.kind.as_str(), self.job.payload_version);
+        if super::payload::current_version(kind).is_none() {
+            let extra = self.worker.extra.iter().find(|(k, v, _)| *k == kind && *v == version);
+            return match extra {
+                Some((_, _, handler)) => handler(self).await,
+                None => {
+                    let message = format!("no handler for {kind} payload version {version}");
+                    self.poison("unknown_payload_version", &message).await
                 }
-            }
+            };
+        }
+        // Older producers' payloads are upgraded by the registered migrations first.
+        let payload = match super::payload::upgrade(kind, version, &self.job.payload) {
+            Ok((payload, _)) => payload,
+            Err(err) => return self.poison(err.code(), &err.to_string()).await,
+        };
+        match kind {
+            SUBMIT_PAYOUT => match serde_json::from_slice::<SubmitPayout>(&payload) {
+                Ok(p) if p.operation_key == p.withdrawal_id.to_string() => submit::handle(self, p).await,
+                Ok(_) => self.poison("undecodable_payload", "operation_key must be the withdrawal id").await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
+            RECONCILE_PAYOUT => match serde_json::from_slice::<ReconcilePayout>(&payload) {
+                Ok(p) => reconcile::handle(self, p).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
+            other => self.poison("unknown_payload_version", &format!("no handler for {other}")).await,
         }
     }
 

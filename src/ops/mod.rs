@@ -7,7 +7,10 @@
 mod audit;
 mod auth;
 mod dead_letters;
+mod replays;
 mod review;
+
+pub use replays::ReplaySettings;
 
 use axum::Router;
 use serde_json::Value;
@@ -21,7 +24,7 @@ use crate::storage::audit::{self as audit_store, AuditRow};
 use crate::storage::{DbTime, Tx};
 
 pub fn router() -> Router<AppState> {
-    Router::new().merge(review::router()).merge(dead_letters::router()).merge(audit::router())
+    Router::new().merge(review::router()).merge(dead_letters::router()).merge(replays::router()).merge(audit::router())
 }
 
 /// What an action did, for its audit row.
@@ -34,6 +37,17 @@ pub struct Audited<'a> {
 }
 
 impl Audited<'_> {
+    /// A copy with the same borrowed fields (to fill in a target found later).
+    pub fn clone_shallow(&self) -> Self {
+        Audited {
+            action: self.action,
+            target_type: self.target_type,
+            target_id: self.target_id.clone(),
+            reason: self.reason,
+            parameters: self.parameters.clone(),
+        }
+    }
+
     fn row(&self, operator: &Operator, result: &str) -> AuditRow {
         AuditRow {
             id: Uuid::now_v7(),

@@ -14,9 +14,9 @@ use super::{require_reason, Audited, Operator, Role};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::http::error::ApiError;
 use crate::http::AppState;
-use crate::jobs::{enqueue_reconciliation, SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use crate::jobs::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
 use crate::provider::{LookupOutcome, TransferStatus};
-use crate::storage::jobs::{self as job_store, NewJob};
+use crate::storage::jobs as job_store;
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{accounts, attempts, dead_letters, reconciliations, DbTime};
 
@@ -272,7 +272,7 @@ async fn resolve_checked(
             store::transition(&mut tx, &transition(WithdrawalStatus::Failed, Some("rejected_by_operator"))).await?
         }
         "retry" => {
-            if side_effect_unreconciled(state, id).await? {
+            if crate::jobs::side_effect_unreconciled(state.db(), id).await? {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
                     "side_effect_unknown",
@@ -283,20 +283,7 @@ async fn resolve_checked(
             if matches!(outcome, TransitionOutcome::Applied(_))
                 && !job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await?
             {
-                let payload = SubmitPayout { withdrawal_id: id, reconciliation_result_id: None };
-                job_store::enqueue(
-                    &mut tx,
-                    &NewJob {
-                        queue: PAYOUTS_QUEUE,
-                        kind: SUBMIT_PAYOUT,
-                        payload: serde_json::to_vec(&payload).map_err(anyhow::Error::from)?,
-                        payload_version: SubmitPayout::VERSION,
-                        run_at: DbTime::now(),
-                        correlation_id: correlation.clone(),
-                        withdrawal_id: Some(id),
-                    },
-                )
-                .await?;
+                job_store::enqueue(&mut tx, &SubmitPayout::new(id, None).job(&correlation, DbTime::now())).await?;
             }
             outcome
         }
@@ -360,19 +347,4 @@ async fn check_paid_at_provider(state: &AppState, id: WithdrawalId, reference: &
             "the provider did not answer; try later",
         )),
     }
-}
-
-/// True when the last provider attempt may have executed and no later reconciliation said it
-/// did not: a retry could pay twice.
-async fn side_effect_unreconciled(state: &AppState, id: WithdrawalId) -> Result<bool, ApiError> {
-    let db = state.db();
-    let Some(last) = attempts::for_withdrawal(db, id).await?.pop() else { return Ok(false) };
-    if last.side_effect != "unknown" {
-        return Ok(false);
-    }
-    let settled = reconciliations::for_withdrawal(db, id)
-        .await?
-        .iter()
-        .any(|r| r.at >= last.started_at && r.result == "not_found" && r.follow_up_job_id.is_some());
-    Ok(!settled)
 }

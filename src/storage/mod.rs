@@ -18,6 +18,7 @@ pub mod dead_letters;
 pub mod idempotency;
 pub mod jobs;
 pub mod reconciliations;
+pub mod replays;
 pub mod time;
 pub mod withdrawals;
 

@@ -9,13 +9,13 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::accounts::{self, EntryKind};
-use super::jobs::{self, NewJob};
+use super::jobs;
 use super::{DbTime, Result, StorageError, Tx};
 use crate::domain::{
     check_transition, AccountId, Actor, Amount, Currency, Destination, LedgerEffect, TransitionError, Withdrawal,
     WithdrawalId, WithdrawalStatus,
 };
-use crate::jobs::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use crate::jobs::SubmitPayout;
 use crate::{with_conn, with_read_conn};
 
 const COLUMNS: &str = "id, account_id, status, amount, currency, destination, reference, failure_code, version, \
@@ -104,21 +104,7 @@ pub async fn create(tx: &mut Tx, new: &NewWithdrawal) -> Result<std::result::Res
     if !accounts::hold(tx, new.account_id, new.amount, id, transition).await? {
         return Ok(Err(CreateRejected::InsufficientFunds));
     }
-    let payload = serde_json::to_vec(&SubmitPayout { withdrawal_id: id, reconciliation_result_id: None })
-        .expect("payload serialises");
-    jobs::enqueue(
-        tx,
-        &NewJob {
-            queue: PAYOUTS_QUEUE,
-            kind: SUBMIT_PAYOUT,
-            payload,
-            payload_version: SubmitPayout::VERSION,
-            run_at: now,
-            correlation_id: new.correlation_id.clone(),
-            withdrawal_id: Some(id),
-        },
-    )
-    .await?;
+    jobs::enqueue(tx, &SubmitPayout::new(id, None).job(&new.correlation_id, now)).await?;
     Ok(Ok(row.try_into()?))
 }
 

@@ -332,3 +332,12 @@ impl TestApp {
         }
     }
 }
+
+/// Serves a second app (other settings) on the same database; returns its base URL.
+pub async fn serve_extra(app: &TestApp, config: AppConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let state = AppState::with_gateway(app.db.clone(), config, app.gateway.clone());
+    tokio::spawn(http::serve(listener, state, app.shutdown_token()));
+    base_url
+}

@@ -12,5 +12,6 @@ mod ops;
 mod payouts;
 mod provider;
 mod redaction;
+mod replays;
 mod transitions;
 mod validation;

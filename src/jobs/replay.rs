@@ -1,0 +1,249 @@
+//! The replay releaser (SPEC §8.3): releases a running replay run's items in bounded batches,
+//! under the run's rate limit (governor) and a maximum of in-flight jobs lower than normal
+//! traffic, and pauses the run by itself when its released jobs start dead-lettering.
+//!
+//! Each item is checked before release: the payload version the operator expected, upgraded by
+//! the registered payload migrations (or skipped with the reason); the withdrawal still in
+//! `requires_review` (a guarded `requires_review → processing`); the side effect known (unknown →
+//! a reconciliation instead of a resubmission). A release is a new job linked to the dead letter
+//! and the run; the envelope itself is untouched, its handling state gets a `replayed` event.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::payload;
+use crate::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use crate::storage::dead_letters::{self, Event};
+use crate::storage::jobs::{self as job_store, NewJob};
+use crate::storage::replays::{self, ReplayItem, ReplayRun};
+use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use crate::storage::{Db, DbTime};
+
+/// Releases items of every running run until `shutdown`.
+pub async fn run_releaser(db: Db, worker_id: String, shutdown: CancellationToken) {
+    let mut limiters: HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)> = HashMap::new();
+    loop {
+        if let Err(err) = release_round(&db, &worker_id, &mut limiters, &shutdown).await {
+            tracing::warn!(error = format!("{err:#}"), "replay releaser round failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}
+
+async fn release_round(
+    db: &Db,
+    worker_id: &str,
+    limiters: &mut HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let runs = replays::lease_running(db, worker_id, DbTime::now().plus(TimeDelta::seconds(10))).await?;
+    for run in runs {
+        let limiter = limiters
+            .entry(run.id)
+            .or_insert_with(|| (run.rate_per_second, Arc::new(limiter(run.rate_per_second))))
+            .1
+            .clone();
+        release_some(db, &run, &limiter, shutdown).await?;
+    }
+    Ok(())
+}
+
+fn limiter(rate: i64) -> DefaultDirectRateLimiter {
+    let rate = NonZeroU32::new(u32::try_from(rate.max(1)).unwrap_or(u32::MAX)).expect("positive");
+    // A burst of one spreads releases evenly instead of front-loading each second.
+    RateLimiter::direct(Quota::per_second(rate).allow_burst(NonZeroU32::MIN))
+}
+
+/// Releases up to a second's worth of the run's pending items, then returns so pause, cancel and
+/// other runs are noticed promptly.
+async fn release_some(
+    db: &Db,
+    run: &ReplayRun,
+    limiter: &DefaultDirectRateLimiter,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let batch = run.rate_per_second.clamp(1, 500);
+    let pending = replays::pending_items(db, run.id, batch).await?;
+    if pending.is_empty() {
+        let progress = replays::progress(db, run.id).await?;
+        if progress.in_flight == 0 {
+            let mut tx = db.begin().await?;
+            replays::set_status(&mut tx, run.id, &["running"], "completed", None, None).await?;
+            tx.commit().await?;
+        }
+        return Ok(());
+    }
+    // Progress is counted once per batch (it scans the run); within the batch this releaser's
+    // own releases are added as it goes.
+    let progress = replays::progress(db, run.id).await?;
+    if progress.new_dead_letters >= run.auto_pause_threshold {
+        let reason = format!("auto-paused: {} new dead letters from this run", progress.new_dead_letters);
+        tracing::warn!(run_id = %run.id, reason, "replay auto-paused");
+        let mut tx = db.begin().await?;
+        replays::set_status(&mut tx, run.id, &["running"], "paused", Some(&reason), None).await?;
+        tx.commit().await?;
+        return Ok(());
+    }
+    for (released, item) in (0_i64..).zip(pending) {
+        if progress.in_flight + released >= run.max_concurrency {
+            return Ok(()); // full: let released jobs finish first
+        }
+        let current = replays::get_run(db, run.id).await?;
+        if current.as_ref().map(|r| r.status.as_str()) != Some("running") {
+            return Ok(()); // paused or cancelled meanwhile
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = limiter.until_ready() => {}
+        }
+        release_item(db, run, &item).await?;
+    }
+    Ok(())
+}
+
+/// Checks and releases one item, in one transaction.
+pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow::Result<()> {
+    let mut tx = db.begin().await?;
+    let Some(letter) = dead_letters::get(db, item.dead_letter_id).await? else {
+        replays::finish_item(&mut tx, item.id, "skipped", Some("dead letter not found"), None).await?;
+        return Ok(tx.commit().await?);
+    };
+    let skip = |reason: String| reason;
+    let decision: Result<(Vec<u8>, i64, Option<WithdrawalId>), String> = (|| {
+        if letter.payload_version != run.expected_payload_version {
+            return Err(skip(format!(
+                "payload version {} is not the expected {}",
+                letter.payload_version, run.expected_payload_version
+            )));
+        }
+        let bytes = match (&letter.payload, &letter.raw_payload) {
+            (Some(json), _) => serde_json::to_vec(&json.0).map_err(|e| e.to_string())?,
+            (None, Some(raw)) => raw.clone(),
+            (None, None) => return Err("no payload stored".to_owned()),
+        };
+        let (upgraded, version) =
+            payload::upgrade(&letter.job_type, letter.payload_version, &bytes).map_err(|e| skip(e.to_string()))?;
+        let from_payload = serde_json::from_slice::<serde_json::Value>(&upgraded)
+            .ok()
+            .and_then(|v| v["withdrawal_id"].as_str().and_then(|s| s.parse().ok()));
+        Ok((upgraded, version, letter.withdrawal_id.map(WithdrawalId).or(from_payload)))
+    })();
+    let (payload, version, withdrawal) = match decision {
+        Ok(ok) => ok,
+        Err(reason) => {
+            replays::finish_item(&mut tx, item.id, "skipped", Some(&reason), None).await?;
+            return Ok(tx.commit().await?);
+        }
+    };
+    let Some(withdrawal) = withdrawal else {
+        replays::finish_item(&mut tx, item.id, "skipped", Some("no withdrawal to replay"), None).await?;
+        return Ok(tx.commit().await?);
+    };
+    let correlation = format!("replay-{}", run.id);
+    let actor = Actor::Operator(run.started_by.to_string());
+    let unknown = letter.side_effect_state == "unknown" || super::side_effect_unreconciled(db, withdrawal).await?;
+    if unknown {
+        // The provider may have paid: ask it first; reconciliation retries only on proof.
+        super::enqueue_reconciliation(&mut tx, withdrawal, "replay_side_effect_unknown", &correlation, DbTime::now())
+            .await?;
+        replays::finish_item(
+            &mut tx,
+            item.id,
+            "reconciling",
+            Some("side effect unknown: reconciliation instead of resubmission"),
+            None,
+        )
+        .await?;
+        record_event(&mut tx, &letter.id, run, item, None, "reconciliation enqueued").await?;
+        return Ok(tx.commit().await?);
+    }
+    let moved = store::transition(
+        &mut tx,
+        &TransitionRequest {
+            id: withdrawal,
+            from: WithdrawalStatus::RequiresReview,
+            to: WithdrawalStatus::Processing,
+            expected_version: None,
+            actor: &actor,
+            reason: &format!("replay run {}: {}", run.id, run.reason),
+            correlation_id: &correlation,
+            failure_code: None,
+        },
+    )
+    .await?;
+    if !matches!(moved, TransitionOutcome::Applied(_)) {
+        let now = store::get_in_tx(&mut tx, withdrawal).await?.map(|w| w.status.to_string()).unwrap_or_default();
+        replays::finish_item(
+            &mut tx,
+            item.id,
+            "skipped",
+            Some(&format!("withdrawal is {now}, not requires_review")),
+            None,
+        )
+        .await?;
+        return Ok(tx.commit().await?);
+    }
+    let queue = match run.destination_queue.as_str() {
+        super::RECONCILIATION_QUEUE => super::RECONCILIATION_QUEUE,
+        _ => super::PAYOUTS_QUEUE,
+    };
+    let kind = match letter.job_type.as_str() {
+        super::RECONCILE_PAYOUT => super::RECONCILE_PAYOUT,
+        _ => super::SUBMIT_PAYOUT,
+    };
+    let job = job_store::enqueue(
+        &mut tx,
+        &NewJob {
+            queue,
+            kind,
+            payload,
+            payload_version: version,
+            run_at: DbTime::now(),
+            correlation_id: correlation,
+            withdrawal_id: Some(withdrawal),
+        },
+    )
+    .await?;
+    replays::link_job(&mut tx, job.0, item.id).await?;
+    replays::finish_item(&mut tx, item.id, "released", None, Some(job.0)).await?;
+    record_event(&mut tx, &letter.id, run, item, Some(job.0), "released").await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn record_event(
+    tx: &mut crate::storage::Tx,
+    dead_letter: &Uuid,
+    run: &ReplayRun,
+    item: &ReplayItem,
+    job: Option<Uuid>,
+    outcome: &str,
+) -> anyhow::Result<()> {
+    dead_letters::add_event(
+        tx,
+        &Event {
+            id: Uuid::now_v7(),
+            dead_letter_id: *dead_letter,
+            action: "replayed".into(),
+            actor: format!("operator:{}", run.started_by),
+            reason: crate::redact::text(&run.reason),
+            details: Some(sqlx::types::Json(
+                json!({"run_id": run.id, "item_id": item.id, "job_id": job, "outcome": outcome}),
+            )),
+            at: DbTime::now(),
+        },
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,366 @@
+//! Replay (SPEC §8.3): a deliberate command, never "retry all". Start with a reason, a selection
+//! (dead-letter ids or the triage filters), the expected payload version and a destination queue;
+//! `dry_run` reports the count and a sample and changes nothing. Runs over the approval
+//! threshold wait for a second operator. The worker's releaser does the releasing.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::{require_reason, Audited, Operator, Role};
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::storage::dead_letters::{self, DeadLetterFilter};
+use crate::storage::replays::{self, ReplayRun};
+use crate::storage::{is_unique_violation, DbTime, StorageError};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ops/v1/replays", post(start))
+        .route("/ops/v1/replays/{id}", get(status))
+        .route("/ops/v1/replays/{id}/{action}", post(control))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectionFilter {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub error_code: Option<String>,
+    pub category: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
+    pub failed_before: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    pub reason: String,
+    #[serde(default)]
+    pub dead_letter_ids: Option<Vec<Uuid>>,
+    #[serde(default)]
+    pub filter: Option<SelectionFilter>,
+    pub expected_payload_version: i64,
+    pub destination_queue: String,
+    #[serde(default)]
+    pub dry_run: bool,
+    pub rate_per_second: Option<i64>,
+    pub max_concurrency: Option<i64>,
+    pub auto_pause_threshold: Option<i64>,
+}
+
+/// Replay limits: gentler than normal traffic by default.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplaySettings {
+    pub approval_threshold: i64,
+    pub default_rate_per_second: i64,
+    pub default_max_concurrency: i64,
+    pub default_auto_pause_threshold: i64,
+    pub max_selection: i64,
+}
+
+impl Default for ReplaySettings {
+    fn default() -> Self {
+        Self {
+            approval_threshold: 100,
+            default_rate_per_second: 5,
+            default_max_concurrency: 4,
+            default_auto_pause_threshold: 10,
+            max_selection: 10_000,
+        }
+    }
+}
+
+fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> Value {
+    let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
+    let mut v = json!({
+        "id": run.id, "status": run.status, "reason": run.reason, "selection": run.selection.0,
+        "expected_payload_version": run.expected_payload_version, "destination_queue": run.destination_queue,
+        "total": run.total, "rate_per_second": run.rate_per_second, "max_concurrency": run.max_concurrency,
+        "auto_pause_threshold": run.auto_pause_threshold, "started_by": run.started_by, "approved_by": run.approved_by,
+        "paused_reason": run.paused_reason, "created_at": run.created_at.0, "updated_at": run.updated_at.0,
+    });
+    if let Some(p) = progress {
+        let released = p.released + p.reconciling;
+        v["progress"] = json!({
+            "total": run.total, "pending": p.pending, "released": p.released, "reconciling": p.reconciling,
+            "skipped": p.skipped, "cancelled": p.cancelled, "in_flight": p.in_flight, "succeeded": p.succeeded,
+            "failed": p.failed, "new_dead_letters": p.new_dead_letters,
+            "released_per_second": (released as f64 / elapsed * 100.0).round() / 100.0,
+        });
+    }
+    v
+}
+
+async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<dead_letters::DeadLetter>, ApiError> {
+    let db = state.db();
+    match (&req.dead_letter_ids, &req.filter) {
+        (Some(ids), None) => {
+            let mut letters = Vec::new();
+            for id in ids {
+                letters.push(dead_letters::get(db, *id).await?.ok_or_else(|| {
+                    ApiError::unprocessable("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
+                })?);
+            }
+            Ok(letters)
+        }
+        (None, Some(f)) => {
+            let filter = DeadLetterFilter {
+                queue: f.queue.clone(),
+                job_type: f.job_type.clone(),
+                error_code: f.error_code.clone(),
+                category: f.category.clone(),
+                failed_after: f.failed_after.map(DbTime::from),
+                failed_before: f.failed_before.map(DbTime::from),
+                open: Some(true),
+                after: None,
+                limit: limit + 1,
+            };
+            Ok(dead_letters::list(db, &filter).await?.into_iter().map(|l| l.letter).collect())
+        }
+        _ => Err(ApiError::unprocessable(
+            "invalid_selection",
+            "selection",
+            "give exactly one of dead_letter_ids or filter",
+        )),
+    }
+}
+
+async fn start(
+    State(state): State<AppState>,
+    operator: Operator,
+    body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    operator.require(Role::Operator)?;
+    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let audited = Audited {
+        action: if req.dry_run { "replay.dry_run" } else { "replay.start" },
+        target_type: "replay",
+        target_id: "new".into(),
+        reason: &req.reason,
+        parameters: json!({"dead_letter_ids": req.dead_letter_ids, "expected_payload_version": req.expected_payload_version,
+                           "destination_queue": req.destination_queue, "dry_run": req.dry_run}),
+    };
+    match start_checked(&state, &operator, &req, &audited).await {
+        Ok(ok) => Ok(ok),
+        Err(err) => Err(audited.refuse(&state, &operator, err).await),
+    }
+}
+
+async fn start_checked(
+    state: &AppState,
+    operator: &Operator,
+    req: &StartRequest,
+    audited: &Audited<'_>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let settings = state.config().replay;
+    let reason = require_reason(&req.reason)?;
+    if ![PAYOUTS_QUEUE, RECONCILIATION_QUEUE].contains(&req.destination_queue.as_str()) {
+        return Err(ApiError::unprocessable(
+            "unknown_queue",
+            "destination_queue",
+            "destination queue must be payouts or reconciliation",
+        ));
+    }
+    let rate = req.rate_per_second.unwrap_or(settings.default_rate_per_second);
+    let concurrency = req.max_concurrency.unwrap_or(settings.default_max_concurrency);
+    let auto_pause = req.auto_pause_threshold.unwrap_or(settings.default_auto_pause_threshold);
+    if !(1..=1_000).contains(&rate) || !(1..=100).contains(&concurrency) || auto_pause < 1 {
+        return Err(ApiError::unprocessable(
+            "invalid_limits",
+            "rate_per_second",
+            "rate 1–1000/s, concurrency 1–100, auto-pause ≥ 1",
+        ));
+    }
+    let letters = select(state, req, settings.max_selection).await?;
+    if letters.is_empty() {
+        return Err(ApiError::unprocessable(
+            "empty_selection",
+            "selection",
+            "the selection matches no open dead letter",
+        ));
+    }
+    if letters.len() as i64 > settings.max_selection {
+        return Err(ApiError::unprocessable(
+            "selection_too_large",
+            "selection",
+            format!("at most {} items per run", settings.max_selection),
+        ));
+    }
+    let needs_approval = letters.len() as i64 > settings.approval_threshold;
+    if req.dry_run {
+        let sample: Vec<Value> = letters
+            .iter()
+            .take(5)
+            .map(|d| {
+                json!({"dead_letter_id": d.id, "withdrawal_id": d.withdrawal_id, "category": d.category,
+                            "error_code": d.error_code, "payload_version": d.payload_version,
+                            "side_effect_state": d.side_effect_state})
+            })
+            .collect();
+        let mismatched = letters.iter().filter(|d| d.payload_version != req.expected_payload_version).count();
+        let mut tx = state.db().begin().await?;
+        audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        return Ok((
+            StatusCode::OK,
+            Json(json!({"dry_run": true, "count": letters.len(), "sample": sample, "needs_approval": needs_approval,
+                        "payload_version_mismatches": mismatched})),
+        ));
+    }
+    for letter in &letters {
+        if let Some(run) = replays::active_run_for(state.db(), letter.id).await? {
+            return Err(already_replaying(letter.id, run));
+        }
+    }
+    let now = DbTime::now();
+    let run = ReplayRun {
+        id: Uuid::now_v7(),
+        started_by: operator.id.0,
+        reason: reason.to_owned(),
+        selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
+        expected_payload_version: req.expected_payload_version,
+        destination_queue: req.destination_queue.clone(),
+        status: if needs_approval { "awaiting_approval" } else { "running" }.into(),
+        total: letters.len() as i64,
+        rate_per_second: rate,
+        max_concurrency: concurrency,
+        auto_pause_threshold: auto_pause,
+        approved_by: None,
+        paused_reason: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let mut tx = state.db().begin().await?;
+    replays::insert_run(&mut tx, &run).await?;
+    for letter in &letters {
+        if let Err(err) = replays::insert_item(&mut tx, run.id, letter.id).await {
+            drop(tx);
+            return Err(match err {
+                StorageError::Database(ref db) if is_unique_violation(db) => {
+                    let holder = replays::active_run_for(state.db(), letter.id).await?.unwrap_or_default();
+                    already_replaying(letter.id, holder)
+                }
+                other => other.into(),
+            });
+        }
+    }
+    let audited = Audited { target_id: run.id.to_string(), ..audited.clone_shallow() };
+    audited.record_ok(&mut tx, operator).await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(run_view(&run, None))))
+}
+
+fn already_replaying(dead_letter: Uuid, run: Uuid) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "already_replaying",
+        format!("dead letter {dead_letter} is already being replayed by run {run}"),
+    )
+}
+
+async fn status(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    operator.require(Role::Viewer)?;
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
+    let progress = replays::progress(state.db(), id).await?;
+    let mut view = run_view(&run, Some(&progress));
+    view["items"] = replays::items(state.db(), id)
+        .await?
+        .iter()
+        .map(
+            |i| json!({"dead_letter_id": i.dead_letter_id, "status": i.status, "detail": i.detail, "job_id": i.job_id}),
+        )
+        .collect();
+    Ok(Json(view))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlRequest {
+    pub reason: String,
+}
+
+async fn control(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path((id, action)): Path<(String, String)>,
+    body: Result<Json<ControlRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let needed = if action == "approve" { Role::Admin } else { Role::Operator };
+    operator.require(needed)?;
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let audited = Audited {
+        action: match action.as_str() {
+            "pause" => "replay.pause",
+            "resume" => "replay.resume",
+            "cancel" => "replay.cancel",
+            "approve" => "replay.approve",
+            _ => return Err(ApiError::not_found()),
+        },
+        target_type: "replay",
+        target_id: id.to_string(),
+        reason: &req.reason,
+        parameters: json!({}),
+    };
+    let done = async {
+        let reason = require_reason(&req.reason)?;
+        let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
+        let mut tx = state.db().begin().await?;
+        let changed = match action.as_str() {
+            "pause" => replays::set_status(&mut tx, id, &["running"], "paused", Some(reason), None).await?,
+            "resume" => replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?,
+            "cancel" => {
+                let ok = replays::set_status(
+                    &mut tx,
+                    id,
+                    &["running", "paused", "awaiting_approval"],
+                    "cancelled",
+                    Some(reason),
+                    None,
+                )
+                .await?;
+                if ok {
+                    replays::cancel_pending(&mut tx, id).await?;
+                }
+                ok
+            }
+            _ => {
+                if run.started_by == operator.id.0 {
+                    return Err(ApiError::new(
+                        StatusCode::FORBIDDEN,
+                        "second_operator_required",
+                        "a run must be approved by a different operator than the one who started it",
+                    ));
+                }
+                replays::set_status(&mut tx, id, &["awaiting_approval"], "running", None, Some(operator.id.0)).await?
+            }
+        };
+        if !changed {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "invalid_run_state",
+                format!("cannot {action} a run that is {}", run.status),
+            ));
+        }
+        audited.record_ok(&mut tx, &operator).await?;
+        tx.commit().await?;
+        let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
+        Ok(Json(run_view(&run, None)))
+    };
+    match done.await {
+        Ok(v) => Ok(v),
+        Err(err) => Err(audited.refuse(&state, &operator, err).await),
+    }
+}

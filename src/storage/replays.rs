@@ -1,0 +1,255 @@
+//! Replay runs and items (SPEC §8.3). A run is released by a worker holding the run's lease;
+//! each item moves `pending → released | reconciling | skipped | cancelled` exactly once.
+
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{Db, DbTime, Result, Tx};
+use crate::{with_conn, with_read_conn};
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ReplayRun {
+    pub id: Uuid,
+    pub started_by: Uuid,
+    pub reason: String,
+    pub selection: Json<serde_json::Value>,
+    pub expected_payload_version: i64,
+    pub destination_queue: String,
+    pub status: String,
+    pub total: i64,
+    pub rate_per_second: i64,
+    pub max_concurrency: i64,
+    pub auto_pause_threshold: i64,
+    pub approved_by: Option<Uuid>,
+    pub paused_reason: Option<String>,
+    pub created_at: DbTime,
+    pub updated_at: DbTime,
+}
+
+const RUN_COLUMNS: &str = "id, started_by, reason, selection, expected_payload_version, destination_queue, status, total, \
+                           rate_per_second, max_concurrency, auto_pause_threshold, approved_by, paused_reason, created_at, updated_at";
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReplayItem {
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub dead_letter_id: Uuid,
+    pub status: String,
+    pub detail: Option<String>,
+    pub job_id: Option<Uuid>,
+    pub released_at: Option<DbTime>,
+}
+
+pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query(&format!(
+            "INSERT INTO replay_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+        ))
+        .bind(run.id)
+        .bind(run.started_by)
+        .bind(&run.reason)
+        .bind(&run.selection)
+        .bind(run.expected_payload_version)
+        .bind(&run.destination_queue)
+        .bind(&run.status)
+        .bind(run.total)
+        .bind(run.rate_per_second)
+        .bind(run.max_concurrency)
+        .bind(run.auto_pause_threshold)
+        .bind(run.approved_by)
+        .bind(&run.paused_reason)
+        .bind(run.created_at)
+        .bind(run.updated_at)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+/// The run already replaying `dead_letter`, if any.
+pub async fn active_run_for(db: &Db, dead_letter: Uuid) -> Result<Option<Uuid>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, Uuid>(
+            "SELECT run_id FROM replay_items WHERE dead_letter_id = $1 AND status IN ('pending', 'released', 'reconciling')",
+        )
+        .bind(dead_letter)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Adds an item; a dead letter already in an active replay makes this fail with a unique
+/// violation (see [`super::is_unique_violation`]).
+pub async fn insert_item(tx: &mut Tx, run: Uuid, dead_letter: Uuid) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query("INSERT INTO replay_items (id, run_id, dead_letter_id, status, created_at) VALUES ($1, $2, $3, 'pending', $4)")
+            .bind(Uuid::now_v7())
+            .bind(run)
+            .bind(dead_letter)
+            .bind(DbTime::now())
+            .execute(&mut *conn)
+            .await?;
+    });
+    Ok(())
+}
+
+pub async fn get_run(db: &Db, id: Uuid) -> Result<Option<ReplayRun>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReplayRun>(&format!("SELECT {RUN_COLUMNS} FROM replay_runs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}
+
+/// Guarded status change: only from one of `from`. Returns whether it happened.
+pub async fn set_status(
+    tx: &mut Tx,
+    id: Uuid,
+    from: &[&str],
+    to: &str,
+    paused_reason: Option<&str>,
+    approved_by: Option<Uuid>,
+) -> Result<bool> {
+    let from = from.join(",");
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE replay_runs SET status = $1, paused_reason = $2, approved_by = COALESCE($3, approved_by), updated_at = $4
+             WHERE id = $5 AND (',' || $6 || ',') LIKE ('%,' || status || ',%')",
+        )
+        .bind(to)
+        .bind(paused_reason)
+        .bind(approved_by)
+        .bind(DbTime::now())
+        .bind(id)
+        .bind(from)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// Runs a releaser may work on, leased to `worker` until `until` (one releaser per run).
+pub async fn lease_running(db: &Db, worker: &str, until: DbTime) -> Result<Vec<ReplayRun>> {
+    let now = DbTime::now();
+    let mut tx = db.begin().await?;
+    let runs = with_conn!(&mut tx, |conn| {
+        sqlx::query_as::<_, ReplayRun>(&format!(
+            "UPDATE replay_runs SET leased_by = $1, lease_until = $2
+             WHERE status = 'running' AND (lease_until IS NULL OR lease_until < $3 OR leased_by = $1)
+             RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(worker)
+        .bind(until)
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    tx.commit().await?;
+    Ok(runs)
+}
+
+pub async fn pending_items(db: &Db, run: Uuid, limit: i64) -> Result<Vec<ReplayItem>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReplayItem>(
+            "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
+             WHERE run_id = $1 AND status = 'pending' ORDER BY id LIMIT $2",
+        )
+        .bind(run)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+pub async fn items(db: &Db, run: Uuid) -> Result<Vec<ReplayItem>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReplayItem>(
+            "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
+             WHERE run_id = $1 ORDER BY id",
+        )
+        .bind(run)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Moves a pending item on; false if someone else already did.
+pub async fn finish_item(tx: &mut Tx, item: Uuid, to: &str, detail: Option<&str>, job: Option<Uuid>) -> Result<bool> {
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE replay_items SET status = $1, detail = $2, job_id = $3, released_at = $4
+             WHERE id = $5 AND status = 'pending'",
+        )
+        .bind(to)
+        .bind(detail)
+        .bind(job)
+        .bind(DbTime::now())
+        .bind(item)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+pub async fn link_job(tx: &mut Tx, job: Uuid, item: Uuid) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query("UPDATE jobs SET replay_item_id = $1 WHERE id = $2")
+            .bind(item)
+            .bind(job)
+            .execute(&mut *conn)
+            .await?;
+    });
+    Ok(())
+}
+
+pub async fn cancel_pending(tx: &mut Tx, run: Uuid) -> Result<u64> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query("UPDATE replay_items SET status = 'cancelled', detail = 'run cancelled' WHERE run_id = $1 AND status = 'pending'")
+            .bind(run)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    }))
+}
+
+/// A run's progress, counted from its items and the jobs they released.
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct Progress {
+    pub pending: i64,
+    pub released: i64,
+    pub reconciling: i64,
+    pub skipped: i64,
+    pub cancelled: i64,
+    /// Released jobs still scheduled or running.
+    pub in_flight: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    /// Dead letters written by jobs this run released.
+    pub new_dead_letters: i64,
+}
+
+pub async fn progress(db: &Db, run: Uuid) -> Result<Progress> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, Progress>(
+            "SELECT
+               COALESCE(SUM(CASE WHEN i.status = 'pending' THEN 1 ELSE 0 END), 0) AS pending,
+               COALESCE(SUM(CASE WHEN i.status = 'released' THEN 1 ELSE 0 END), 0) AS released,
+               COALESCE(SUM(CASE WHEN i.status = 'reconciling' THEN 1 ELSE 0 END), 0) AS reconciling,
+               COALESCE(SUM(CASE WHEN i.status = 'skipped' THEN 1 ELSE 0 END), 0) AS skipped,
+               COALESCE(SUM(CASE WHEN i.status = 'cancelled' THEN 1 ELSE 0 END), 0) AS cancelled,
+               COALESCE(SUM(CASE WHEN j.status IN ('scheduled', 'running') THEN 1 ELSE 0 END), 0) AS in_flight,
+               COALESCE(SUM(CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END), 0) AS succeeded,
+               COALESCE(SUM(CASE WHEN j.status = 'dead' THEN 1 ELSE 0 END), 0) AS failed,
+               COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.id) THEN 1 ELSE 0 END), 0)
+                 AS new_dead_letters
+             FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id
+             WHERE i.run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(&mut *conn)
+        .await?
+    }))
+}

@@ -1,0 +1,394 @@
+//! Replay (SPEC §8.3): deliberate, bounded, rate-limited, pausable, approved when large, and
+//! never paying twice.
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use futures::future::join_all;
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use reqwest::Method;
+use serde_json::{json, Value};
+use uuid::Uuid;
+use withdrawals::config::AppConfig;
+use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::storage::dead_letters;
+use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
+use withdrawals::storage::DbTime;
+
+use crate::harness::{problem_code, Backend, TestApp};
+
+macro_rules! replay_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Sqlite).await).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Postgres).await).await } )* }
+    };
+}
+
+replay_tests!(
+    a_dry_run_reports_count_and_sample_and_changes_nothing,
+    a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched,
+    releases_hold_the_rate_limit,
+    pause_stops_releases_resume_continues_and_cancel_stops_for_good,
+    a_run_whose_jobs_keep_dead_lettering_pauses_itself,
+    two_concurrent_replays_of_one_dead_letter_replay_it_once,
+    a_large_run_waits_for_a_second_operators_approval,
+    a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cannot_be_upgraded,
+);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn app(backend: Backend) -> TestApp {
+    let mut config = AppConfig::default();
+    config.replay.approval_threshold = 250;
+    TestApp::spawn_with(backend, config).await
+}
+
+/// `n` withdrawals the provider rejected, each with one `dependency_rejected` dead letter; the
+/// provider accepts again afterwards. The app's default worker keeps running (it releases replays).
+async fn rejected(app: &TestApp, n: usize) -> Vec<WithdrawalId> {
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_default_worker();
+    let alice = app.customer("100000.00").await;
+    let ids: Vec<WithdrawalId> = join_all((0..n).map(|i| {
+        let alice = &alice;
+        async move { app.create_withdrawal(alice, &format!("k{i}"), "1.00").await }
+    }))
+    .await;
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::RequiresReview, WAIT).await;
+    }
+    app.provider.mock.set_faults(FaultConfig::default());
+    ids
+}
+
+async fn letters_of(app: &TestApp, ids: &[WithdrawalId]) -> Vec<Uuid> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0).id);
+    }
+    out
+}
+
+async fn post(app: &TestApp, path: &str, token: &str, body: Value) -> reqwest::Response {
+    app.client.request(Method::POST, app.url(path)).bearer_auth(token).json(&body).send().await.unwrap()
+}
+
+async fn run_status(app: &TestApp, run: &str, token: &str) -> Value {
+    app.client
+        .get(app.url(&format!("/ops/v1/replays/{run}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn start_body(letters: &[Uuid], rate: i64) -> Value {
+    json!({"reason": "provider fixed the account check", "dead_letter_ids": letters, "expected_payload_version": 2,
+           "destination_queue": "payouts", "rate_per_second": rate, "max_concurrency": 100})
+}
+
+async fn wait_run(app: &TestApp, run: &str, token: &str, status: &str) -> Value {
+    app.eventually(&format!("run {run} to be {status}"), WAIT, || async {
+        let body = run_status(app, run, token).await;
+        (body["status"] == status).then_some(body)
+    })
+    .await
+}
+
+fn executions(app: &TestApp, id: WithdrawalId) -> u32 {
+    app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum()
+}
+
+async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
+    let ids = rejected(&app, 3).await;
+    let operator = app.operator("operator").await;
+    let before: Vec<_> =
+        futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
+
+    let response = post(
+        &app,
+        "/ops/v1/replays",
+        &operator,
+        json!({
+        "reason": "check the blast radius", "filter": {"category": "dependency_rejected"},
+        "expected_payload_version": 2, "destination_queue": "payouts", "dry_run": true}),
+    )
+    .await;
+
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["count"], 3);
+    assert_eq!(body["sample"].as_array().unwrap().len(), 3);
+    assert_eq!(body["sample"][0]["category"], "dependency_rejected");
+    let after: Vec<_> =
+        futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
+    let count = |v: &Vec<Result<Vec<job_store::JobRow>, _>>| v.iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>();
+    assert_eq!(count(&before), count(&after), "no job enqueued");
+    for id in &ids {
+        let w = withdrawals::storage::withdrawals::get(&app.db, None, *id).await.unwrap().unwrap();
+        assert_eq!(w.status, WithdrawalStatus::RequiresReview);
+        let letter = dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0);
+        assert!(dead_letters::events(&app.db, letter.id).await.unwrap().is_empty());
+    }
+}
+
+async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(app: TestApp) {
+    let ids = rejected(&app, 3).await;
+    let letters = letters_of(&app, &ids).await;
+    let envelope_before = dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap();
+    let operator = app.operator("operator").await;
+
+    let response = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await;
+
+    assert_eq!(response.status(), 201);
+    let run: Value = response.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let done = wait_run(&app, &run_id, &operator, "completed").await;
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+        assert_eq!(executions(&app, *id), 1, "paid once");
+    }
+    assert_eq!(done["progress"]["released"], 3);
+    assert_eq!(dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap(), envelope_before, "envelope untouched");
+    let events = dead_letters::events(&app.db, letters[0]).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].action, "replayed");
+    assert_eq!(events[0].details.as_ref().unwrap().0["run_id"], run_id);
+    let final_status = run_status(&app, &run_id, &operator).await;
+    assert_eq!(final_status["progress"]["succeeded"], 3);
+    app.assert_ledger_invariant().await;
+}
+
+async fn releases_hold_the_rate_limit(app: TestApp) {
+    let ids = rejected(&app, 200).await;
+    let letters = letters_of(&app, &ids).await;
+    let operator = app.operator("operator").await;
+    let rate = 25;
+
+    let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, rate)).await.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    wait_run(&app, &run_id, &operator, "completed").await;
+
+    let items = withdrawals::storage::replays::items(&app.db, run_id.parse().unwrap()).await.unwrap();
+    let mut times: Vec<_> = items.iter().filter_map(|i| i.released_at).collect();
+    times.sort();
+    assert_eq!(times.len(), 200);
+    let span = (times.last().unwrap().0 - times[0].0).to_std().unwrap().as_secs_f64();
+    let observed = (times.len() - 1) as f64 / span;
+    assert!(
+        (observed - rate as f64).abs() <= rate as f64 * 0.1,
+        "released {observed:.1}/s against a limit of {rate}/s"
+    );
+}
+
+async fn pause_stops_releases_resume_continues_and_cancel_stops_for_good(app: TestApp) {
+    let ids = rejected(&app, 30).await;
+    let letters = letters_of(&app, &ids).await;
+    let operator = app.operator("operator").await;
+    let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 5)).await.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let released = |body: &Value| body["progress"]["released"].as_i64().unwrap();
+    app.eventually("two releases", WAIT, || async {
+        (released(&run_status(&app, &run_id, &operator).await) >= 2).then_some(())
+    })
+    .await;
+
+    let paused =
+        post(&app, &format!("/ops/v1/replays/{run_id}/pause"), &operator, json!({"reason": "watch the provider"}))
+            .await;
+    assert_eq!(paused.status(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await; // a release already past its checks may land
+    let at_pause = released(&run_status(&app, &run_id, &operator).await);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(released(&run_status(&app, &run_id, &operator).await), at_pause, "paused: nothing released");
+
+    let resumed =
+        post(&app, &format!("/ops/v1/replays/{run_id}/resume"), &operator, json!({"reason": "provider fine"})).await;
+    assert_eq!(resumed.status(), 200);
+    app.eventually("releases after resume", WAIT, || async {
+        (released(&run_status(&app, &run_id, &operator).await) > at_pause).then_some(())
+    })
+    .await;
+
+    let cancelled =
+        post(&app, &format!("/ops/v1/replays/{run_id}/cancel"), &operator, json!({"reason": "enough"})).await;
+    assert_eq!(cancelled.status(), 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let at_cancel = run_status(&app, &run_id, &operator).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let later = run_status(&app, &run_id, &operator).await;
+    assert_eq!(later["status"], "cancelled");
+    assert_eq!(released(&later), released(&at_cancel), "cancelled: nothing more released");
+    assert!(later["progress"]["cancelled"].as_i64().unwrap() > 0);
+    assert_eq!(later["progress"]["pending"], 0);
+    let again = post(&app, &format!("/ops/v1/replays/{run_id}/resume"), &operator, json!({"reason": "oops"})).await;
+    let (status, code, _) = problem_code(again).await;
+    assert_eq!((status, code.as_str()), (409, "invalid_run_state"), "cancel is for good");
+}
+
+async fn a_run_whose_jobs_keep_dead_lettering_pauses_itself(app: TestApp) {
+    let ids = rejected(&app, 6).await;
+    let letters = letters_of(&app, &ids).await;
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    let operator = app.operator("operator").await;
+    let mut body = start_body(&letters, 20);
+    body["auto_pause_threshold"] = json!(2);
+    body["max_concurrency"] = json!(1);
+
+    let run: Value = post(&app, "/ops/v1/replays", &operator, body).await.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+
+    let paused = wait_run(&app, &run_id, &operator, "paused").await;
+    assert!(paused["paused_reason"].as_str().unwrap().starts_with("auto-paused"), "{paused}");
+    assert!(paused["progress"]["new_dead_letters"].as_i64().unwrap() >= 2);
+    assert!(paused["progress"]["pending"].as_i64().unwrap() > 0, "stopped before releasing everything");
+}
+
+async fn two_concurrent_replays_of_one_dead_letter_replay_it_once(app: TestApp) {
+    let ids = rejected(&app, 1).await;
+    let letters = letters_of(&app, &ids).await;
+    let first = app.operator("operator").await;
+    let second = app.operator("operator").await;
+
+    let (a, b) = tokio::join!(
+        post(&app, "/ops/v1/replays", &first, start_body(&letters, 10)),
+        post(&app, "/ops/v1/replays", &second, start_body(&letters, 10))
+    );
+
+    let mut statuses = [a.status().as_u16(), b.status().as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [201, 409]);
+    let (winner, loser) = if a.status() == 201 { (a, b) } else { (b, a) };
+    let run: Value = winner.json().await.unwrap();
+    let (_, code, problem) = problem_code(loser).await;
+    assert_eq!(code, "already_replaying");
+    assert!(
+        problem["detail"].as_str().unwrap().contains(run["id"].as_str().unwrap()),
+        "names the first run: {problem}"
+    );
+    app.wait_for_status(ids[0], WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(executions(&app, ids[0]), 1);
+}
+
+async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
+    let ids = rejected(&app, 3).await;
+    let letters = letters_of(&app, &ids).await;
+    // This app's threshold is 250; a smaller one for this test comes from a second app sharing the database.
+    let mut config = AppConfig::default();
+    config.replay.approval_threshold = 2;
+    let strict = crate::harness::serve_extra(&app, config).await;
+    let starter = app.operator("admin").await;
+    let approver = app.operator("admin").await;
+
+    let run: Value =
+        post_to(&strict, "/ops/v1/replays", &starter, start_body(&letters, 20)).await.json().await.unwrap();
+    assert_eq!(run["status"], "awaiting_approval");
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        run_status(&app, &run_id, &approver).await["progress"]["released"],
+        0,
+        "nothing released before approval"
+    );
+
+    let own = post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), &starter, json!({"reason": "mine"})).await;
+    let (status, code, _) = problem_code(own).await;
+    assert_eq!((status, code.as_str()), (403, "second_operator_required"));
+    let approved = post_to(
+        &strict,
+        &format!("/ops/v1/replays/{run_id}/approve"),
+        &approver,
+        json!({"reason": "checked the sample"}),
+    )
+    .await;
+    assert_eq!(approved.status(), 200);
+
+    wait_run(&app, &run_id, &approver, "completed").await;
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+    }
+}
+
+async fn post_to(base: &str, path: &str, token: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{base}{path}")).bearer_auth(token).json(&body).send().await.unwrap()
+}
+
+/// v1 `submit_payout` jobs (from before the schema change) for existing withdrawals whose own
+/// jobs are taken out of the way.
+async fn v1_jobs(app: &TestApp, jobs: &[(WithdrawalId, Value)]) {
+    let own = job_store::claim(&app.db, PAYOUTS_QUEUE, "test", 10, TimeDelta::seconds(60)).await.unwrap();
+    let mut tx = app.db.begin().await.unwrap();
+    for job in own {
+        job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Succeeded).await.unwrap();
+    }
+    for (id, payload) in jobs {
+        job_store::enqueue(
+            &mut tx,
+            &NewJob {
+                queue: PAYOUTS_QUEUE,
+                kind: SUBMIT_PAYOUT,
+                payload: serde_json::to_vec(payload).unwrap(),
+                payload_version: 1,
+                run_at: DbTime::now(),
+                correlation_id: "pre-deploy".into(),
+                withdrawal_id: Some(*id),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cannot_be_upgraded(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let good = app.create_withdrawal(&alice, "good", "10.00").await;
+    let broken = app.create_withdrawal(&alice, "broken", "10.00").await;
+    v1_jobs(
+        &app,
+        &[(good, json!({"withdrawal_id": good.to_string()})), (broken, json!({"withdrawal_id": "not-a-uuid"}))],
+    )
+    .await;
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_default_worker();
+    app.wait_for_status(good, WithdrawalStatus::RequiresReview, WAIT).await;
+    app.wait_for_status(broken, WithdrawalStatus::RequiresReview, WAIT).await;
+    app.provider.mock.set_faults(FaultConfig::default());
+    let letters = letters_of(&app, &[good, broken]).await;
+    for letter in &letters {
+        assert_eq!(dead_letters::get(&app.db, *letter).await.unwrap().unwrap().payload_version, 1);
+    }
+    let operator = app.operator("operator").await;
+    let mut body = start_body(&letters, 20);
+    body["expected_payload_version"] = json!(1);
+
+    let run: Value = post(&app, "/ops/v1/replays", &operator, body).await.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let done = wait_run(&app, &run_id, &operator, "completed").await;
+
+    app.wait_for_status(good, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(executions(&app, good), 1);
+    let items = done["items"].as_array().unwrap();
+    let skipped = items.iter().find(|i| i["dead_letter_id"] == letters[1].to_string()).unwrap();
+    assert_eq!(skipped["status"], "skipped");
+    assert!(skipped["detail"].as_str().unwrap().contains("withdrawal_id is not a UUID"), "{skipped}");
+    let released = items.iter().find(|i| i["dead_letter_id"] == letters[0].to_string()).unwrap();
+    let job =
+        job_store::job_row(&app.db, released["job_id"].as_str().unwrap().parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!(job.payload_version, 2, "released as the current version");
+    assert_eq!(
+        withdrawals::storage::withdrawals::get(&app.db, None, broken).await.unwrap().unwrap().status,
+        WithdrawalStatus::RequiresReview
+    );
+    app.assert_ledger_invariant().await;
+}
