@@ -129,6 +129,9 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
     pub max_body_bytes: usize,
+    /// Replays of more dead letters than this wait for a second operator's approval.
+    #[arg(long, env = "REPLAY_APPROVAL_THRESHOLD", default_value_t = 100)]
+    pub replay_approval_threshold: i64,
     /// Database pool size.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
@@ -240,6 +243,7 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     let limits = AmountLimits::parse(&args.limits, args.default_max).map_err(anyhow::Error::msg)?;
     let mut config = AppConfig { limits, max_body_bytes: args.max_body_bytes, ..AppConfig::default() };
     config.idempotency.retention = chrono::TimeDelta::hours(args.idempotency_retention_hours.max(1));
+    config.replay.approval_threshold = args.replay_approval_threshold.max(1);
     let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
     let db = open(url, settings).await?;
     let shutdown = CancellationToken::new();

@@ -31,8 +31,11 @@ use crate::storage::{Db, DbTime};
 pub async fn run_releaser(db: Db, worker_id: String, shutdown: CancellationToken) {
     let mut limiters: HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)> = HashMap::new();
     loop {
-        if let Err(err) = release_round(&db, &worker_id, &mut limiters, &shutdown).await {
-            tracing::warn!(error = format!("{err:#}"), "replay releaser round failed");
+        match release_round(&db, &worker_id, &mut limiters, &shutdown).await {
+            // More may be pending: go straight on, the rate limiter does the pacing.
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(err) => tracing::warn!(error = format!("{err:#}"), "replay releaser round failed"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -46,17 +49,18 @@ async fn release_round(
     worker_id: &str,
     limiters: &mut HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)>,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let runs = replays::lease_running(db, worker_id, DbTime::now().plus(TimeDelta::seconds(10))).await?;
+    let mut released_any = false;
     for run in runs {
         let limiter = limiters
             .entry(run.id)
             .or_insert_with(|| (run.rate_per_second, Arc::new(limiter(run.rate_per_second))))
             .1
             .clone();
-        release_some(db, &run, &limiter, shutdown).await?;
+        released_any |= release_some(db, &run, &limiter, shutdown).await? > 0;
     }
-    Ok(())
+    Ok(released_any)
 }
 
 fn limiter(rate: i64) -> DefaultDirectRateLimiter {
@@ -72,7 +76,7 @@ async fn release_some(
     run: &ReplayRun,
     limiter: &DefaultDirectRateLimiter,
     shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i64> {
     let batch = run.rate_per_second.clamp(1, 500);
     let pending = replays::pending_items(db, run.id, batch).await?;
     if pending.is_empty() {
@@ -82,7 +86,7 @@ async fn release_some(
             replays::set_status(&mut tx, run.id, &["running"], "completed", None, None).await?;
             tx.commit().await?;
         }
-        return Ok(());
+        return Ok(0);
     }
     // Progress is counted once per batch (it scans the run); within the batch this releaser's
     // own releases are added as it goes.
@@ -93,23 +97,25 @@ async fn release_some(
         let mut tx = db.begin().await?;
         replays::set_status(&mut tx, run.id, &["running"], "paused", Some(&reason), None).await?;
         tx.commit().await?;
-        return Ok(());
+        return Ok(0);
     }
+    let mut done = 0;
     for (released, item) in (0_i64..).zip(pending) {
         if progress.in_flight + released >= run.max_concurrency {
-            return Ok(()); // full: let released jobs finish first
+            return Ok(done); // full: let released jobs finish first
         }
         let current = replays::get_run(db, run.id).await?;
         if current.as_ref().map(|r| r.status.as_str()) != Some("running") {
-            return Ok(()); // paused or cancelled meanwhile
+            return Ok(done); // paused or cancelled meanwhile
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => return Ok(done),
             _ = limiter.until_ready() => {}
         }
         release_item(db, run, &item).await?;
+        done += 1;
     }
-    Ok(())
+    Ok(done)
 }
 
 /// Checks and releases one item, in one transaction.

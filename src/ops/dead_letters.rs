@@ -116,10 +116,18 @@ async fn show(
     let events = dead_letters::events(state.db(), id).await?;
     let closed_at = events.iter().find(|e| e.action == "closed").map(|e| e.at);
     let mut body = view(&letter, closed_at);
-    body["events"] = events
-        .iter()
-        .map(|e| json!({"action": e.action, "actor": e.actor, "reason": e.reason, "details": e.details.as_ref().map(|d| &d.0), "at": e.at.0}))
-        .collect();
+    let mut shown = Vec::new();
+    for e in &events {
+        let mut event = json!({"action": e.action, "actor": e.actor, "reason": e.reason,
+                               "details": e.details.as_ref().map(|d| &d.0), "at": e.at.0});
+        // A replay's outcome: the status of the job it released.
+        let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
+        if let Some(job) = job {
+            event["replay_job_status"] = json!(crate::storage::jobs::job_status(state.db(), job).await?);
+        }
+        shown.push(event);
+    }
+    body["events"] = Value::Array(shown);
     Ok(Json(body))
 }
 

@@ -24,6 +24,7 @@ both_backends!(
     retry_after_a_known_unexecuted_failure_pays_out_once,
     dead_letters_are_listed_summarised_shown_and_closed,
     the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
+    the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -103,7 +104,16 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
     let admin = app.operator("admin").await;
+    // A replay run to read and to control.
+    let run: Value = call(&app, Method::POST, "/ops/v1/replays", Some(&admin), Some(json!({
+        "reason": "matrix", "dead_letter_ids": [letter], "expected_payload_version": 2, "destination_queue": "payouts"})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let run = run["id"].as_str().unwrap().to_owned();
     let reads = [
+        format!("/ops/v1/replays/{run}"),
         "/ops/v1/withdrawals".to_owned(),
         format!("/ops/v1/withdrawals/{id}"),
         "/ops/v1/dead-letters".to_owned(),
@@ -113,29 +123,40 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
         "/ops/v1/breakers".to_owned(),
     ];
     // Bodies without a reason: an authorised caller gets 422, so nothing changes.
-    let writes = [format!("/ops/v1/withdrawals/{id}/resolve"), format!("/ops/v1/dead-letters/{letter}/close")];
-    let write_body = || json!({"action": "fail", "reason": "", "version": 1});
-    let close_body = || json!({"reason": ""});
+    let writes = [
+        (format!("/ops/v1/withdrawals/{id}/resolve"), json!({"action": "fail", "reason": "", "version": 1}), false),
+        (format!("/ops/v1/dead-letters/{letter}/close"), json!({"reason": ""}), false),
+        (
+            "/ops/v1/replays".to_owned(),
+            json!({"reason": "", "dead_letter_ids": [letter], "expected_payload_version": 2, "destination_queue": "payouts"}),
+            false,
+        ),
+        (format!("/ops/v1/replays/{run}/pause"), json!({"reason": ""}), false),
+        (format!("/ops/v1/replays/{run}/resume"), json!({"reason": ""}), false),
+        (format!("/ops/v1/replays/{run}/cancel"), json!({"reason": ""}), false),
+        (format!("/ops/v1/replays/{run}/approve"), json!({"reason": ""}), true),
+    ];
 
-    for (who, token, read, write) in [
-        ("no token", None, 401, 401),
-        ("customer key", Some(alice.api_key.as_str()), 401, 401),
-        ("viewer", Some(viewer.as_str()), 200, 403),
-        ("operator", Some(operator.as_str()), 200, 422),
-        ("admin", Some(admin.as_str()), 200, 422),
+    for (who, token, read, write, admin_write) in [
+        ("no token", None, 401, 401, 401),
+        ("customer key", Some(alice.api_key.as_str()), 401, 401, 401),
+        ("viewer", Some(viewer.as_str()), 200, 403, 403),
+        ("operator", Some(operator.as_str()), 200, 422, 403),
+        ("admin", Some(admin.as_str()), 200, 422, 422),
     ] {
         for path in &reads {
             let status = call(&app, Method::GET, path, token, None).await.status().as_u16();
             assert_eq!(status, read, "{who} GET {path}");
         }
-        for path in &writes {
-            let body = if path.ends_with("close") { close_body() } else { write_body() };
-            let status = call(&app, Method::POST, path, token, Some(body)).await.status().as_u16();
-            assert_eq!(status, write, "{who} POST {path}");
+        for (path, body, admin_only) in &writes {
+            let status = call(&app, Method::POST, path, token, Some(body.clone())).await.status().as_u16();
+            let expected = if *admin_only { admin_write } else { write };
+            assert_eq!(status, expected, "{who} POST {path}");
         }
     }
-    let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
-    assert_eq!(w.status, WithdrawalStatus::RequiresReview, "no role changed anything without a reason");
+    let letters =
+        dead_letters::list(&app.db, &dead_letters::DeadLetterFilter { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(letters.len(), 1, "no role closed the dead letter without a reason");
 }
 
 async fn audit_rows(app: &TestApp) -> Vec<audit::AuditRow> {
@@ -410,5 +431,83 @@ async fn retry_after_a_known_unexecuted_failure_pays_out_once(app: TestApp) {
         app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum();
     assert_eq!(executions, 1, "paid once");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+/// The README's "Operating it" incident, command for command.
+async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(app: TestApp) {
+    // The provider revokes our credentials: every payout is refused with 401.
+    app.provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 401, retry_after_secs: None })],
+    });
+    app.start_default_worker();
+    let alice = app.customer("1000.00").await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(app.create_withdrawal(&alice, &format!("k{i}"), "10.00").await);
+    }
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::RequiresReview, WAIT).await;
+    }
+    let token = app.operator("operator").await;
+
+    // 1. Triage: what is failing?
+    let summary = cli(&app, &token, &["dlq", "summary"]);
+    let summary = String::from_utf8(summary.stdout).unwrap();
+    assert!(summary.contains("dependency_rejected") && summary.contains("provider_credentials_rejected"), "{summary}");
+    let listed = cli(&app, &token, &["dlq", "list", "--error-code", "provider_credentials_rejected", "--json"]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 4);
+    assert_eq!(listed["data"][0]["side_effect_state"], "not_started");
+
+    // 2. Fix: the integration owner rotates the key (here: the provider accepts us again).
+    app.provider.mock.set_faults(FaultConfig::default());
+
+    // 3. Dry run, then replay.
+    let selection = [
+        "--category",
+        "dependency_rejected",
+        "--error-code",
+        "provider_credentials_rejected",
+        "--expected-payload-version",
+        "2",
+        "--destination",
+        "payouts",
+    ];
+    let dry = cli(
+        &app,
+        &token,
+        &[&["replay", "start", "--reason", "provider key rotated", "--dry-run"][..], &selection[..]].concat(),
+    );
+    assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("dry run: 4 dead letters would be replayed"));
+    let started = cli(
+        &app,
+        &token,
+        &[&["replay", "start", "--reason", "provider key rotated", "--rate", "10", "--json"][..], &selection[..]]
+            .concat(),
+    );
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let run: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let watched = cli(&app, &token, &["replay", "status", &run_id, "--watch"]);
+    assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
+
+    // 4. All paid, once; the review queue is empty.
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+        let executions: u32 =
+            app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum();
+        assert_eq!(executions, 1);
+    }
+    let queue = cli(&app, &token, &["review", "list", "--json"]);
+    let queue: Value = serde_json::from_slice(&queue.stdout).unwrap();
+    assert!(queue["data"].as_array().unwrap().is_empty());
+    let status = cli(&app, &token, &["replay", "status", &run_id, "--json"]);
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!((status["status"].as_str(), status["progress"]["succeeded"].as_i64()), (Some("completed"), Some(4)));
+    let trail: Value = serde_json::from_slice(&cli(&app, &token, &["audit", "--json"]).stdout).unwrap();
+    let actions: Vec<&str> = trail["data"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["replay.start", "replay.dry_run"], "one audit row per action, newest first");
     app.assert_ledger_invariant().await;
 }

@@ -156,6 +156,18 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
     }
     assert_eq!(done["progress"]["released"], 3);
     assert_eq!(dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap(), envelope_before, "envelope untouched");
+    let operator_view: Value = app
+        .client
+        .get(app.url(&format!("/ops/v1/dead-letters/{}", letters[0])))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(operator_view["events"][0]["action"], "replayed");
+    assert_eq!(operator_view["events"][0]["replay_job_status"], "succeeded", "the handling state shows the outcome");
     let events = dead_letters::events(&app.db, letters[0]).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].action, "replayed");
@@ -230,6 +242,30 @@ async fn pause_stops_releases_resume_continues_and_cancel_stops_for_good(app: Te
     let again = post(&app, &format!("/ops/v1/replays/{run_id}/resume"), &operator, json!({"reason": "oops"})).await;
     let (status, code, _) = problem_code(again).await;
     assert_eq!((status, code.as_str()), (409, "invalid_run_state"), "cancel is for good");
+    let trail = run_audit(&app, &run_id).await;
+    assert_eq!(
+        trail,
+        [
+            ("replay.resume".to_owned(), "oops".to_owned(), "invalid_run_state".to_owned()),
+            ("replay.cancel".into(), "enough".into(), "ok".into()),
+            ("replay.resume".into(), "provider fine".into(), "ok".into()),
+            ("replay.pause".into(), "watch the provider".into(), "ok".into()),
+            ("replay.start".into(), "provider fixed the account check".into(), "ok".into()),
+        ],
+        "exactly one audit row per action, with its reason"
+    );
+}
+
+/// (action, reason, result) of the audit rows about `run`, newest first.
+async fn run_audit(app: &TestApp, run: &str) -> Vec<(String, String, String)> {
+    let filter =
+        withdrawals::storage::audit::AuditFilter { target_id: Some(run.to_owned()), limit: 100, ..Default::default() };
+    withdrawals::storage::audit::list(&app.db, &filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.action, r.reason, r.result))
+        .collect()
 }
 
 async fn a_run_whose_jobs_keep_dead_lettering_pauses_itself(app: TestApp) {
@@ -315,6 +351,12 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     for id in &ids {
         app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
     }
+    let trail = run_audit(&app, &run_id).await;
+    let actions: Vec<(&str, &str)> = trail.iter().map(|(a, _, r)| (a.as_str(), r.as_str())).collect();
+    assert_eq!(
+        actions,
+        [("replay.approve", "ok"), ("replay.approve", "second_operator_required"), ("replay.start", "ok")]
+    );
 }
 
 async fn post_to(base: &str, path: &str, token: &str, body: Value) -> reqwest::Response {
