@@ -45,23 +45,47 @@ pub enum ReviewCommand {
     },
 }
 
+/// The dead-letter triage filters, shared by `dlq list` and `replay start`.
+#[derive(Debug, Args, Clone, serde::Serialize)]
+pub struct FilterArgs {
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[arg(long)]
+    pub job_type: Option<String>,
+    #[arg(long)]
+    pub error_code: Option<String>,
+    #[arg(long)]
+    pub category: Option<String>,
+    /// RFC 3339 time.
+    #[arg(long)]
+    pub failed_after: Option<String>,
+    /// RFC 3339 time.
+    #[arg(long)]
+    pub failed_before: Option<String>,
+}
+
+impl FilterArgs {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        [
+            opt("queue", &self.queue),
+            opt("job_type", &self.job_type),
+            opt("error_code", &self.error_code),
+            opt("category", &self.category),
+            opt("failed_after", &self.failed_after),
+            opt("failed_before", &self.failed_before),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
     /// Dead letters, newest first, filtered.
     List {
-        #[arg(long)]
-        queue: Option<String>,
-        #[arg(long)]
-        job_type: Option<String>,
-        #[arg(long)]
-        error_code: Option<String>,
-        #[arg(long)]
-        category: Option<String>,
-        /// RFC 3339 time.
-        #[arg(long)]
-        failed_after: Option<String>,
-        #[arg(long)]
-        failed_before: Option<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// open (default), closed or all.
         #[arg(long)]
         state: Option<String>,
@@ -235,31 +259,9 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
 pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     let body = match &command {
-        DlqCommand::List {
-            queue,
-            job_type,
-            error_code,
-            category,
-            failed_after,
-            failed_before,
-            state,
-            limit,
-            cursor,
-        } => {
-            let query: Vec<_> = [
-                opt("queue", queue),
-                opt("job_type", job_type),
-                opt("error_code", error_code),
-                opt("category", category),
-                opt("failed_after", failed_after),
-                opt("failed_before", failed_before),
-                opt("state", state),
-                opt("limit", limit),
-                opt("cursor", cursor),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
+        DlqCommand::List { filter, state, limit, cursor } => {
+            let mut query = filter.query();
+            query.extend([opt("state", state), opt("limit", limit), opt("cursor", cursor)].into_iter().flatten());
             client.get("/ops/v1/dead-letters", &query).await?
         }
         DlqCommand::Summary => client.get("/ops/v1/dead-letters/summary", &[]).await?,
@@ -349,21 +351,11 @@ pub enum ReplayCommand {
     Start {
         #[arg(long)]
         reason: String,
-        /// Dead-letter ids to replay (repeatable); or select with the filters below.
+        /// Dead-letter ids to replay (repeatable); or select with the filters.
         #[arg(long = "id")]
         ids: Vec<String>,
-        #[arg(long)]
-        queue: Option<String>,
-        #[arg(long)]
-        job_type: Option<String>,
-        #[arg(long)]
-        error_code: Option<String>,
-        #[arg(long)]
-        category: Option<String>,
-        #[arg(long)]
-        failed_after: Option<String>,
-        #[arg(long)]
-        failed_before: Option<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
         #[arg(long)]
         expected_payload_version: i64,
         /// Queue the released jobs go to (payouts or reconciliation).
@@ -417,12 +409,7 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
         ReplayCommand::Start {
             reason,
             ids,
-            queue,
-            job_type,
-            error_code,
-            category,
-            failed_after,
-            failed_before,
+            filter,
             expected_payload_version,
             destination,
             dry_run,
@@ -437,8 +424,7 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
                 "max_concurrency": max_concurrency, "auto_pause_threshold": auto_pause,
             });
             if ids.is_empty() {
-                request["filter"] = json!({"queue": queue, "job_type": job_type, "error_code": error_code,
-                                           "category": category, "failed_after": failed_after, "failed_before": failed_before});
+                request["filter"] = serde_json::to_value(&filter)?;
             } else {
                 request["dead_letter_ids"] = json!(ids);
             }

@@ -189,20 +189,12 @@ pub async fn expire_leases(db: &Db, max_expiries: i64) -> Result<Vec<ClaimedJob>
     Ok(exhausted)
 }
 
-/// Extends a lease; false if the lease is no longer ours.
+/// Extends a lease in its own transaction (the heartbeat); false if the lease is no longer ours.
 pub async fn heartbeat(db: &Db, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
     let mut tx = db.begin().await?;
-    let updated = with_conn!(&mut tx, |conn| {
-        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3 AND status = 'running'")
-            .bind(DbTime::now().plus(lease))
-            .bind(job)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-    });
+    let held = extend_lease(&mut tx, job, token, lease).await?;
     tx.commit().await?;
-    Ok(updated == 1)
+    Ok(held)
 }
 
 /// How a leased job ends this run.
