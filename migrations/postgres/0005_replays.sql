@@ -11,6 +11,8 @@ CREATE TABLE replay_runs (
     rate_per_second           bigint NOT NULL,
     max_concurrency           bigint NOT NULL,
     auto_pause_threshold      bigint NOT NULL,
+    -- New dead letters counted at the last resume: auto-pause looks at those since.
+    dead_letter_baseline      bigint NOT NULL DEFAULT 0,
     approved_by               uuid REFERENCES operators(id),
     paused_reason             text,
     leased_by                 text,
@@ -30,9 +32,8 @@ CREATE TABLE replay_items (
     created_at      timestamptz NOT NULL
 );
 CREATE INDEX replay_items_run_idx ON replay_items (run_id, status);
--- A dead letter is replayed at most once at a time: a second run selecting it is refused.
-CREATE UNIQUE INDEX replay_items_one_active_idx ON replay_items (dead_letter_id)
-    WHERE status IN ('pending', 'released', 'reconciling');
+-- A dead letter waits in at most one run at a time: a second run selecting it is refused.
+CREATE UNIQUE INDEX replay_items_one_active_idx ON replay_items (dead_letter_id) WHERE status = 'pending';
 
 ALTER TABLE jobs ADD COLUMN replay_item_id uuid REFERENCES replay_items(id);
 CREATE INDEX jobs_replay_item_idx ON jobs (replay_item_id);

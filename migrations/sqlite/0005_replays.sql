@@ -11,6 +11,8 @@ CREATE TABLE replay_runs (
     rate_per_second           INTEGER NOT NULL,
     max_concurrency           INTEGER NOT NULL,
     auto_pause_threshold      INTEGER NOT NULL,
+    -- New dead letters counted at the last resume: auto-pause looks at those since.
+    dead_letter_baseline      INTEGER NOT NULL DEFAULT 0,
     approved_by               BLOB REFERENCES operators(id),
     paused_reason             TEXT,
     leased_by                 TEXT,
@@ -30,8 +32,7 @@ CREATE TABLE replay_items (
     created_at      TEXT NOT NULL
 );
 CREATE INDEX replay_items_run_idx ON replay_items (run_id, status);
-CREATE UNIQUE INDEX replay_items_one_active_idx ON replay_items (dead_letter_id)
-    WHERE status IN ('pending', 'released', 'reconciling');
+CREATE UNIQUE INDEX replay_items_one_active_idx ON replay_items (dead_letter_id) WHERE status = 'pending';
 
 ALTER TABLE jobs ADD COLUMN replay_item_id BLOB REFERENCES replay_items(id);
 CREATE INDEX jobs_replay_item_idx ON jobs (replay_item_id);

@@ -79,19 +79,19 @@ impl ReconcilePayout {
 }
 
 /// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.
-/// Returns whether a job was enqueued.
+/// Returns the job enqueued, if any.
 pub async fn enqueue_reconciliation(
     tx: &mut Tx,
     withdrawal: WithdrawalId,
     reason: &str,
     correlation_id: &str,
     run_at: DbTime,
-) -> Result<bool> {
+) -> Result<Option<crate::domain::JobId>> {
     if job_store::has_live_job(tx, withdrawal, RECONCILE_PAYOUT).await? {
-        return Ok(false);
+        return Ok(None);
     }
     let payload = ReconcilePayout { withdrawal_id: withdrawal, reason: reason.to_owned() };
-    job_store::enqueue(
+    let job = job_store::enqueue(
         tx,
         &NewJob {
             queue: RECONCILIATION_QUEUE,
@@ -105,7 +105,7 @@ pub async fn enqueue_reconciliation(
     )
     .await?;
     tracing::info!(withdrawal_id = %withdrawal, reason, "reconciliation enqueued");
-    Ok(true)
+    Ok(Some(job))
 }
 
 /// True when the withdrawal's last provider attempt may have executed and no later

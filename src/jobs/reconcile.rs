@@ -43,10 +43,31 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     let answer = match ctx.gateway().lookup(&id.to_string(), &job.correlation_id).await {
         Ok(answer) => answer,
         Err(open) => {
-            // The breaker is open: ask after the next probe, without using up the window's attempts.
-            let run_at = DbTime::now().plus(TimeDelta::from_std(open.retry_in).unwrap_or(TimeDelta::seconds(1)));
+            // The breaker is open: ask after the next probe (plus jitter, at least the minimum
+            // deferral), without using up attempts — but the window still closes on time.
+            let window = TimeDelta::from_std(ctx.config().reconcile_policy.max_elapsed).unwrap_or(TimeDelta::hours(24));
+            let started = job.first_attempt_at.unwrap_or_else(DbTime::now);
+            if started.plus(window) <= DbTime::now() {
+                let mut tx = ctx.db().begin().await?;
+                let message = "reconciliation could not ask the provider within its window (breaker open)";
+                record(&mut tx, ctx, "window_expired", None, None, message, None).await?;
+                let failure = Failure {
+                    category: Category::SideEffectUnknown,
+                    error_code: "reconciliation_breaker_open".into(),
+                    error_class: "unknown",
+                    message: message.into(),
+                    stack: None,
+                    side_effect: Some(SideEffect::Unknown),
+                };
+                return ctx.dead_letter(tx, &failure).await;
+            }
+            let jitter = rand::random::<u64>() % (ctx.config().breaker_jitter.as_millis() as u64 + 1);
+            let wait = open.retry_in.max(ctx.config().breaker_min_defer) + std::time::Duration::from_millis(jitter);
+            let run_at = DbTime::now().plus(TimeDelta::from_std(wait).unwrap_or(TimeDelta::seconds(1)));
+            let mut tx = ctx.db().begin().await?;
+            job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
-            return ctx.finish_in_own_tx(&how).await;
+            return ctx.finish_or_rollback(tx, &how).await;
         }
     };
     let mut tx = ctx.db().begin().await?;
@@ -80,11 +101,16 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             // "Not found" is only definitive once no attempt can still be on its way: a request
             // we stopped waiting for may yet be executed by the provider.
             let grace = TimeDelta::from_std(ctx.config().in_flight_grace).unwrap_or(TimeDelta::seconds(15));
-            let in_flight = attempts::latest(&mut tx, id)
-                .await?
-                .filter(|a| a.side_effect == SideEffect::Unknown.as_str())
-                .map(|a| a.started_at.plus(grace))
-                .filter(|settled| *settled > DbTime::now());
+            let latest = attempts::latest(&mut tx, id).await?.filter(|a| a.side_effect == SideEffect::Unknown.as_str());
+            let mut in_flight =
+                latest.as_ref().map(|a| a.started_at.plus(grace)).filter(|settled| *settled > DbTime::now());
+            if let Some(a) = &latest {
+                // A call whose job still runs under a live lease may still be on its way.
+                if in_flight.is_none() && job_store::job_status(ctx.db(), a.job_id).await?.as_deref() == Some("running")
+                {
+                    in_flight = Some(DbTime::now().plus(grace));
+                }
+            }
             if let Some(settled) = in_flight {
                 let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
                 record(&mut tx, ctx, "not_found", None, None, detail, None).await?;

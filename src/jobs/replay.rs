@@ -58,7 +58,7 @@ async fn release_round(
             .or_insert_with(|| (run.rate_per_second, Arc::new(limiter(run.rate_per_second))))
             .1
             .clone();
-        released_any |= release_some(db, &run, &limiter, shutdown).await? > 0;
+        released_any |= release_some(db, &run, &limiter, shutdown, worker_id).await? > 0;
     }
     Ok(released_any)
 }
@@ -76,6 +76,7 @@ async fn release_some(
     run: &ReplayRun,
     limiter: &DefaultDirectRateLimiter,
     shutdown: &CancellationToken,
+    releaser: &str,
 ) -> anyhow::Result<i64> {
     let batch = run.rate_per_second.clamp(1, 500);
     let pending = replays::pending_items(db, run.id, batch).await?;
@@ -91,8 +92,9 @@ async fn release_some(
     // Progress is counted once per batch (it scans the run); within the batch this releaser's
     // own releases are added as it goes.
     let progress = replays::progress(db, run.id).await?;
-    if progress.new_dead_letters >= run.auto_pause_threshold {
-        let reason = format!("auto-paused: {} new dead letters from this run", progress.new_dead_letters);
+    let fresh = progress.new_dead_letters - run.dead_letter_baseline;
+    if fresh >= run.auto_pause_threshold {
+        let reason = format!("auto-paused: {fresh} new dead letters from this run");
         tracing::warn!(run_id = %run.id, reason, "replay auto-paused");
         let mut tx = db.begin().await?;
         replays::set_status(&mut tx, run.id, &["running"], "paused", Some(&reason), None).await?;
@@ -112,19 +114,36 @@ async fn release_some(
             _ = shutdown.cancelled() => return Ok(done),
             _ = limiter.until_ready() => {}
         }
-        release_item(db, run, &item).await?;
-        done += 1;
+        match release_item(db, run, &item, releaser).await {
+            Ok(true) => done += 1,
+            Ok(false) => return Ok(done), // no longer ours to release (paused, cancelled, re-leased)
+            Err(err) => {
+                // One bad item must not stall the run, nor every other run.
+                tracing::warn!(error = format!("{err:#}"), item_id = %item.id, "replay item failed; skipping it");
+                let mut tx = db.begin().await?;
+                let detail = crate::redact::text(&format!("release failed: {err:#}"));
+                replays::finish_item(&mut tx, item.id, "skipped", Some(&detail), None).await?;
+                tx.commit().await?;
+            }
+        }
     }
     Ok(done)
 }
 
-/// Checks and releases one item, in one transaction.
-pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow::Result<()> {
+/// Checks and releases one item, in one transaction that first takes the item (false: it was
+/// not ours to release any more).
+pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser: &str) -> anyhow::Result<bool> {
     let mut tx = db.begin().await?;
+    if !replays::take_item(&mut tx, item.id, run.id, releaser).await? {
+        return Ok(false);
+    }
     let Some(letter) = dead_letters::get(db, item.dead_letter_id).await? else {
         replays::finish_item(&mut tx, item.id, "skipped", Some("dead letter not found"), None).await?;
-        return Ok(tx.commit().await?);
+        tx.commit().await?;
+        return Ok(true);
     };
+    // Replay what the producer wrote (the job row), not the envelope's redacted copy.
+    let original = job_store::job_row(db, letter.job_id).await?.map(|job| job.payload);
     let skip = |reason: String| reason;
     let decision: Result<(Vec<u8>, i64, Option<WithdrawalId>), String> = (|| {
         if letter.payload_version != run.expected_payload_version {
@@ -133,10 +152,11 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow
                 letter.payload_version, run.expected_payload_version
             )));
         }
-        let bytes = match (&letter.payload, &letter.raw_payload) {
-            (Some(json), _) => serde_json::to_vec(&json.0).map_err(|e| e.to_string())?,
-            (None, Some(raw)) => raw.clone(),
-            (None, None) => return Err("no payload stored".to_owned()),
+        let bytes = match (&original, &letter.payload, &letter.raw_payload) {
+            (Some(original), _, _) => original.clone(),
+            (None, Some(json), _) => serde_json::to_vec(&json.0).map_err(|e| e.to_string())?,
+            (None, None, Some(raw)) => raw.clone(),
+            (None, None, None) => return Err("no payload stored".to_owned()),
         };
         let (upgraded, version) =
             payload::upgrade(&letter.job_type, letter.payload_version, &bytes).map_err(|e| skip(e.to_string()))?;
@@ -148,31 +168,38 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow
     let (payload, version, withdrawal) = match decision {
         Ok(ok) => ok,
         Err(reason) => {
-            replays::finish_item(&mut tx, item.id, "skipped", Some(&reason), None).await?;
-            return Ok(tx.commit().await?);
+            replays::finish_item(&mut tx, item.id, "skipped", Some(&crate::redact::text(&reason)), None).await?;
+            tx.commit().await?;
+            return Ok(true);
         }
     };
     let Some(withdrawal) = withdrawal else {
         replays::finish_item(&mut tx, item.id, "skipped", Some("no withdrawal to replay"), None).await?;
-        return Ok(tx.commit().await?);
+        tx.commit().await?;
+        return Ok(true);
     };
     let correlation = format!("replay-{}", run.id);
     let actor = Actor::Operator(run.started_by.to_string());
     let unknown = letter.side_effect_state == "unknown" || super::side_effect_unreconciled(db, withdrawal).await?;
     if unknown {
         // The provider may have paid: ask it first; reconciliation retries only on proof.
-        super::enqueue_reconciliation(&mut tx, withdrawal, "replay_side_effect_unknown", &correlation, DbTime::now())
-            .await?;
-        replays::finish_item(
+        let job = super::enqueue_reconciliation(
             &mut tx,
-            item.id,
-            "reconciling",
-            Some("side effect unknown: reconciliation instead of resubmission"),
-            None,
+            withdrawal,
+            "replay_side_effect_unknown",
+            &correlation,
+            DbTime::now(),
         )
-        .await?;
-        record_event(&mut tx, &letter.id, run, item, None, "reconciliation enqueued").await?;
-        return Ok(tx.commit().await?);
+        .await?
+        .map(|j| j.0);
+        if let Some(job) = job {
+            replays::link_job(&mut tx, job, item.id).await?;
+        }
+        let detail = "side effect unknown: reconciliation instead of resubmission";
+        replays::finish_item(&mut tx, item.id, "reconciling", Some(detail), job).await?;
+        record_event(&mut tx, &letter.id, run, item, job, "reconciliation enqueued").await?;
+        tx.commit().await?;
+        return Ok(true);
     }
     let moved = store::transition(
         &mut tx,
@@ -198,7 +225,8 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow
             None,
         )
         .await?;
-        return Ok(tx.commit().await?);
+        tx.commit().await?;
+        return Ok(true);
     }
     let queue = match run.destination_queue.as_str() {
         super::RECONCILIATION_QUEUE => super::RECONCILIATION_QUEUE,
@@ -225,7 +253,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem) -> anyhow
     replays::finish_item(&mut tx, item.id, "released", None, Some(job.0)).await?;
     record_event(&mut tx, &letter.id, run, item, Some(job.0), "released").await?;
     tx.commit().await?;
-    Ok(())
+    Ok(true)
 }
 
 async fn record_event(

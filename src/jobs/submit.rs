@@ -92,7 +92,8 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let attempt_no = last.as_ref().map_or(1, |a| a.attempt_no + 1);
     let attempt = attempts::start(&mut tx, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id).await?;
     job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
-    let first_attempt_at = attempts::budget(&mut tx, id).await?.1.unwrap_or_else(DbTime::now);
+    let (attempts_in_budget, first) = attempts::budget(&mut tx, id).await?;
+    let first_attempt_at = first.unwrap_or_else(DbTime::now);
     if !ctx.still_leased(&mut tx).await? {
         return Ok(());
     }
@@ -105,7 +106,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
 
     let mut tx = ctx.db().begin().await?;
-    let (record, next) = decide(ctx, &outcome, attempt_no, first_attempt_at);
+    let (record, next) = decide(ctx, &outcome, attempts_in_budget.max(1), first_attempt_at);
     attempts::record_outcome(&mut tx, attempt, &record).await?;
     match &outcome {
         SubmitOutcome::Accepted { transfer, .. } => match transfer.status {
@@ -166,12 +167,13 @@ fn transfer_request(w: &Withdrawal) -> TransferRequest {
 }
 
 /// The attempt row's outcome and how the job ends, from the classified outcome and the policy.
-/// The retry budget is the withdrawal's: `attempt_no` counts every provider attempt it has had and
-/// `first_attempt_at` is its first, across controlled retries.
+/// The retry budget is the withdrawal's: `attempts_made` counts its provider attempts (this one
+/// included) and `first_attempt_at` is its first, across controlled retries, since it last left
+/// `requires_review`.
 fn decide<'a>(
     ctx: &JobContext,
     outcome: &'a SubmitOutcome,
-    attempt_no: i64,
+    attempts_made: i64,
     first_attempt_at: DbTime,
 ) -> (AttemptOutcome<'a>, Next<'a>) {
     match outcome {
@@ -193,7 +195,7 @@ fn decide<'a>(
         }
         SubmitOutcome::Retryable(error) => {
             let record = error_record("retryable", SideEffect::NotStarted, error);
-            let attempts_made = u32::try_from(attempt_no).unwrap_or(u32::MAX);
+            let attempts_made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
             let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
             let policy = &ctx.config().submit_policy;
             let exhausted = |by: &str| {

@@ -483,7 +483,8 @@ impl Worker {
             let correlation = format!("sweep-{}", uuid::Uuid::new_v4());
             enqueued += usize::from(
                 enqueue_reconciliation(&mut tx, WithdrawalId(*id), "stuck_processing", &correlation, DbTime::now())
-                    .await?,
+                    .await?
+                    .is_some(),
             );
         }
         tx.commit().await?;

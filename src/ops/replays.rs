@@ -63,6 +63,9 @@ pub struct ReplaySettings {
     pub default_max_concurrency: i64,
     pub default_auto_pause_threshold: i64,
     pub max_selection: i64,
+    /// The most an operator (not an admin) may ask for.
+    pub operator_max_rate: i64,
+    pub operator_max_concurrency: i64,
 }
 
 impl Default for ReplaySettings {
@@ -73,6 +76,8 @@ impl Default for ReplaySettings {
             default_max_concurrency: 4,
             default_auto_pause_threshold: 10,
             max_selection: 10_000,
+            operator_max_rate: 20,
+            operator_max_concurrency: 8,
         }
     }
 }
@@ -103,10 +108,18 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
     match (&req.dead_letter_ids, &req.filter) {
         (Some(ids), None) => {
             let mut letters = Vec::new();
-            for id in ids {
+            let mut seen = std::collections::HashSet::new();
+            for id in ids.iter().filter(|id| seen.insert(**id)) {
                 letters.push(dead_letters::get(db, *id).await?.ok_or_else(|| {
                     ApiError::unprocessable("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
                 })?);
+                if dead_letters::events(db, *id).await?.iter().any(|e| e.action == "closed") {
+                    return Err(ApiError::unprocessable(
+                        "dead_letter_closed",
+                        "dead_letter_ids",
+                        format!("dead letter {id} is closed"),
+                    ));
+                }
             }
             Ok(letters)
         }
@@ -122,7 +135,14 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
                 after: None,
                 limit: limit + 1,
             };
-            Ok(dead_letters::list(db, &filter).await?.into_iter().map(|l| l.letter).collect())
+            // A filter selects what still needs replaying: not what a run already released.
+            let mut letters = Vec::new();
+            for listed in dead_letters::list(db, &filter).await? {
+                if !replays::was_replayed(db, listed.letter.id).await? {
+                    letters.push(listed.letter);
+                }
+            }
+            Ok(letters)
         }
         _ => Err(ApiError::unprocessable(
             "invalid_selection",
@@ -144,8 +164,11 @@ async fn start(
         target_type: "replay",
         target_id: "new".into(),
         reason: &req.reason,
-        parameters: json!({"dead_letter_ids": req.dead_letter_ids, "expected_payload_version": req.expected_payload_version,
-                           "destination_queue": req.destination_queue, "dry_run": req.dry_run}),
+        parameters: json!({"dead_letter_ids": req.dead_letter_ids, "filter": req.filter.as_ref().map(|f| format!("{f:?}")),
+                           "expected_payload_version": req.expected_payload_version,
+                           "destination_queue": req.destination_queue, "dry_run": req.dry_run,
+                           "rate_per_second": req.rate_per_second, "max_concurrency": req.max_concurrency,
+                           "auto_pause_threshold": req.auto_pause_threshold}),
     };
     match start_checked(&state, &operator, &req, &audited).await {
         Ok(ok) => Ok(ok),
@@ -176,6 +199,19 @@ async fn start_checked(
             "invalid_limits",
             "rate_per_second",
             "rate 1–1000/s, concurrency 1–100, auto-pause ≥ 1",
+        ));
+    }
+    // Operators replay within limits; faster or wider runs are an admin's call (SPEC §8).
+    if operator.role < Role::Admin
+        && (rate > settings.operator_max_rate || concurrency > settings.operator_max_concurrency)
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_required",
+            format!(
+                "operators may replay at up to {}/s with {} in flight; ask an admin for more",
+                settings.operator_max_rate, settings.operator_max_concurrency
+            ),
         ));
     }
     let letters = select(state, req, settings.max_selection).await?;
@@ -223,7 +259,7 @@ async fn start_checked(
     let run = ReplayRun {
         id: Uuid::now_v7(),
         started_by: operator.id.0,
-        reason: reason.to_owned(),
+        reason: crate::redact::text(reason),
         selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
         expected_payload_version: req.expected_payload_version,
         destination_queue: req.destination_queue.clone(),
@@ -232,6 +268,7 @@ async fn start_checked(
         rate_per_second: rate,
         max_concurrency: concurrency,
         auto_pause_threshold: auto_pause,
+        dead_letter_baseline: 0,
         approved_by: None,
         paused_reason: None,
         created_at: now,
@@ -319,8 +356,16 @@ async fn control(
         let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;
         let changed = match action.as_str() {
-            "pause" => replays::set_status(&mut tx, id, &["running"], "paused", Some(reason), None).await?,
-            "resume" => replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?,
+            "pause" => {
+                let reason = crate::redact::text(reason);
+                replays::set_status(&mut tx, id, &["running"], "paused", Some(&reason), None).await?
+            }
+            "resume" => {
+                let resumed = replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?;
+                let seen = replays::progress(state.db(), id).await?.new_dead_letters;
+                replays::reset_baseline(&mut tx, id, seen).await?;
+                resumed
+            }
             "cancel" => {
                 let ok = replays::set_status(
                     &mut tx,

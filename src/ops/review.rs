@@ -244,7 +244,35 @@ async fn resolve_checked(
     }
     let actor = Actor::Operator(operator.id.to_string());
     let correlation = format!("ops-{}", Uuid::new_v4());
+    // Decisions that end the withdrawal or resubmit it need a known side effect: the provider
+    // may have paid, and releasing or resending the money then would pay twice.
+    if matches!(req.action.as_str(), "fail" | "retry") && crate::jobs::side_effect_unreconciled(db, id).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "side_effect_unknown",
+            "the last provider attempt may have paid and no reconciliation has settled it: use action reconcile first",
+        ));
+    }
+    if req.action == "complete" {
+        // Ask the provider before opening the transaction: a slow provider must not hold a writer.
+        let reference =
+            req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
+                ApiError::unprocessable(
+                    "provider_reference_required",
+                    "provider_reference",
+                    "complete needs the provider's transfer id",
+                )
+            })?;
+        check_paid_at_provider(state, id, reference).await?;
+    }
     let mut tx = db.begin().await?;
+    if req.action != "reconcile" && job_store::has_live_job(&mut tx, id, crate::jobs::RECONCILE_PAYOUT).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "reconciliation_in_progress",
+            "a reconciliation of this withdrawal is running; wait for its result",
+        ));
+    }
     let transition = |to, failure_code| TransitionRequest {
         id,
         from: WithdrawalStatus::RequiresReview,
@@ -272,13 +300,6 @@ async fn resolve_checked(
             store::transition(&mut tx, &transition(WithdrawalStatus::Failed, Some("rejected_by_operator"))).await?
         }
         "retry" => {
-            if crate::jobs::side_effect_unreconciled(state.db(), id).await? {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "side_effect_unknown",
-                    "the last provider attempt may have paid and no reconciliation has settled it: use action reconcile first",
-                ));
-            }
             let outcome = store::transition(&mut tx, &transition(WithdrawalStatus::Processing, None)).await?;
             if matches!(outcome, TransitionOutcome::Applied(_))
                 && !job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await?

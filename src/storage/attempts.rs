@@ -130,8 +130,8 @@ pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome
         .bind(outcome.http_status.map(i64::from))
         .bind(outcome.provider_transfer_id)
         .bind(outcome.failure_code)
-        .bind(outcome.error_code)
-        .bind(outcome.error_message)
+        .bind(outcome.error_code.map(crate::redact::text))
+        .bind(outcome.error_message.map(crate::redact::text))
         .bind(attempt)
         .execute(&mut *conn)
         .await?;
@@ -139,16 +139,17 @@ pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome
     Ok(())
 }
 
-/// Closes attempts left without an outcome once reconciliation proved the provider never
-/// executed them, so a controlled retry may call again.
+/// Once reconciliation proved the provider has no transfer under the operation key (and no call
+/// can still be in flight), every attempt whose side effect was unknown is known not executed:
+/// recorded so, so a controlled or deliberate retry may call again.
 pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<u64> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE provider_attempts
-             SET finished_at = $1, outcome = 'unknown', side_effect = 'not_started',
-                 error_code = 'reconciled_not_found',
-                 error_message = 'reconciliation found no transfer for this operation key'
-             WHERE withdrawal_id = $2 AND outcome IS NULL",
+             SET finished_at = COALESCE(finished_at, $1), outcome = COALESCE(outcome, 'unknown'),
+                 side_effect = 'not_started', error_code = COALESCE(error_code, 'reconciled_not_found'),
+                 error_message = COALESCE(error_message, 'reconciliation found no transfer for this operation key')
+             WHERE withdrawal_id = $2 AND side_effect = 'unknown'",
         )
         .bind(DbTime::now())
         .bind(withdrawal.0)
@@ -159,14 +160,22 @@ pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: Withdra
 }
 
 /// A withdrawal's retry budget so far: how many provider attempts it has had, and when the
-/// first one started. Budgets are per withdrawal, not per job, so controlled retries (new jobs)
+/// first one started — since it last left `requires_review` (a deliberate retry or replay gets a
+/// fresh budget). Budgets are per withdrawal, not per job, so controlled retries (new jobs)
 /// cannot reset them.
 pub async fn budget(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<(i64, Option<DbTime>)> {
-    let row: (Option<i64>, Option<DbTime>) = with_conn!(tx, |conn| {
-        sqlx::query_as("SELECT MAX(attempt_no), MIN(started_at) FROM provider_attempts WHERE withdrawal_id = $1")
-            .bind(withdrawal.0)
-            .fetch_one(&mut *conn)
-            .await?
+    let row: (i64, Option<DbTime>) = with_conn!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT COUNT(*), MIN(started_at) FROM provider_attempts a
+             WHERE a.withdrawal_id = $1
+               AND a.started_at >= COALESCE(
+                   (SELECT MAX(t.at) FROM withdrawal_transitions t
+                    WHERE t.withdrawal_id = $1 AND t.from_status = 'requires_review' AND t.to_status = 'processing'),
+                   a.started_at)",
+        )
+        .bind(withdrawal.0)
+        .fetch_one(&mut *conn)
+        .await?
     });
-    Ok((row.0.unwrap_or(0), row.1))
+    Ok(row)
 }

@@ -20,6 +20,7 @@ pub struct ReplayRun {
     pub rate_per_second: i64,
     pub max_concurrency: i64,
     pub auto_pause_threshold: i64,
+    pub dead_letter_baseline: i64,
     pub approved_by: Option<Uuid>,
     pub paused_reason: Option<String>,
     pub created_at: DbTime,
@@ -27,7 +28,8 @@ pub struct ReplayRun {
 }
 
 const RUN_COLUMNS: &str = "id, started_by, reason, selection, expected_payload_version, destination_queue, status, total, \
-                           rate_per_second, max_concurrency, auto_pause_threshold, approved_by, paused_reason, created_at, updated_at";
+                           rate_per_second, max_concurrency, auto_pause_threshold, dead_letter_baseline, approved_by, paused_reason, \
+                           created_at, updated_at";
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReplayItem {
@@ -43,7 +45,7 @@ pub struct ReplayItem {
 pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
-            "INSERT INTO replay_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+            "INSERT INTO replay_runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
         ))
         .bind(run.id)
         .bind(run.started_by)
@@ -56,6 +58,7 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
         .bind(run.rate_per_second)
         .bind(run.max_concurrency)
         .bind(run.auto_pause_threshold)
+        .bind(run.dead_letter_baseline)
         .bind(run.approved_by)
         .bind(&run.paused_reason)
         .bind(run.created_at)
@@ -66,11 +69,11 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
     Ok(())
 }
 
-/// The run already replaying `dead_letter`, if any.
+/// The run in which `dead_letter` is waiting to be replayed, if any.
 pub async fn active_run_for(db: &Db, dead_letter: Uuid) -> Result<Option<Uuid>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_scalar::<_, Uuid>(
-            "SELECT run_id FROM replay_items WHERE dead_letter_id = $1 AND status IN ('pending', 'released', 'reconciling')",
+            "SELECT run_id FROM replay_items WHERE dead_letter_id = $1 AND status = 'pending'",
         )
         .bind(dead_letter)
         .fetch_optional(&mut *conn)
@@ -252,4 +255,49 @@ pub async fn progress(db: &Db, run: Uuid) -> Result<Progress> {
         .fetch_one(&mut *conn)
         .await?
     }))
+}
+
+/// Whether `dead_letter` was already released by some run (filters leave those out).
+pub async fn was_replayed(db: &Db, dead_letter: Uuid) -> Result<bool> {
+    let count: i64 = with_read_conn!(db, |conn| {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM replay_items WHERE dead_letter_id = $1 AND status IN ('released', 'reconciling')",
+        )
+        .bind(dead_letter)
+        .fetch_one(&mut *conn)
+        .await?
+    });
+    Ok(count > 0)
+}
+
+/// Takes an item for release inside `tx`: only while it is pending and its run is running and
+/// leased to `releaser`. The row lock (PostgreSQL) or the one writer (SQLite) makes a pause,
+/// cancel or second releaser either come before (and this fails) or wait for this release.
+pub async fn take_item(tx: &mut Tx, item: Uuid, run: Uuid, releaser: &str) -> Result<bool> {
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE replay_items SET detail = detail
+             WHERE id = $1 AND status = 'pending'
+               AND EXISTS (SELECT 1 FROM replay_runs r WHERE r.id = $2 AND r.status = 'running' AND r.leased_by = $3)",
+        )
+        .bind(item)
+        .bind(run)
+        .bind(releaser)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// On resume: auto-pause counts only dead letters that arrive from now on.
+pub async fn reset_baseline(tx: &mut Tx, run: Uuid, new_dead_letters: i64) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query("UPDATE replay_runs SET dead_letter_baseline = $1 WHERE id = $2")
+            .bind(new_dead_letters)
+            .bind(run)
+            .execute(&mut *conn)
+            .await?;
+    });
+    Ok(())
 }

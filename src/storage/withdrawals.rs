@@ -266,7 +266,8 @@ async fn record_transition(
         .bind(from.map(WithdrawalStatus::as_str))
         .bind(to.as_str())
         .bind(actor.to_string())
-        .bind(reason)
+        // Reasons are free text from people and providers: redacted like everything stored.
+        .bind(crate::redact::text(reason))
         .bind(correlation_id)
         .bind(DbTime::now())
         .execute(&mut *conn)

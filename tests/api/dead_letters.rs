@@ -72,6 +72,24 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
     assert_eq!(transfers_for(&provider.mock, id), 0, "nothing was ever paid");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "held until an operator decides");
     app.assert_ledger_invariant().await;
+
+    // Reconciliation proved nothing executed, so a deliberate retry is allowed and gets a fresh
+    // budget: once the provider answers again, it pays, once.
+    provider.mock.set_faults(FaultConfig::default());
+    let operator = app.operator("operator").await;
+    let version = store::get(&app.db, None, id).await.unwrap().unwrap().version;
+    let retry = app
+        .client
+        .post(app.url(&format!("/ops/v1/withdrawals/{id}/resolve")))
+        .bearer_auth(&operator)
+        .json(&serde_json::json!({"action": "retry", "reason": "provider healthy again", "version": version}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 200);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(transfers_for(&provider.mock, id), 1);
+    app.assert_ledger_invariant().await;
 }
 
 async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_the_same_key(app: TestApp) {

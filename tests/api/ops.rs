@@ -259,6 +259,11 @@ async fn retry_is_refused_while_the_side_effect_is_unknown_and_reconcile_settles
     let (status, code, body) = problem_code(refused).await;
     assert_eq!((status, code.as_str()), (409, "side_effect_unknown"));
     assert!(body["detail"].as_str().unwrap().contains("reconcile"), "offers reconcile instead");
+    // Failing it would release funds the provider may have paid out: refused the same way.
+    let fail =
+        resolve(&app, unknown, &operator, json!({"action": "fail", "reason": "give up", "version": version})).await;
+    let (status, code, _) = problem_code(fail).await;
+    assert_eq!((status, code.as_str()), (409, "side_effect_unknown"));
 
     // Reconcile instead: the provider is answering again and shows it paid.
     let reconcile = resolve(

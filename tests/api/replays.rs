@@ -34,6 +34,7 @@ replay_tests!(
     two_concurrent_replays_of_one_dead_letter_replay_it_once,
     a_large_run_waits_for_a_second_operators_approval,
     a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cannot_be_upgraded,
+    an_operator_replays_within_limits_and_an_admin_beyond_them,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -107,7 +108,7 @@ fn executions(app: &TestApp, id: WithdrawalId) -> u32 {
 
 async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
     let ids = rejected(&app, 3).await;
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
     let before: Vec<_> =
         futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
 
@@ -142,7 +143,7 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
     let ids = rejected(&app, 3).await;
     let letters = letters_of(&app, &ids).await;
     let envelope_before = dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap();
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
 
     let response = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await;
 
@@ -180,7 +181,7 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
 async fn releases_hold_the_rate_limit(app: TestApp) {
     let ids = rejected(&app, 200).await;
     let letters = letters_of(&app, &ids).await;
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
     let rate = 25;
 
     let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, rate)).await.json().await.unwrap();
@@ -202,7 +203,7 @@ async fn releases_hold_the_rate_limit(app: TestApp) {
 async fn pause_stops_releases_resume_continues_and_cancel_stops_for_good(app: TestApp) {
     let ids = rejected(&app, 30).await;
     let letters = letters_of(&app, &ids).await;
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
     let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 5)).await.json().await.unwrap();
     let run_id = run["id"].as_str().unwrap().to_owned();
     let released = |body: &Value| body["progress"]["released"].as_i64().unwrap();
@@ -274,7 +275,7 @@ async fn a_run_whose_jobs_keep_dead_lettering_pauses_itself(app: TestApp) {
     app.provider
         .mock
         .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
     let mut body = start_body(&letters, 20);
     body["auto_pause_threshold"] = json!(2);
     body["max_concurrency"] = json!(1);
@@ -291,8 +292,8 @@ async fn a_run_whose_jobs_keep_dead_lettering_pauses_itself(app: TestApp) {
 async fn two_concurrent_replays_of_one_dead_letter_replay_it_once(app: TestApp) {
     let ids = rejected(&app, 1).await;
     let letters = letters_of(&app, &ids).await;
-    let first = app.operator("operator").await;
-    let second = app.operator("operator").await;
+    let first = app.operator("admin").await;
+    let second = app.operator("admin").await;
 
     let (a, b) = tokio::join!(
         post(&app, "/ops/v1/replays", &first, start_body(&letters, 10)),
@@ -410,7 +411,7 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
     for letter in &letters {
         assert_eq!(dead_letters::get(&app.db, *letter).await.unwrap().unwrap().payload_version, 1);
     }
-    let operator = app.operator("operator").await;
+    let operator = app.operator("admin").await;
     let mut body = start_body(&letters, 20);
     body["expected_payload_version"] = json!(1);
 
@@ -433,4 +434,18 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
         WithdrawalStatus::RequiresReview
     );
     app.assert_ledger_invariant().await;
+}
+
+async fn an_operator_replays_within_limits_and_an_admin_beyond_them(app: TestApp) {
+    let ids = rejected(&app, 1).await;
+    let letters = letters_of(&app, &ids).await;
+    let operator = app.operator("operator").await;
+
+    let too_fast = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await;
+
+    let (status, code, _) = problem_code(too_fast).await;
+    assert_eq!((status, code.as_str()), (403, "admin_required"));
+    let mut gentle = start_body(&letters, 10);
+    gentle["max_concurrency"] = json!(4);
+    assert_eq!(post(&app, "/ops/v1/replays", &operator, gentle).await.status(), 201);
 }
