@@ -143,7 +143,6 @@ async fn close(
     Path(id): Path<String>,
     body: Result<Json<CloseRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    operator.require(Role::Operator)?;
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
     let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
     let audited = Audited {
@@ -154,6 +153,7 @@ async fn close(
         parameters: json!({}),
     };
     let done = async {
+        operator.require(Role::Operator)?;
         let reason = require_reason(&req.reason)?;
         dead_letters::get(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;

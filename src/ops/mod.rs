@@ -1,7 +1,7 @@
 //! The operator surface (SPEC §8): `/ops/v1`, for finance operators and on-call engineers.
 //!
-//! Every route checks the caller's role; every action that changes anything — or was refused —
-//! writes one append-only audit row. The CLI's operator commands call these routes, so roles and
+//! Every route checks the caller's role; every action that changes anything — or was refused,
+//! for its role too — writes one append-only audit row. The CLI's operator commands call these routes, so roles and
 //! audit apply the same way to both. Owns no SQL: storage does.
 
 mod audit;

@@ -157,7 +157,6 @@ async fn start(
     operator: Operator,
     body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    operator.require(Role::Operator)?;
     let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
     let audited = Audited {
         action: if req.dry_run { "replay.dry_run" } else { "replay.start" },
@@ -170,6 +169,9 @@ async fn start(
                            "rate_per_second": req.rate_per_second, "max_concurrency": req.max_concurrency,
                            "auto_pause_threshold": req.auto_pause_threshold}),
     };
+    if let Err(forbidden) = operator.require(Role::Operator) {
+        return Err(audited.refuse(&state, &operator, forbidden).await);
+    }
     match start_checked(&state, &operator, &req, &audited).await {
         Ok(ok) => Ok(ok),
         Err(err) => Err(audited.refuse(&state, &operator, err).await),
@@ -335,7 +337,6 @@ async fn control(
     body: Result<Json<ControlRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let needed = if action == "approve" { Role::Admin } else { Role::Operator };
-    operator.require(needed)?;
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
     let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
     let audited = Audited {
@@ -352,6 +353,7 @@ async fn control(
         parameters: json!({}),
     };
     let done = async {
+        operator.require(needed)?;
         let reason = require_reason(&req.reason)?;
         let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;

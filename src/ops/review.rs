@@ -206,7 +206,6 @@ async fn resolve(
     Path(id): Path<String>,
     body: Result<Json<ResolveRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    operator.require(Role::Operator)?;
     let id = parse_id(&id)?;
     let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
     let audited = Audited {
@@ -216,6 +215,9 @@ async fn resolve(
         reason: &req.reason,
         parameters: json!({"action": req.action, "version": req.version, "provider_reference": req.provider_reference}),
     };
+    if let Err(forbidden) = operator.require(Role::Operator) {
+        return Err(audited.refuse(&state, &operator, forbidden).await);
+    }
     match resolve_checked(&state, &operator, id, &req, &audited).await {
         Ok(value) => Ok(value),
         Err(err) => Err(audited.refuse(&state, &operator, err).await),
