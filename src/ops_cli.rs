@@ -25,6 +25,9 @@ pub enum ReviewCommand {
     List {
         #[arg(long, default_value = "requires_review")]
         status: String,
+        /// Only this customer account's withdrawals.
+        #[arg(long)]
+        account: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
     },
@@ -165,8 +168,11 @@ fn s(v: &Value) -> String {
 pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     let body = match &command {
-        ReviewCommand::List { status, limit } => {
-            let query: Vec<_> = [Some(("status", status.clone())), opt("limit", limit)].into_iter().flatten().collect();
+        ReviewCommand::List { status, account, limit } => {
+            let query: Vec<_> = [Some(("status", status.clone())), opt("account_id", account), opt("limit", limit)]
+                .into_iter()
+                .flatten()
+                .collect();
             client.get("/ops/v1/withdrawals", &query).await?
         }
         ReviewCommand::Show { id } => client.get(&format!("/ops/v1/withdrawals/{id}"), &[]).await?,

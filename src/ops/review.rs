@@ -67,6 +67,7 @@ impl From<&Withdrawal> for OpsWithdrawal {
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     pub status: Option<String>,
+    pub account_id: Option<Uuid>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
 }
@@ -91,7 +92,7 @@ pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     Ok(limit)
 }
 
-/// `GET /ops/v1/withdrawals?status=requires_review` — oldest first, with age.
+/// `GET /ops/v1/withdrawals?status=requires_review&account_id=` — oldest first, with age.
 async fn list(
     State(state): State<AppState>,
     operator: Operator,
@@ -106,7 +107,8 @@ async fn list(
         .map_err(|e| ApiError::unprocessable("invalid_status", "status", e.to_string()))?;
     let limit = page_limit(q.limit)?;
     let after = q.cursor.as_deref().map(decode_cursor).transpose()?;
-    let mut rows = store::list_by_status(state.db(), status, limit + 1, after).await?;
+    let account = q.account_id.map(crate::domain::AccountId);
+    let mut rows = store::list_by_status(state.db(), status, account, limit + 1, after).await?;
     let next = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
         rows.last().map(|w| encode_cursor(DbTime::from(w.updated_at), w.id.0))

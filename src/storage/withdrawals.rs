@@ -314,6 +314,7 @@ pub async fn count_for_account(db: &super::Db, account: AccountId) -> Result<i64
 pub async fn list_by_status(
     db: &super::Db,
     status: WithdrawalStatus,
+    account: Option<AccountId>,
     limit: i64,
     after: Option<(DbTime, Uuid)>,
 ) -> Result<Vec<Withdrawal>> {
@@ -321,12 +322,14 @@ pub async fn list_by_status(
         sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM withdrawals
              WHERE status = $1 AND ($2 IS NULL OR updated_at > $2 OR (updated_at = $2 AND id > $3))
+               AND ($5 IS NULL OR account_id = $5)
              ORDER BY updated_at, id LIMIT $4"
         ))
         .bind(status.as_str())
         .bind(after.map(|a| a.0))
         .bind(after.map(|a| a.1))
         .bind(limit)
+        .bind(account.map(|a| a.0))
         .fetch_all(&mut *conn)
         .await?
     });

@@ -376,10 +376,13 @@ async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: T
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
 
-    let listed = cli(&app, &viewer, &["review", "list", "--json"]);
+    let listed = cli(&app, &viewer, &["review", "list", "--account", &alice.account_id.to_string(), "--json"]);
     assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed["data"][0]["id"], id.to_string());
+    let other = cli(&app, &viewer, &["review", "list", "--account", &uuid::Uuid::new_v4().to_string(), "--json"]);
+    let other: Value = serde_json::from_slice(&other.stdout).unwrap();
+    assert!(other["data"].as_array().unwrap().is_empty(), "filtered by account");
     let summary = cli(&app, &viewer, &["dlq", "summary"]);
     assert!(String::from_utf8_lossy(&summary.stdout).contains("invalid_account"));
     let shown = cli(&app, &viewer, &["review", "show", &id.to_string()]);
