@@ -283,6 +283,8 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     }
     if args.role != Role::Worker {
         tasks.spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
+        crate::metrics::install();
+        tasks.spawn(crate::metrics::refresh_loop(db.clone(), std::time::Duration::from_secs(15), shutdown.clone()));
         let listener = tokio::net::TcpListener::bind(args.bind)
             .await
             .with_context(|| format!("cannot listen on {}", args.bind))?;

@@ -142,6 +142,7 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     };
     let letter = envelope(job, failure, side_effect, &worker_host());
     dead_letters::insert(tx, &letter).await?;
+    crate::metrics::dead_lettered(&letter.queue, &letter.job_type, &letter.category, &letter.error_code);
     if let Some(id) = job.withdrawal_id {
         if let Some(w) = store::get_in_tx(tx, WithdrawalId(id)).await? {
             let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);

@@ -18,11 +18,11 @@
 //! - [`config`] — runtime settings and their defaults.
 //! - [`cli`] — the `withdrawals` command line (serve, worker, migrate, accounts, operators);
 //!   [`ops_cli`] — its operator commands (review, dlq, audit), clients of `/ops/v1`.
-//! - [`telemetry`] — tracing set-up.
+//! - [`telemetry`] — tracing set-up; [`metrics`] — metric names, recording, `/metrics`.
 //!
 //! - [`ops`] — the operator API under `/ops/v1`: roles, audit, review queue, dead-letter triage.
 //!
-//! Coming next (see the issues): replay runs, metrics and alerts, the operator console.
+//! Coming next (see the issues): alert rules, the chaos run, benchmarks, the operator console.
 
 pub mod cli;
 pub mod config;
@@ -31,6 +31,7 @@ pub mod dead_letter;
 pub mod domain;
 pub mod http;
 pub mod jobs;
+pub mod metrics;
 pub mod ops;
 pub mod ops_cli;
 pub mod provider;

@@ -54,6 +54,7 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
     let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {
             tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
+            crate::metrics::breaker_transition(name, from.as_str(), to.as_str());
         },
     );
     Gateway { provider, breaker: Arc::new(breaker) }

@@ -63,12 +63,14 @@ impl AppState {
 /// The complete application router.
 pub fn app(state: AppState) -> Router {
     let max_body = state.config().max_body_bytes;
+    crate::metrics::install();
     Router::new()
         .merge(withdrawals::router())
         .merge(balances::router())
         .merge(health::router())
         .merge(openapi::router())
         .merge(crate::ops::router())
+        .route("/metrics", axum::routing::get(|| async { crate::metrics::install().render() }))
         .fallback(|| async { error::ApiError::not_found() })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(TraceLayer::new_for_http())

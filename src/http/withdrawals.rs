@@ -245,6 +245,7 @@ pub async fn create(
         CreateOutcome::Created(created) => {
             let (withdrawal, body) = *created;
             tracing::info!(withdrawal_id = %withdrawal.id, amount = %withdrawal.amount, "withdrawal created");
+            crate::metrics::withdrawal_created(withdrawal.amount.currency().code());
             let mut response = json_response(StatusCode::CREATED, body);
             let location = format!("/v1/withdrawals/{}", withdrawal.id);
             if let Ok(value) = HeaderValue::from_str(&location) {

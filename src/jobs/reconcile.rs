@@ -253,6 +253,7 @@ async fn insert_result(
     follow_up: Option<Uuid>,
 ) -> anyhow::Result<()> {
     tracing::info!(result, detail, "reconciliation result");
+    crate::metrics::reconciliation(result);
     reconciliations::insert(
         tx,
         &ReconciliationResult {

@@ -197,6 +197,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         }
         let detail = "side effect unknown: reconciliation instead of resubmission";
         replays::finish_item(&mut tx, item.id, "reconciling", Some(detail), job).await?;
+        crate::metrics::replay_item("reconciling");
         record_event(&mut tx, &letter.id, run, item, job, "reconciliation enqueued").await?;
         tx.commit().await?;
         return Ok(true);
@@ -251,6 +252,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     .await?;
     replays::link_job(&mut tx, job.0, item.id).await?;
     replays::finish_item(&mut tx, item.id, "released", None, Some(job.0)).await?;
+    crate::metrics::replay_item("released");
     record_event(&mut tx, &letter.id, run, item, Some(job.0), "released").await?;
     tx.commit().await?;
     Ok(true)

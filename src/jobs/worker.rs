@@ -208,6 +208,7 @@ impl Worker {
     /// `shutdown_grace` to finish, and hands back those still running.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         self.config.validate()?;
+        crate::metrics::install();
         let wake = Arc::new(Notify::new());
         job_store::listen(&self.db, wake.clone(), shutdown.clone()).await.context("cannot listen for jobs")?;
         let tracker = TaskTracker::new();

@@ -17,6 +17,7 @@ pub mod credentials;
 pub mod dead_letters;
 pub mod idempotency;
 pub mod jobs;
+pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
 pub mod time;

@@ -223,6 +223,7 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         return Ok(TransitionOutcome::Stale);
     };
     let withdrawal = Withdrawal::try_from(row)?;
+    crate::metrics::transition(req.from.as_str(), req.to.as_str());
     let transition_id =
         record_transition(tx, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id).await?;
     let amount = withdrawal.amount;

@@ -8,6 +8,7 @@ mod cli;
 mod dead_letters;
 mod funds;
 mod idempotency;
+mod metrics;
 mod ops;
 mod payouts;
 mod provider;

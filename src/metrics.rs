@@ -1,0 +1,127 @@
+//! Metrics (SPEC §9): every metric name is a constant here, and one function records each
+//! event, so call sites stay one line and names cannot drift. Prometheus text is served at
+//! `/metrics` from the process-wide recorder installed by [`install`].
+//!
+//! Gauges that come from the database (depth, ages, withdrawals by state) are refreshed by one
+//! task on an interval ([`refresh_database_gauges`]), never per scrape.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::storage::{metrics as queries, Db};
+
+pub const WITHDRAWALS_CREATED: &str = "withdrawals_created_total";
+pub const WITHDRAWAL_TRANSITIONS: &str = "withdrawal_transitions_total";
+pub const WITHDRAWALS_BY_STATE: &str = "withdrawals_by_state";
+pub const OLDEST_IN_STATE_SECONDS: &str = "withdrawals_oldest_in_state_seconds";
+pub const JOB_ATTEMPTS: &str = "job_attempts_total";
+pub const JOB_RETRIES: &str = "job_retries_total";
+pub const JOB_RETRIES_EXHAUSTED: &str = "job_retries_exhausted_total";
+pub const DEAD_LETTERS: &str = "dead_letters_total";
+pub const DEAD_LETTERS_OPEN: &str = "dead_letters_open";
+pub const DEAD_LETTERS_OLDEST_OPEN_SECONDS: &str = "dead_letters_oldest_open_seconds";
+pub const BREAKER_STATE: &str = "circuit_breaker_state";
+pub const BREAKER_TRANSITIONS: &str = "circuit_breaker_transitions_total";
+pub const PROVIDER_REQUEST_SECONDS: &str = "provider_request_duration_seconds";
+pub const RECONCILIATIONS: &str = "reconciliation_results_total";
+pub const REPLAY_ITEMS: &str = "replay_items_total";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once; later calls return the same handle.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(PROVIDER_REQUEST_SECONDS.to_owned()), &buckets)
+            .expect("valid buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        // Another recorder (a test harness) may already be installed; ours still renders.
+        let _ = metrics::set_global_recorder(recorder);
+        handle
+    })
+}
+
+pub fn withdrawal_created(currency: &str) {
+    counter!(WITHDRAWALS_CREATED, "currency" => currency.to_owned()).increment(1);
+}
+
+pub fn transition(from: &str, to: &str) {
+    counter!(WITHDRAWAL_TRANSITIONS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
+}
+
+pub fn job_attempt(queue: &str, kind: &str) {
+    counter!(JOB_ATTEMPTS, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
+}
+
+pub fn job_retry(queue: &str, kind: &str) {
+    counter!(JOB_RETRIES, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
+}
+
+pub fn job_retries_exhausted(queue: &str, kind: &str) {
+    counter!(JOB_RETRIES_EXHAUSTED, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
+}
+
+pub fn dead_lettered(queue: &str, job_type: &str, category: &str, error_code: &str) {
+    counter!(DEAD_LETTERS, "queue" => queue.to_owned(), "job_type" => job_type.to_owned(),
+             "category" => category.to_owned(), "error_code" => error_code.to_owned())
+    .increment(1);
+}
+
+/// Breaker state as a number: 0 closed, 1 half-open, 2 open (forced states count as their kind).
+pub fn breaker_transition(name: &str, from: &str, to: &str) {
+    counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.to_owned(), "to" => to.to_owned())
+        .increment(1);
+    let level = match to {
+        "open" | "forced_open" => 2.0,
+        "half_open" => 1.0,
+        _ => 0.0,
+    };
+    gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(level);
+}
+
+pub fn provider_request(outcome_class: &str, elapsed: Duration) {
+    histogram!(PROVIDER_REQUEST_SECONDS, "outcome" => outcome_class.to_owned()).record(elapsed.as_secs_f64());
+}
+
+pub fn reconciliation(result: &str) {
+    counter!(RECONCILIATIONS, "result" => result.to_owned()).increment(1);
+}
+
+pub fn replay_item(outcome: &str) {
+    counter!(REPLAY_ITEMS, "outcome" => outcome.to_owned()).increment(1);
+}
+
+/// Reads the database once and sets the gauges that describe it.
+pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
+    let now = chrono::Utc::now();
+    for row in queries::withdrawals_by_state(db).await? {
+        gauge!(WITHDRAWALS_BY_STATE, "state" => row.status.clone()).set(row.count as f64);
+        let age = row.oldest_change.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
+        gauge!(OLDEST_IN_STATE_SECONDS, "state" => row.status).set(age);
+    }
+    let open = queries::open_dead_letters(db).await?;
+    gauge!(DEAD_LETTERS_OPEN).set(open.count as f64);
+    let oldest = open.oldest.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
+    gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(oldest);
+    Ok(())
+}
+
+/// The one task that refreshes database gauges, every `every`, until `shutdown`.
+pub async fn refresh_loop(db: Db, every: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(err) = refresh_database_gauges(&db).await {
+            tracing::warn!(error = format!("{err:#}"), "metrics refresh failed");
+        }
+    }
+}
