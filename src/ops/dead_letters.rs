@@ -111,7 +111,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let id = super::path_id(&id)?;
     let letter = dead_letters::get(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
     let events = dead_letters::events(state.db(), id).await?;
     let closed_at = events.iter().find(|e| e.action == "closed").map(|e| e.at);
@@ -143,8 +143,8 @@ async fn close(
     Path(id): Path<String>,
     body: Result<Json<CloseRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
-    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let id = super::path_id(&id)?;
+    let req = super::body(body)?;
     let audited = Audited {
         action: "dead_letter.close",
         target_type: "dead_letter",

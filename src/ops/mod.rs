@@ -88,6 +88,16 @@ impl Audited<'_> {
     }
 }
 
+/// A path id that is not a UUID names nothing: 404, like an unknown one.
+pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::not_found())
+}
+
+/// An operator request body, or a 422 saying what is wrong with it.
+pub fn body<T>(body: Result<axum::Json<T>, axum::extract::rejection::JsonRejection>) -> Result<T, ApiError> {
+    body.map(|axum::Json(value)| value).map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))
+}
+
 /// A reason is required for every action and kept short enough to read in a list.
 pub fn require_reason(reason: &str) -> Result<&str, ApiError> {
     let reason = reason.trim();

@@ -157,7 +157,7 @@ async fn start(
     operator: Operator,
     body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let req = super::body(body)?;
     let audited = Audited {
         action: if req.dry_run { "replay.dry_run" } else { "replay.start" },
         target_type: "replay",
@@ -310,7 +310,7 @@ async fn status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let id = super::path_id(&id)?;
     let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
     let progress = replays::progress(state.db(), id).await?;
     let mut view = run_view(&run, Some(&progress));
@@ -337,8 +337,8 @@ async fn control(
     body: Result<Json<ControlRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let needed = if action == "approve" { Role::Admin } else { Role::Operator };
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
-    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let id = super::path_id(&id)?;
+    let req = super::body(body)?;
     let audited = Audited {
         action: match action.as_str() {
             "pause" => "replay.pause",

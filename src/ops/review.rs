@@ -209,7 +209,7 @@ async fn resolve(
     body: Result<Json<ResolveRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let Json(req) = body.map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))?;
+    let req = super::body(body)?;
     let audited = Audited {
         action: "withdrawal.resolve",
         target_type: "withdrawal",
@@ -288,18 +288,8 @@ async fn resolve_checked(
         failure_code,
     };
     let outcome = match req.action.as_str() {
-        "complete" => {
-            let reference =
-                req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
-                    ApiError::unprocessable(
-                        "provider_reference_required",
-                        "provider_reference",
-                        "complete needs the provider's transfer id",
-                    )
-                })?;
-            check_paid_at_provider(state, id, reference).await?;
-            store::transition(&mut tx, &transition(WithdrawalStatus::Completed, None)).await?
-        }
+        // Checked against the provider above, before the transaction opened.
+        "complete" => store::transition(&mut tx, &transition(WithdrawalStatus::Completed, None)).await?,
         "fail" => {
             store::transition(&mut tx, &transition(WithdrawalStatus::Failed, Some("rejected_by_operator"))).await?
         }

@@ -97,15 +97,6 @@ pub async fn for_job(db: &Db, job: Uuid) -> Result<Vec<DeadLetter>> {
     }))
 }
 
-/// Every envelope (tests and small installations; operators get filtered, paginated lists).
-pub async fn all(db: &Db) -> Result<Vec<DeadLetter>> {
-    Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters ORDER BY failed_at, id"))
-            .fetch_all(&mut *conn)
-            .await?
-    }))
-}
-
 /// Turns a failure-injection flag on or off (drills and tests): while
 /// `dead_letter_store_outage` is set, every dead-letter insert fails.
 pub async fn set_fault_flag(db: &Db, name: &str, on: bool) -> Result<()> {

@@ -8,7 +8,6 @@
 //! timeout: its creation transaction never committed, so re-running it is safe.
 
 use chrono::TimeDelta;
-use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
@@ -197,18 +196,4 @@ pub async fn purge_expired(db: &Db) -> Result<u64> {
     });
     tx.commit().await?;
     Ok(deleted)
-}
-
-/// The withdrawal a key produced, if any (tests and support).
-pub async fn withdrawal_for_key(db: &Db, account: AccountId, key: &str) -> Result<Option<Uuid>> {
-    Ok(crate::with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, Option<Uuid>>(
-            "SELECT withdrawal_id FROM idempotency_records WHERE account_id = $1 AND key = $2",
-        )
-        .bind(account.0)
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?
-        .flatten()
-    }))
 }

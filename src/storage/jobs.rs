@@ -290,25 +290,6 @@ pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> 
     Ok(count > 0)
 }
 
-/// Job counts by queue, kind and status (operators, tests, metrics).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct JobCount {
-    pub queue: String,
-    pub kind: String,
-    pub status: String,
-    pub count: i64,
-}
-
-pub async fn counts(db: &Db) -> Result<Vec<JobCount>> {
-    Ok(crate::with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, JobCount>(
-            "SELECT queue, kind, status, COUNT(*) AS count FROM jobs GROUP BY queue, kind, status ORDER BY queue, kind, status",
-        )
-        .fetch_all(&mut *conn)
-        .await?
-    }))
-}
-
 /// Forwards PostgreSQL job notifications to `wake` until `shutdown`; on SQLite there is nothing
 /// to listen to (every writer is in-process or polled for).
 pub async fn listen(
