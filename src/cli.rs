@@ -51,6 +51,16 @@ pub enum Command {
     /// Operator credentials.
     #[command(subcommand)]
     Operators(OperatorsCommand),
+    /// The whole service at a glance: withdrawals by state, dead letters, queues, breakers, replays.
+    Status {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+    },
+    /// Provider circuit breakers and their state (as the API process sees them).
+    Breakers {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+    },
     /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
     Review {
         #[command(flatten)]
@@ -178,6 +188,8 @@ pub enum OperatorsCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&cli.database_url, args).await,
+        Command::Status { conn } => ops_cli::status(&conn).await,
+        Command::Breakers { conn } => ops_cli::breakers(&conn).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,

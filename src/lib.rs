@@ -17,12 +17,15 @@
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
 //! - [`cli`] — the `withdrawals` command line (serve, worker, migrate, accounts, operators);
-//!   [`ops_cli`] — its operator commands (review, dlq, audit), clients of `/ops/v1`.
-//! - [`telemetry`] — tracing set-up; [`metrics`] — metric names, recording, `/metrics`.
+//!   [`ops_cli`] — its operator commands (status, breakers, review, dlq, replay, audit), clients
+//!   of `/ops/v1`.
+//! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
+//!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
+//! - [`ops`] — the operator API under `/ops/v1`: roles, audit, overview, review queue,
+//!   dead-letter triage, replays.
 //!
-//! - [`ops`] — the operator API under `/ops/v1`: roles, audit, review queue, dead-letter triage.
-//!
-//! Coming next (see the issues): alert rules, the chaos run, benchmarks, the operator console.
+//! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
+//! provider mock). Coming next (see the issues): the chaos run, benchmarks, the operator console.
 
 pub mod cli;
 pub mod config;

@@ -12,6 +12,8 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::WithdrawalStatus;
+use crate::jobs;
 use crate::storage::{metrics as queries, Db};
 
 pub const WITHDRAWALS_CREATED: &str = "withdrawals_created_total";
@@ -29,6 +31,36 @@ pub const BREAKER_TRANSITIONS: &str = "circuit_breaker_transitions_total";
 pub const PROVIDER_REQUEST_SECONDS: &str = "provider_request_duration_seconds";
 pub const RECONCILIATIONS: &str = "reconciliation_results_total";
 pub const REPLAY_ITEMS: &str = "replay_items_total";
+pub const REPLAY_RUNS: &str = "replay_runs";
+pub const REPLAY_ITEMS_PENDING: &str = "replay_items_pending";
+pub const JOBS_LIVE: &str = "jobs_live";
+pub const JOBS_DUE: &str = "jobs_due";
+pub const JOBS_OLDEST_DUE_SECONDS: &str = "jobs_oldest_due_seconds";
+
+/// Every metric this service exports, with its type and what it means: the README's list and
+/// the alert rules are checked against it.
+pub const CATALOGUE: &[(&str, &str, &str)] = &[
+    (WITHDRAWALS_CREATED, "counter", "withdrawals accepted, by currency"),
+    (WITHDRAWAL_TRANSITIONS, "counter", "state changes, by from and to"),
+    (WITHDRAWALS_BY_STATE, "gauge", "withdrawals in each state (database)"),
+    (OLDEST_IN_STATE_SECONDS, "gauge", "age of the longest-waiting withdrawal in each state (database)"),
+    (JOB_ATTEMPTS, "counter", "job runs, by queue and kind"),
+    (JOB_RETRIES, "counter", "job runs rescheduled for a retry, by queue and kind"),
+    (JOB_RETRIES_EXHAUSTED, "counter", "jobs whose retry budget ran out, by queue and kind"),
+    (DEAD_LETTERS, "counter", "dead-letter arrivals, by queue, job type, category and error code"),
+    (DEAD_LETTERS_OPEN, "gauge", "open (not closed) dead letters (database)"),
+    (DEAD_LETTERS_OLDEST_OPEN_SECONDS, "gauge", "age of the oldest open dead letter (database)"),
+    (BREAKER_STATE, "gauge", "circuit breaker state per breaker: 0 closed, 1 half-open, 2 open"),
+    (BREAKER_TRANSITIONS, "counter", "circuit breaker transitions, by breaker, from and to"),
+    (PROVIDER_REQUEST_SECONDS, "histogram", "provider request latency, by outcome class"),
+    (RECONCILIATIONS, "counter", "reconciliation results, by result"),
+    (REPLAY_ITEMS, "counter", "replay items handled, by outcome"),
+    (REPLAY_RUNS, "gauge", "replay runs in each status (database)"),
+    (REPLAY_ITEMS_PENDING, "gauge", "replay items not yet released, in runs of each status (database)"),
+    (JOBS_LIVE, "gauge", "scheduled and running jobs, by queue and status (database)"),
+    (JOBS_DUE, "gauge", "scheduled jobs whose time has come, by queue (database)"),
+    (JOBS_OLDEST_DUE_SECONDS, "gauge", "how long the oldest due job of each queue has waited (database)"),
+];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -97,18 +129,41 @@ pub fn replay_item(outcome: &str) {
     counter!(REPLAY_ITEMS, "outcome" => outcome.to_owned()).increment(1);
 }
 
-/// Reads the database once and sets the gauges that describe it.
+/// Reads the database once and sets the gauges that describe it. Every label set is written on
+/// every refresh (zero when the database has no row for it), so a queue that drains reads 0
+/// rather than its last non-zero value.
 pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
-    for row in queries::withdrawals_by_state(db).await? {
-        gauge!(WITHDRAWALS_BY_STATE, "state" => row.status.clone()).set(row.count as f64);
-        let age = row.oldest_change.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
-        gauge!(OLDEST_IN_STATE_SECONDS, "state" => row.status).set(age);
+    let age = |t: Option<crate::storage::DbTime>| t.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
+
+    let states = queries::withdrawals_by_state(db).await?;
+    for status in WithdrawalStatus::ALL.map(WithdrawalStatus::as_str) {
+        let row = states.iter().find(|r| r.status == status);
+        gauge!(WITHDRAWALS_BY_STATE, "state" => status).set(row.map_or(0.0, |r| r.count as f64));
+        gauge!(OLDEST_IN_STATE_SECONDS, "state" => status).set(age(row.and_then(|r| r.oldest_change)));
     }
+
     let open = queries::open_dead_letters(db).await?;
     gauge!(DEAD_LETTERS_OPEN).set(open.count as f64);
-    let oldest = open.oldest.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
-    gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(oldest);
+    gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(age(open.oldest));
+
+    let depths = queries::live_jobs_by_queue(db).await?;
+    for queue in [jobs::PAYOUTS_QUEUE, jobs::RECONCILIATION_QUEUE] {
+        for status in ["scheduled", "running"] {
+            let count = depths.iter().find(|d| d.queue == queue && d.status == status).map_or(0, |d| d.count);
+            gauge!(JOBS_LIVE, "queue" => queue, "status" => status).set(count as f64);
+        }
+        let scheduled = depths.iter().find(|d| d.queue == queue && d.status == "scheduled");
+        gauge!(JOBS_DUE, "queue" => queue).set(scheduled.map_or(0.0, |d| d.due as f64));
+        gauge!(JOBS_OLDEST_DUE_SECONDS, "queue" => queue).set(age(scheduled.and_then(|d| d.oldest_due)));
+    }
+
+    let replays = queries::replay_runs_by_status(db).await?;
+    for status in ["awaiting_approval", "running", "paused", "cancelled", "completed"] {
+        let row = replays.iter().find(|r| r.status == status);
+        gauge!(REPLAY_RUNS, "status" => status).set(row.map_or(0.0, |r| r.runs as f64));
+        gauge!(REPLAY_ITEMS_PENDING, "status" => status).set(row.map_or(0.0, |r| r.pending_items as f64));
+    }
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! The operator commands of the CLI (`review`, `dlq`, `replay`, `audit`): thin clients of `/ops/v1`, so
+//! The operator commands of the CLI (`status`, `breakers`, `review`, `dlq`, `replay`, `audit`): thin clients of `/ops/v1`, so
 //! roles and the audit log apply exactly as they do over HTTP. `WITHDRAWALS_URL` and
 //! `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON for scripts.
 
@@ -315,6 +315,56 @@ pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
         }
         DlqCommand::Show { .. } => println!("{}", serde_json::to_string_pretty(&body)?),
         DlqCommand::Close { id, .. } => println!("closed {id}"),
+    }
+    Ok(())
+}
+
+/// `withdrawals status`: the overview (withdrawals by state, dead letters, queues, breakers, replays).
+pub async fn status(conn: &Connection) -> anyhow::Result<()> {
+    let body = Client::new(conn)?.get("/ops/v1/overview", &[]).await?;
+    if conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let age_or_dash = |v: &Value| if v.is_null() { "-".to_owned() } else { age(v) };
+    println!("withdrawals        count  oldest");
+    for w in body["withdrawals"].as_array().into_iter().flatten() {
+        println!("  {:<16} {:>5}  {}", s(&w["state"]), s(&w["count"]), age_or_dash(&w["oldest_age_seconds"]));
+    }
+    let dl = &body["dead_letters"];
+    println!("dead letters open  {:>5}  {}", s(&dl["open"]), age_or_dash(&dl["oldest_open_age_seconds"]));
+    for c in dl["by_category"].as_array().into_iter().flatten() {
+        println!("  {:<16} {:>5}  {}", s(&c["category"]), s(&c["open"]), age(&c["oldest_age_seconds"]));
+    }
+    println!("queues             scheduled  due  running  oldest due");
+    for q in body["queues"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<16} {:>9}  {:>3}  {:>7}  {}",
+            s(&q["queue"]),
+            s(&q["scheduled"]),
+            s(&q["due"]),
+            s(&q["running"]),
+            age_or_dash(&q["oldest_due_age_seconds"])
+        );
+    }
+    for b in body["breakers"].as_array().into_iter().flatten() {
+        println!("breaker {}: {}", s(&b["name"]), s(&b["state"]));
+    }
+    for r in body["replays"].as_array().into_iter().flatten() {
+        println!("replays {}: {} (pending items {})", s(&r["status"]), s(&r["runs"]), s(&r["pending_items"]));
+    }
+    Ok(())
+}
+
+/// `withdrawals breakers`: each provider breaker's state as the API process sees it.
+pub async fn breakers(conn: &Connection) -> anyhow::Result<()> {
+    let body = Client::new(conn)?.get("/ops/v1/breakers", &[]).await?;
+    if conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    for b in body["data"].as_array().into_iter().flatten() {
+        println!("{}  {}", s(&b["name"]), s(&b["state"]));
     }
     Ok(())
 }

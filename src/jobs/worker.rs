@@ -326,7 +326,7 @@ impl JobContext {
             "job",
             job_id = %self.job.id,
             kind = %self.job.kind,
-            withdrawal_id = ?self.job.withdrawal_id,
+            withdrawal_id = %self.job.withdrawal_id.map(|w| w.to_string()).unwrap_or_default(),
             correlation_id = %self.job.correlation_id,
             attempt = self.job.attempts + 1,
         );

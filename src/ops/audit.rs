@@ -14,7 +14,7 @@ use crate::http::AppState;
 use crate::storage::audit::{self as store, AuditFilter};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ops/v1/audit", get(list)).route("/ops/v1/breakers", get(breakers))
+    Router::new().route("/ops/v1/audit", get(list))
 }
 
 #[derive(Debug, Deserialize)]
@@ -57,15 +57,4 @@ async fn list(
         })
         .collect();
     Ok(Json(json!({"data": data, "next_cursor": next})))
-}
-
-/// `GET /ops/v1/breakers`: the provider breaker's state as this process sees it.
-async fn breakers(State(state): State<AppState>, operator: Operator) -> Result<Json<Value>, ApiError> {
-    operator.require(Role::Viewer)?;
-    let data: Vec<Value> = state
-        .gateway()
-        .map(|g| json!({"name": g.breaker.name(), "state": g.breaker.state().as_str()}))
-        .into_iter()
-        .collect();
-    Ok(Json(json!({"data": data})))
 }

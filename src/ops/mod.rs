@@ -7,6 +7,7 @@
 mod audit;
 mod auth;
 mod dead_letters;
+mod overview;
 mod replays;
 mod review;
 
@@ -24,7 +25,12 @@ use crate::storage::audit::{self as audit_store, AuditRow};
 use crate::storage::{DbTime, Tx};
 
 pub fn router() -> Router<AppState> {
-    Router::new().merge(review::router()).merge(dead_letters::router()).merge(replays::router()).merge(audit::router())
+    Router::new()
+        .merge(review::router())
+        .merge(dead_letters::router())
+        .merge(replays::router())
+        .merge(audit::router())
+        .merge(overview::router())
 }
 
 /// What an action did, for its audit row.

@@ -36,3 +36,51 @@ pub async fn open_dead_letters(db: &Db) -> Result<OpenDeadLetters> {
         .await?
     }))
 }
+
+/// Live jobs of one queue in one status (`scheduled` or `running`), with how many of the
+/// scheduled ones are due and the oldest due time: a backlog is due work nobody has taken.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct QueueDepth {
+    pub queue: String,
+    pub status: String,
+    pub count: i64,
+    pub due: i64,
+    pub oldest_due: Option<DbTime>,
+}
+
+pub async fn live_jobs_by_queue(db: &Db) -> Result<Vec<QueueDepth>> {
+    let now = DbTime::now();
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, QueueDepth>(
+            "SELECT queue, status, COUNT(*) AS count,
+                    CAST(SUM(CASE WHEN status = 'scheduled' AND run_at <= $1 THEN 1 ELSE 0 END) AS BIGINT) AS due,
+                    MIN(CASE WHEN status = 'scheduled' AND run_at <= $1 THEN run_at END) AS oldest_due
+             FROM jobs WHERE status IN ('scheduled', 'running')
+             GROUP BY queue, status ORDER BY queue, status",
+        )
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Replay runs by status, with the items still waiting to be released in each.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReplayRunCount {
+    pub status: String,
+    pub runs: i64,
+    pub pending_items: i64,
+}
+
+pub async fn replay_runs_by_status(db: &Db) -> Result<Vec<ReplayRunCount>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReplayRunCount>(
+            "SELECT r.status, COUNT(*) AS runs,
+                    CAST(COALESCE(SUM((SELECT COUNT(*) FROM replay_items i WHERE i.run_id = r.id AND i.status = 'pending')), 0) AS BIGINT)
+                        AS pending_items
+             FROM replay_runs r GROUP BY r.status ORDER BY r.status",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}

@@ -144,6 +144,14 @@ async fn openapi_health_and_readiness_are_served(app: TestApp) {
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
 
+    // A database whose migrations are behind this binary (the newest one not applied) is not
+    // ready; the process is still alive.
+    app.execute_raw("DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)").await;
+    let behind = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let (status, code, _) = problem_code(behind).await;
+    assert_eq!((status, code.as_str()), (503, "not_ready"), "migrations behind");
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+
     app.db.close().await;
     let not_ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     let (status, code, body) = problem_code(not_ready).await;

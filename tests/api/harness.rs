@@ -179,6 +179,17 @@ impl TestApp {
         self.client.get(self.url(path)).bearer_auth(&customer.api_key)
     }
 
+    /// Runs one statement on the app's database behind the app's back (to stage a broken state).
+    pub async fn execute_raw(&self, sql: &str) {
+        if self.database_url.starts_with("sqlite:") {
+            let mut conn = sqlx::SqliteConnection::connect(&self.database_url).await.unwrap();
+            conn.execute(sql).await.unwrap();
+        } else {
+            let mut conn = sqlx::PgConnection::connect(&self.database_url).await.unwrap();
+            conn.execute(sql).await.unwrap();
+        }
+    }
+
     /// The ledger invariant of SPEC §1.2, checked with the storage layer's one query.
     pub async fn assert_ledger_invariant(&self) {
         let violations = accounts::ledger_violations(&self.db).await.expect("ledger query");

@@ -14,5 +14,6 @@ mod payouts;
 mod provider;
 mod redaction;
 mod replays;
+mod runbooks;
 mod transitions;
 mod validation;

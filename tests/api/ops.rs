@@ -121,6 +121,7 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
         format!("/ops/v1/dead-letters/{letter}"),
         "/ops/v1/audit".to_owned(),
         "/ops/v1/breakers".to_owned(),
+        "/ops/v1/overview".to_owned(),
     ];
     // Bodies without a reason: an authorised caller gets 422, so nothing changes.
     let writes = [

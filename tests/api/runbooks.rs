@@ -1,0 +1,227 @@
+//! The runbooks and the alert rules are part of the product (SPEC §9): every `withdrawals …`
+//! command a runbook tells on-call to run parses with the real CLI, every alert names a severity,
+//! a summary and a runbook page that exists, and every metric an alert reads is one we export.
+//! (`promtool check rules` / `promtool test rules` run in `scripts/test`.)
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use withdrawals::cli::Cli;
+
+fn runbooks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("runbooks")
+}
+
+fn pages() -> Vec<(String, String)> {
+    let mut pages: Vec<(String, String)> = std::fs::read_dir(runbooks_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    pages.sort();
+    pages
+}
+
+/// The `withdrawals …` lines of a page's ```sh blocks: trailing comments cut, `\` continuations joined.
+fn commands(page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_sh = false;
+    let mut pending = String::new();
+    for line in page.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            in_sh = matches!(trimmed, "```sh" | "```bash" | "```shell");
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let line = trimmed.strip_prefix("$ ").unwrap_or(trimmed);
+        if pending.is_empty() && !line.starts_with("withdrawals ") && line != "withdrawals" {
+            continue;
+        }
+        if let Some(continued) = line.strip_suffix('\\') {
+            pending.push_str(continued);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(line);
+        let command = match pending.find(" #") {
+            Some(i) => pending[..i].trim_end().to_owned(),
+            None => pending.trim_end().to_owned(),
+        };
+        out.push(command);
+        pending.clear();
+    }
+    out
+}
+
+#[test]
+fn every_runbook_command_parses_with_the_cli() {
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for (name, text) in pages() {
+        for command in commands(&text) {
+            let words = shlex::split(&command).unwrap_or_else(|| panic!("{name}: cannot split `{command}`"));
+            if let Err(err) = Cli::try_parse_from(&words) {
+                let first = err.to_string().lines().next().unwrap_or_default().to_owned();
+                broken.push(format!("{name}: `{command}`: {first}"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(broken.is_empty(), "runbook commands that do not parse:\n{}", broken.join("\n"));
+    assert!(checked >= 30, "only {checked} commands found: the extraction is broken");
+}
+
+#[test]
+fn the_command_extraction_finds_what_a_runbook_shows() {
+    let page = "text\n```sh\nexport WITHDRAWALS_TOKEN=x\nwithdrawals dlq summary   # step one\nwithdrawals review resolve \\\n  ID fail --reason \"r\" --version 2\n```\n```text\nwithdrawals not a command\n```\n";
+    assert_eq!(
+        commands(page),
+        ["withdrawals dlq summary", "withdrawals review resolve  ID fail --reason \"r\" --version 2"]
+    );
+    let bad = shlex::split("withdrawals review resolve ID explode --reason r --version 2").unwrap();
+    assert!(Cli::try_parse_from(bad).is_err(), "an unknown action is refused, so a typo would be caught");
+}
+
+/// One alert rule, read from `alerts.yml` (our own layout: `- alert:` then its fields).
+#[derive(Debug, Default)]
+struct Rule {
+    name: String,
+    expr: String,
+    severity: Option<String>,
+    summary: Option<String>,
+    runbook_url: Option<String>,
+}
+
+fn rules() -> Vec<Rule> {
+    let text = std::fs::read_to_string(runbooks_dir().join("alerts.yml")).unwrap();
+    let mut rules: Vec<Rule> = Vec::new();
+    let mut in_expr = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_prefix("- alert:") {
+            rules.push(Rule { name: name.trim().to_owned(), ..Rule::default() });
+            in_expr = false;
+            continue;
+        }
+        let Some(rule) = rules.last_mut() else { continue };
+        if let Some(expr) = trimmed.strip_prefix("expr:") {
+            rule.expr = expr.trim().trim_start_matches('|').to_owned();
+            in_expr = true;
+        } else if in_expr && line.starts_with("          ") && !trimmed.contains(": ") {
+            rule.expr.push(' ');
+            rule.expr.push_str(trimmed);
+        } else {
+            in_expr = false;
+            let value = |prefix: &str| trimmed.strip_prefix(prefix).map(|v| v.trim().trim_matches('"').to_owned());
+            rule.severity = rule.severity.take().or_else(|| value("severity:"));
+            rule.summary = rule.summary.take().or_else(|| value("summary:"));
+            rule.runbook_url = rule.runbook_url.take().or_else(|| value("runbook_url:"));
+        }
+    }
+    rules
+}
+
+/// The metric names an expression reads: identifiers that are not functions, keywords, label
+/// names, grouping labels or durations.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut cleaned = String::new();
+    let mut depth_brace = 0;
+    let mut depth_bracket = 0;
+    for c in expr.chars() {
+        match c {
+            '{' => depth_brace += 1,
+            '}' => depth_brace -= 1,
+            '[' => depth_bracket += 1,
+            ']' => depth_bracket -= 1,
+            _ if depth_brace > 0 || depth_bracket > 0 => {}
+            _ => cleaned.push(c),
+        }
+        if matches!(c, '{' | '}' | '[' | ']') {
+            cleaned.push(' ');
+        }
+    }
+    let words: Vec<&str> = cleaned.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '(')).collect();
+    let mut names = Vec::new();
+    let mut skip_group = false;
+    for word in words.into_iter().filter(|w| !w.is_empty()) {
+        if skip_group {
+            // `by (a, b)`: the labels up to the closing parenthesis.
+            skip_group = false;
+            continue;
+        }
+        if matches!(word, "by" | "without" | "on" | "ignoring" | "group_left" | "group_right") {
+            skip_group = true;
+            continue;
+        }
+        if word.ends_with('(')
+            || matches!(word, "and" | "or" | "unless" | "bool")
+            || word.chars().next().is_some_and(|c| c.is_ascii_digit())
+        {
+            continue;
+        }
+        names.push(word.to_owned());
+    }
+    names
+}
+
+#[test]
+fn every_alert_has_a_severity_a_summary_a_runbook_page_and_known_metrics() {
+    let rules = rules();
+    assert!(rules.len() >= 8, "{rules:#?}");
+    let known: Vec<&str> = withdrawals::metrics::CATALOGUE.iter().map(|(name, _, _)| *name).collect();
+    for rule in &rules {
+        assert!(
+            matches!(rule.severity.as_deref(), Some("page" | "ticket")),
+            "{}: severity {:?}",
+            rule.name,
+            rule.severity
+        );
+        assert!(rule.summary.as_deref().is_some_and(|s| !s.is_empty()), "{}: no summary", rule.name);
+        let url = rule.runbook_url.as_deref().unwrap_or_else(|| panic!("{}: no runbook_url", rule.name));
+        let page =
+            url.strip_prefix("runbooks/").unwrap_or_else(|| panic!("{}: {url} is not under runbooks/", rule.name));
+        let text = std::fs::read_to_string(runbooks_dir().join(page))
+            .unwrap_or_else(|_| panic!("{}: runbook page {url} does not exist", rule.name));
+        assert!(text.contains(&rule.name), "{}: its page {url} does not name the alert", rule.name);
+        let names = metric_names(&rule.expr);
+        assert!(!names.is_empty(), "{}: no metric found in `{}`", rule.name, rule.expr);
+        for name in names {
+            assert!(
+                known.contains(&name.as_str()),
+                "{}: `{name}` is not a metric we export (expr `{}`)",
+                rule.name,
+                rule.expr
+            );
+        }
+    }
+    let subjects = [
+        "dead_letters_total",
+        "dead_letters_oldest_open_seconds",
+        "job_retries_exhausted_total",
+        "withdrawal_transitions_total",
+        "circuit_breaker_state",
+        "withdrawals_oldest_in_state_seconds",
+        "jobs_due",
+    ];
+    for subject in subjects {
+        assert!(rules.iter().any(|r| r.expr.contains(subject)), "no alert reads {subject}");
+    }
+}
+
+#[test]
+fn every_runbook_page_has_the_sections_on_call_needs() {
+    for (name, text) in pages() {
+        if name == "README.md" {
+            continue;
+        }
+        for heading in
+            ["## What it means", "## Owner", "## Metrics to look at", "## What to run", "## Redaction", "## Escalation"]
+        {
+            assert!(text.contains(heading), "{name} has no `{heading}` section");
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Observability end to end (SPEC §9), in its own test binary because it reads process-wide
+//! state: the Prometheus recorder and the log subscriber. The scenarios here take one lock so
+//! each sees only its own counters and log lines, and every metric is asserted exactly, as the
+//! difference between a scrape before and a scrape after.
+
+#[path = "../api/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use harness::{provider_mock, worker_config, TestApp};
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use serde_json::Value;
+use withdrawals::domain::WithdrawalStatus;
+use withdrawals::provider::breaker::{BreakerConfig, SlidingWindow};
+use withdrawals::service;
+use withdrawals::storage::{dead_letters, jobs as job_store};
+
+both_backends!(
+    dead_letters_and_breaker_transitions_show_exact_values_in_metrics,
+    a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every_log_line,
+);
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One scenario at a time: counters and captured logs are process-wide.
+async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+}
+
+/// Every log line of this process, as JSON, after redaction (installed once, before any app).
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        withdrawals::telemetry::init_with(withdrawals::telemetry::LogFormat::Json, move || Capture(sink.clone()));
+        buffer
+    })
+    .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every sample of a scrape: `name{labels}` → value.
+async fn scrape(app: &TestApp) -> BTreeMap<String, f64> {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v))))
+        .collect()
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, key: &str) -> f64 {
+    after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0)
+}
+
+async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: TestApp) {
+    let _one_at_a_time = exclusive().await;
+    let provider = provider_mock(2_000).await;
+    // Two 503s fill a window of two calls: the breaker opens, waits, lets one call through.
+    let mut outage = FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None });
+    outage.times = Some(2);
+    provider.mock.set_faults(FaultConfig { rules: vec![outage] });
+    let breaker = BreakerConfig {
+        window: SlidingWindow::Count { size: 2 },
+        minimum_number_of_calls: 2,
+        failure_rate_threshold: 50.0,
+        wait_duration_in_open: Duration::from_millis(300),
+        permitted_calls_in_half_open: 1,
+        ..BreakerConfig::default()
+    };
+    app.start_worker(service::gateway_with(provider.provider.clone(), breaker), worker_config("w-metrics"));
+    let alice = app.customer("100.00").await;
+    let before = scrape(&app).await;
+
+    let paid = app.create_withdrawal(&alice, "paid", "10.00").await;
+    app.wait_for_status(paid, WithdrawalStatus::Completed, WAIT).await;
+    provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    for key in ["rejected-1", "rejected-2"] {
+        let id = app.create_withdrawal(&alice, key, "5.00").await;
+        app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    }
+    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    let after = scrape(&app).await;
+
+    let exact = [
+        ("withdrawals_created_total{currency=\"USD\"}", 3.0),
+        ("withdrawal_transitions_total{from=\"pending\",to=\"processing\"}", 3.0),
+        ("withdrawal_transitions_total{from=\"processing\",to=\"completed\"}", 1.0),
+        ("withdrawal_transitions_total{from=\"processing\",to=\"requires_review\"}", 2.0),
+        (
+            "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"dependency_rejected\",error_code=\"invalid_account\"}",
+            2.0,
+        ),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"closed\",to=\"open\"}", 1.0),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"open\",to=\"half_open\"}", 1.0),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"half_open\",to=\"closed\"}", 1.0),
+        ("provider_request_duration_seconds_count{outcome=\"retryable\"}", 2.0),
+        ("provider_request_duration_seconds_count{outcome=\"success\"}", 1.0),
+        ("provider_request_duration_seconds_count{outcome=\"permanent\"}", 2.0),
+        ("job_retries_total{queue=\"payouts\",kind=\"submit_payout\"}", 2.0),
+        ("job_retries_exhausted_total{queue=\"payouts\",kind=\"submit_payout\"}", 0.0),
+    ];
+    let mut wrong = Vec::new();
+    for (key, want) in exact {
+        let got = delta(&before, &after, key);
+        if got != want {
+            wrong.push(format!("{key}: got {got}, want {want}"));
+        }
+    }
+    // Gauges are the state now, not a difference.
+    for (key, want) in [
+        ("circuit_breaker_state{breaker=\"payout_provider\"}", 0.0),
+        ("withdrawals_by_state{state=\"completed\"}", 1.0),
+        ("withdrawals_by_state{state=\"requires_review\"}", 2.0),
+        ("withdrawals_by_state{state=\"processing\"}", 0.0),
+        ("withdrawals_by_state{state=\"pending\"}", 0.0),
+        ("dead_letters_open", 2.0),
+        ("jobs_live{queue=\"payouts\",status=\"scheduled\"}", 0.0),
+        ("jobs_live{queue=\"payouts\",status=\"running\"}", 0.0),
+        ("jobs_due{queue=\"reconciliation\"}", 0.0),
+    ] {
+        let got = after.get(key).copied();
+        if got != Some(want) {
+            wrong.push(format!("{key}: got {got:?}, want {want}"));
+        }
+    }
+    let all: Vec<String> = after.keys().cloned().collect();
+    assert!(wrong.is_empty(), "{}\n\nscraped:\n{}", wrong.join("\n"), all.join("\n"));
+
+    // The overview the on-call engineer reads says the same.
+    let token = app.operator("viewer").await;
+    let overview: Value =
+        app.client.get(app.url("/ops/v1/overview")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
+    let count = |state: &str| {
+        overview["withdrawals"].as_array().unwrap().iter().find(|w| w["state"] == state).unwrap()["count"].clone()
+    };
+    assert_eq!(count("completed"), 1);
+    assert_eq!(count("requires_review"), 2);
+    assert_eq!(overview["dead_letters"]["open"], 2);
+    assert_eq!(overview["dead_letters"]["by_category"][0]["category"], "dependency_rejected");
+    assert_eq!(overview["dead_letters"]["by_category"][0]["open"], 2);
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every_log_line(app: TestApp) {
+    let logs = captured_logs();
+    let _one_at_a_time = exclusive().await;
+    let correlation = format!("corr-{}", uuid::Uuid::new_v4().simple());
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_default_worker();
+    let alice = app.customer("100.00").await;
+
+    let response = app
+        .post_withdrawal(&alice, "traced", &harness::withdrawal_body("12.34"))
+        .header("X-Correlation-Id", &correlation)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    assert_eq!(response.headers()["x-correlation-id"], correlation.as_str(), "the response");
+    let id: withdrawals::domain::WithdrawalId =
+        response.json::<Value>().await.unwrap()["id"].as_str().unwrap().parse().unwrap();
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+
+    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].correlation_id, correlation, "the job");
+    let requests: Vec<_> = app
+        .provider
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.idempotency_key.as_deref() == Some(&id.to_string()))
+        .collect();
+    assert!(!requests.is_empty());
+    assert!(
+        requests.iter().all(|r| r.correlation_id.as_deref() == Some(correlation.as_str())),
+        "the provider request header: {requests:?}"
+    );
+    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].correlation_id, correlation, "the dead letter");
+
+    // The log lines: the request's, the job's and the provider call's all carry the id, and
+    // every line that names this withdrawal or its job names the correlation id too.
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect();
+    let mentions = |line: &Value, needle: &str| line.to_string().contains(needle);
+    let ours: Vec<&Value> = lines
+        .iter()
+        .filter(|l| mentions(l, &id.to_string()) || mentions(l, &jobs[0].id.to_string()) || mentions(l, &correlation))
+        .collect();
+    for line in &ours {
+        assert!(mentions(line, &correlation), "a line about this withdrawal without its correlation id: {line}");
+    }
+    let job_id = jobs[0].id.to_string();
+    let with_message = |m: &str| ours.iter().find(|l| l["message"].as_str().is_some_and(|s| s.contains(m)));
+    let created = with_message("withdrawal created").expect("the request's line");
+    assert_eq!(created["withdrawal_id"], id.to_string());
+    let called = with_message("provider called").expect("the provider call's line");
+    let job_span =
+        called["spans"].as_array().unwrap().iter().find(|s| s["name"] == "job").expect("inside the job span");
+    assert_eq!(job_span["job_id"], job_id);
+    assert_eq!(job_span["withdrawal_id"], id.to_string());
+    assert_eq!(job_span["correlation_id"], correlation);
+    assert_eq!(job_span["attempt"], 1);
+    assert!(ours.iter().any(|l| l["level"] == "WARN" || l["level"] == "ERROR"), "the dead-lettering is logged");
+    assert!(!text.contains("12345678"), "no full account number in the logs");
+}
