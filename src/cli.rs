@@ -82,6 +82,18 @@ pub enum Command {
         #[command(subcommand)]
         command: ops_cli::ReplayCommand,
     },
+    /// A bounded chaos run: faults, SIGKILLed workers, a database restart; then the invariants.
+    Chaos(crate::chaos::ChaosArgs),
+    /// The provider mock as a process (used by `chaos`).
+    #[command(hide = true)]
+    ProviderMock {
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        api_key: Option<String>,
+    },
     /// The operator audit log (calls /ops/v1).
     Audit {
         #[command(flatten)]
@@ -145,6 +157,69 @@ pub struct ServeArgs {
     /// Database pool size.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
+    #[command(flatten)]
+    pub tuning: WorkerTuning,
+}
+
+/// The worker's clocks. The defaults suit production; tests and the chaos run shorten them.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerTuning {
+    /// How long a claimed job is leased; a worker that dies loses its jobs after this.
+    #[arg(long, env = "WORKER_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// How often a running job renews its lease.
+    #[arg(long, env = "WORKER_HEARTBEAT_MS", default_value_t = 10_000)]
+    pub heartbeat_ms: u64,
+    /// Polling fallback when no wake-up arrives.
+    #[arg(long, env = "WORKER_POLL_MS", default_value_t = 1_000)]
+    pub poll_ms: u64,
+    /// How often the stuck-`processing` sweep runs.
+    #[arg(long, env = "WORKER_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
+    pub sweep_interval_ms: u64,
+    /// A withdrawal in `processing` with no live job for this long is reconciled by the sweep.
+    #[arg(long, env = "PROCESSING_SLA_SECS", default_value_t = 900)]
+    pub processing_sla_secs: u64,
+    /// Reconciliation trusts "not found" only after this long since the last call could arrive.
+    #[arg(long, env = "RECONCILE_GRACE_MS", default_value_t = 15_000)]
+    pub reconcile_grace_ms: u64,
+    /// How soon a transfer the provider reports `pending` is looked up again.
+    #[arg(long, env = "PENDING_POLL_MS", default_value_t = 5_000)]
+    pub pending_poll_ms: u64,
+    /// First retry delay of a payout submit (doubles, with jitter).
+    #[arg(long, env = "SUBMIT_BASE_DELAY_MS", default_value_t = 1_000)]
+    pub submit_base_delay_ms: u64,
+    /// First retry delay of a reconciliation.
+    #[arg(long, env = "RECONCILE_BASE_DELAY_MS", default_value_t = 5_000)]
+    pub reconcile_base_delay_ms: u64,
+    /// Largest delay between reconciliation attempts.
+    #[arg(long, env = "RECONCILE_MAX_DELAY_MS", default_value_t = 600_000)]
+    pub reconcile_max_delay_ms: u64,
+    /// How long the provider breaker stays open before letting trial calls through.
+    #[arg(long, env = "BREAKER_WAIT_OPEN_MS", default_value_t = 30_000)]
+    pub breaker_wait_open_ms: u64,
+}
+
+impl WorkerTuning {
+    pub fn apply(&self, config: &mut WorkerConfig) {
+        use std::time::Duration;
+        config.lease = Duration::from_millis(self.lease_ms);
+        config.heartbeat = Duration::from_millis(self.heartbeat_ms);
+        config.poll_interval = Duration::from_millis(self.poll_ms);
+        config.sweep_interval = Duration::from_millis(self.sweep_interval_ms);
+        config.processing_sla = Duration::from_secs(self.processing_sla_secs);
+        config.in_flight_grace = Duration::from_millis(self.reconcile_grace_ms);
+        config.pending_poll = Duration::from_millis(self.pending_poll_ms);
+        config.submit_policy.base_delay = Duration::from_millis(self.submit_base_delay_ms);
+        config.reconcile_policy.base_delay = Duration::from_millis(self.reconcile_base_delay_ms);
+        config.reconcile_policy.max_delay = Duration::from_millis(self.reconcile_max_delay_ms);
+    }
+
+    pub fn breaker(&self) -> crate::provider::breaker::BreakerConfig {
+        crate::provider::breaker::BreakerConfig {
+            wait_duration_in_open: std::time::Duration::from_millis(self.breaker_wait_open_ms),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -189,6 +264,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(&cli.database_url, args).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
+        Command::Chaos(args) => crate::chaos::run(args).await,
+        Command::ProviderMock { port, seed, api_key } => provider_mock(port, seed, api_key).await,
         Command::Breakers { conn } => ops_cli::breakers(&conn).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
@@ -276,11 +353,12 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         )
         .await?;
         _sandbox = sandbox;
-        gateway = Some(service::gateway(provider));
+        gateway = Some(service::gateway_with(provider, args.tuning.breaker()));
     }
     if let (true, Some(gateway)) = (args.role != Role::Api, gateway.clone()) {
         let mut worker_config = WorkerConfig::new(service::worker_id());
         worker_config.concurrency = args.worker_concurrency.max(1);
+        args.tuning.apply(&mut worker_config);
         let worker = Worker::new(db.clone(), gateway, worker_config);
         let stop = shutdown.clone();
         let failed = worker_failed.clone();
@@ -318,6 +396,22 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         Some(err) => Err(err.context("the payout worker failed")),
         None => Ok(()),
     }
+}
+
+/// Runs the provider mock until SIGTERM or Ctrl-C; says where it listens on stdout.
+async fn provider_mock(port: u16, seed: u64, api_key: Option<String>) -> anyhow::Result<()> {
+    let config = provider_mocks::MockConfig {
+        addr: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        api_key,
+        seed,
+        ..provider_mocks::MockConfig::default()
+    };
+    let mock = provider_mocks::spawn(config).await?;
+    println!("provider-mock listening on {}", mock.url());
+    let stop = CancellationToken::new();
+    shutdown_on_signal(stop.clone()).await;
+    mock.shutdown().await;
+    Ok(())
 }
 
 /// Forgets idempotency records past their retention, every ten minutes.

@@ -19,14 +19,16 @@
 //! - [`cli`] — the `withdrawals` command line (serve, worker, migrate, accounts, operators);
 //!   [`ops_cli`] — its operator commands (status, breakers, review, dlq, replay, audit), clients
 //!   of `/ops/v1`.
+//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, and the invariant checks.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
 //!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
 //! - [`ops`] — the operator API under `/ops/v1`: roles, audit, overview, review queue,
 //!   dead-letter triage, replays.
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
-//! provider mock). Coming next (see the issues): the chaos run, benchmarks, the operator console.
+//! provider mock). Coming next (see the issues): benchmarks, the operator console.
 
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod credentials;

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
 pub mod time;
+pub mod verify;
 pub mod withdrawals;
 
 use std::str::FromStr;

@@ -4,6 +4,7 @@
 mod harness;
 
 mod access;
+mod chaos;
 mod cli;
 mod dead_letters;
 mod funds;

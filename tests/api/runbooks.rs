@@ -125,6 +125,16 @@ fn rules() -> Vec<Rule> {
     rules
 }
 
+/// Where `word` occurs as a whole word.
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).map(|(i, _)| i).find(|&i| {
+        let before = text[..i].chars().next_back().is_none_or(|c| !is_ident(c));
+        let after = text[i + word.len()..].chars().next().is_none_or(|c| !is_ident(c));
+        before && after
+    })
+}
+
 /// The metric names an expression reads: identifiers that are not functions, keywords, label
 /// names, grouping labels or durations.
 fn metric_names(expr: &str) -> Vec<String> {
@@ -144,26 +154,37 @@ fn metric_names(expr: &str) -> Vec<String> {
             cleaned.push(' ');
         }
     }
-    let words: Vec<&str> = cleaned.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '(')).collect();
+    // Grouping labels: `by (a, b)`, `without (…)`, `on (…)`, `ignoring (…)`.
+    for keyword in ["by", "without", "on", "ignoring", "group_left", "group_right"] {
+        while let Some(start) = find_word(&cleaned, keyword) {
+            let Some(open) = cleaned[start..].find('(').map(|i| start + i) else { break };
+            let close = cleaned[open..].find(')').map_or(cleaned.len(), |i| open + i + 1);
+            cleaned.replace_range(start..close, " ");
+        }
+    }
     let mut names = Vec::new();
-    let mut skip_group = false;
-    for word in words.into_iter().filter(|w| !w.is_empty()) {
-        if skip_group {
-            // `by (a, b)`: the labels up to the closing parenthesis.
-            skip_group = false;
+    let chars: Vec<char> = cleaned.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if !(chars[i].is_ascii_alphabetic() || chars[i] == '_') {
+            i += 1;
             continue;
         }
-        if matches!(word, "by" | "without" | "on" | "ignoring" | "group_left" | "group_right") {
-            skip_group = true;
-            continue;
+        let start = i;
+        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+            i += 1;
         }
-        if word.ends_with('(')
-            || matches!(word, "and" | "or" | "unless" | "bool")
-            || word.chars().next().is_some_and(|c| c.is_ascii_digit())
-        {
-            continue;
+        let word: String = chars[start..i].iter().collect();
+        let next = chars[i..].iter().find(|c| !c.is_whitespace());
+        let is_call = next == Some(&'(');
+        let keyword = matches!(word.as_str(), "and" | "or" | "unless" | "bool")
+            || matches!(
+                word.as_str(),
+                "sum" | "min" | "max" | "avg" | "count" | "group" | "topk" | "bottomk" | "quantile"
+            );
+        if !is_call && !keyword {
+            names.push(word);
         }
-        names.push(word.to_owned());
     }
     names
 }

@@ -1,0 +1,207 @@
+//! After a chaos run: the invariants, checked against the database, the provider's own record
+//! of transfers, and every log line the service wrote.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+
+use provider_mocks::{TransferRecord, TransferStatus};
+use serde::Serialize;
+
+use super::load::Accepted;
+use crate::storage::{accounts, verify, Db};
+
+#[derive(Debug, Default, Serialize)]
+pub struct Findings {
+    pub final_states: BTreeMap<String, u64>,
+    pub withdrawals_in_database: u64,
+    pub transfers_at_provider: u64,
+    pub provider_executions_checked: u64,
+    pub paid_transfers: u64,
+    pub review_with_dead_letter: u64,
+    pub review_with_reconciliation: u64,
+    pub log_bytes_scanned: u64,
+    pub dead_letters_scanned: u64,
+    pub violations: Vec<String>,
+}
+
+pub struct Secrets {
+    pub account_numbers: HashSet<String>,
+    pub strings: Vec<String>,
+}
+
+pub async fn check(
+    db: &Db,
+    accepted: &HashMap<String, Accepted>,
+    transfers: &[TransferRecord],
+    logs: &[PathBuf],
+    secrets: &Secrets,
+) -> anyhow::Result<Findings> {
+    let mut f = Findings::default();
+    let violation = |f: &mut Findings, v: String| {
+        if f.violations.len() < 200 {
+            f.violations.push(v);
+        }
+    };
+
+    // Every accepted withdrawal exists once, in a final state; nothing exists that was not accepted.
+    let outcomes = verify::withdrawal_outcomes(db).await?;
+    f.withdrawals_in_database = outcomes.len() as u64;
+    let by_id: HashMap<String, &verify::WithdrawalOutcome> = outcomes.iter().map(|w| (w.id.to_string(), w)).collect();
+    let accepted_ids: HashSet<&str> = accepted.values().map(|a| a.id.as_str()).collect();
+    for (key, a) in accepted {
+        match by_id.get(&a.id) {
+            None => violation(&mut f, format!("lost: withdrawal {} (key {key}) was accepted but is not stored", a.id)),
+            Some(w) if w.idempotency_key != *key => violation(
+                &mut f,
+                format!("withdrawal {} answered key {key} but stores key {}", a.id, w.idempotency_key),
+            ),
+            Some(_) => {}
+        }
+    }
+    for w in &outcomes {
+        *f.final_states.entry(w.status.clone()).or_default() += 1;
+        if !accepted_ids.contains(w.id.to_string().as_str()) {
+            violation(&mut f, format!("withdrawal {} exists but no customer was told about it", w.id));
+        }
+        if matches!(w.status.as_str(), "pending" | "processing") {
+            violation(&mut f, format!("stuck: withdrawal {} is still {}", w.id, w.status));
+        }
+    }
+
+    // Every requires_review has evidence: a dead letter or a reconciliation result.
+    let evidence: HashMap<String, verify::ReviewEvidence> =
+        verify::review_evidence(db).await?.into_iter().map(|e| (e.withdrawal_id.to_string(), e)).collect();
+    for e in evidence.values() {
+        if e.dead_letters > 0 {
+            f.review_with_dead_letter += 1;
+        }
+        if e.reconciliations > 0 {
+            f.review_with_reconciliation += 1;
+        }
+        if e.dead_letters == 0 && e.reconciliations == 0 {
+            violation(&mut f, format!("withdrawal {} is in requires_review with no evidence", e.withdrawal_id));
+        }
+    }
+
+    // The ledger invariant, exact for every account.
+    for v in accounts::ledger_violations(db).await? {
+        violation(&mut f, format!("ledger invariant violated: {v:?}"));
+    }
+
+    // The provider: at most one execution per idempotency key, at most one transfer per
+    // withdrawal, and paid transfers matched one to one with completed withdrawals.
+    f.transfers_at_provider = transfers.len() as u64;
+    let mut per_reference: HashMap<&str, Vec<&TransferRecord>> = HashMap::new();
+    for t in transfers {
+        f.provider_executions_checked += 1;
+        if t.executions > 1 {
+            violation(&mut f, format!("paid twice: key {} executed {} times", t.idempotency_key, t.executions));
+        }
+        per_reference.entry(t.reference.as_str()).or_default().push(t);
+    }
+    for (reference, ts) in &per_reference {
+        if ts.len() > 1 {
+            violation(&mut f, format!("withdrawal {reference} has {} transfers at the provider", ts.len()));
+        }
+    }
+    for t in transfers.iter().filter(|t| t.status == TransferStatus::Paid) {
+        f.paid_transfers += 1;
+        match by_id.get(&t.reference) {
+            None => violation(&mut f, format!("transfer {} paid for unknown withdrawal {}", t.id, t.reference)),
+            Some(w) => {
+                let explained = match w.status.as_str() {
+                    "completed" => true,
+                    "requires_review" => {
+                        evidence.get(&t.reference).is_some_and(|e| e.paid_evidence > 0 || e.unknown_evidence > 0)
+                    }
+                    _ => false,
+                };
+                if !explained {
+                    violation(&mut f, format!("transfer {} is paid but withdrawal {} is {}", t.id, w.id, w.status));
+                }
+                let paid_minor = (t.amount * rust_decimal::Decimal::from(100)).trunc();
+                if paid_minor != rust_decimal::Decimal::from(w.amount) {
+                    violation(
+                        &mut f,
+                        format!(
+                            "transfer {} paid {} for withdrawal {} of {} minor units",
+                            t.id, t.amount, w.id, w.amount
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    for w in outcomes.iter().filter(|w| w.status == "completed") {
+        let paid = per_reference
+            .get(w.id.to_string().as_str())
+            .map_or(0, |ts| ts.iter().filter(|t| t.status == TransferStatus::Paid).count());
+        if paid != 1 {
+            violation(&mut f, format!("withdrawal {} is completed with {paid} paid transfers", w.id));
+        }
+    }
+
+    // Nothing secret kept: no full account number or credential in dead letters or logs.
+    for d in verify::dead_letter_texts(db).await? {
+        f.dead_letters_scanned += 1;
+        let mut text = format!("{} {}", d.error_message, d.stack.unwrap_or_default());
+        if let Some(p) = d.payload {
+            text.push_str(&p.0.to_string());
+        }
+        if let Some(raw) = d.raw_payload {
+            text.push_str(&String::from_utf8_lossy(&raw));
+        }
+        if let Some(leak) = leak(&text, secrets) {
+            violation(&mut f, format!("dead letter {} keeps {leak}", d.id));
+        }
+    }
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        f.log_bytes_scanned += text.len() as u64;
+        if let Some(leak) = leak(&text, secrets) {
+            violation(&mut f, format!("{} logs {leak}", log.display()));
+        }
+    }
+    Ok(f)
+}
+
+/// The first secret found in `text`, described without repeating it.
+fn leak(text: &str, secrets: &Secrets) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            if secrets.account_numbers.contains(&text[start..i]) {
+                return Some(format!("a full account number ending {}", &text[i - 4..i]));
+            }
+        } else {
+            i += 1;
+        }
+    }
+    secrets
+        .strings
+        .iter()
+        .find(|s| text.contains(s.as_str()))
+        .map(|s| format!("a credential starting {}…", &s[..6.min(s.len())]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> Secrets {
+        Secrets { account_numbers: ["1234567890".to_owned()].into(), strings: vec!["wdk_secretkey".to_owned()] }
+    }
+
+    #[test]
+    fn a_full_account_number_or_a_credential_is_a_leak_and_a_masked_one_is_not() {
+        assert!(leak("paid to 1234567890 today", &secrets()).unwrap().contains("ending 7890"));
+        assert!(leak("key wdk_secretkey used", &secrets()).is_some());
+        assert_eq!(leak("paid to ******7890, ref 12345678901", &secrets()), None, "masked, or a longer number");
+        assert_eq!(leak("", &secrets()), None);
+    }
+}
