@@ -137,6 +137,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
+    /// Worker-only processes: serve `/metrics` and `/healthz` here (their breaker, job and
+    /// provider metrics exist only in them).
+    #[arg(long, env = "METRICS_BIND")]
+    pub metrics_bind: Option<SocketAddr>,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     pub log_format: LogFormat,
     /// Per-currency maximum of one withdrawal, e.g. `USD=50000,JPY=5000000`.
@@ -385,6 +389,12 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         };
         http::serve(listener, state, shutdown.clone()).await?;
     } else {
+        if let Some(addr) = args.metrics_bind {
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            tracing::info!(addr = %listener.local_addr()?, "worker metrics listening");
+            tasks.spawn(http::serve_metrics(listener, shutdown.clone()));
+        }
         shutdown.cancelled().await;
     }
     tasks.close();

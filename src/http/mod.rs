@@ -60,6 +60,16 @@ impl AppState {
     }
 }
 
+/// What a worker-only process serves (`--metrics-bind`): `/metrics` and `/healthz`, so its
+/// breaker, job and provider metrics can be scraped.
+pub async fn serve_metrics(listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+    crate::metrics::install();
+    let router = Router::new()
+        .route("/metrics", axum::routing::get(|| async { crate::metrics::install().render() }))
+        .route("/healthz", axum::routing::get(health::healthz));
+    axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
 /// The complete application router.
 pub fn app(state: AppState) -> Router {
     let max_body = state.config().max_body_bytes;

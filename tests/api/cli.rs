@@ -7,7 +7,11 @@ use serde_json::Value;
 use crate::both_backends;
 use crate::harness::TestApp;
 
-both_backends!(accounts_and_operators_are_created_from_the_cli, cli_errors_are_one_line_with_a_non_zero_exit);
+both_backends!(
+    accounts_and_operators_are_created_from_the_cli,
+    cli_errors_are_one_line_with_a_non_zero_exit,
+    a_worker_process_pays_out_and_serves_its_own_metrics,
+);
 
 fn withdrawals(app: &TestApp, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_withdrawals"))
@@ -56,4 +60,42 @@ async fn cli_errors_are_one_line_with_a_non_zero_exit(app: TestApp) {
         assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
         assert!(stderr.starts_with("error: "), "{stderr}");
     }
+}
+
+async fn a_worker_process_pays_out_and_serves_its_own_metrics(app: TestApp) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(["worker", "--metrics-bind", &format!("127.0.0.1:{port}")])
+        .env("DATABASE_URL", &app.database_url)
+        .env("PROVIDER_URL", app.provider.mock.url())
+        .env("PROVIDER_API_KEY", "test-provider-key")
+        .env("WORKER_POLL_MS", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let client = app.client.clone();
+    app.eventually("the worker's /healthz", std::time::Duration::from_secs(30), || {
+        let client = client.clone();
+        let url = format!("http://127.0.0.1:{port}/healthz");
+        async move { client.get(url).send().await.ok().filter(|r| r.status() == 200) }
+    })
+    .await;
+
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "by-process", "5.00").await;
+    app.wait_for_status(id, withdrawals::domain::WithdrawalStatus::Completed, std::time::Duration::from_secs(30)).await;
+    let text = client.get(&metrics_url).send().await.unwrap().text().await.unwrap();
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    assert!(
+        text.lines().any(|l| l == "job_attempts_total{queue=\"payouts\",kind=\"submit_payout\"} 1"),
+        "the worker's own counters, exact:\n{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("provider_request_duration_seconds_count{outcome=\"success\"} 1")),
+        "{text}"
+    );
+    app.assert_ledger_invariant().await;
 }
