@@ -220,8 +220,13 @@ async fn run_against(
     let bind = format!("127.0.0.1:{api_port}");
     let mut api = Proc::new("api", &["serve", "--role", "api", "--bind", &bind], &env, dir);
     api.start()?;
-    let mut worker_procs: Vec<Proc> =
-        (0..workers).map(|i| Proc::new(&format!("worker-{i}"), &["worker"], &env, dir)).collect();
+    let mut worker_procs = Vec::new();
+    let mut worker_metrics = Vec::new();
+    for i in 0..workers {
+        let metrics = format!("127.0.0.1:{}", free_port()?);
+        worker_procs.push(Proc::new(&format!("worker-{i}"), &["worker", "--metrics-bind", &metrics], &env, dir));
+        worker_metrics.push(format!("http://{metrics}/metrics"));
+    }
     for w in &mut worker_procs {
         w.start()?;
     }
@@ -342,6 +347,14 @@ async fn run_against(
         let class = outcome.split(':').next().unwrap_or(outcome);
         let name = if class == "status" { outcome } else { class };
         *injected.provider_outcomes.entry(name.to_owned()).or_default() += 1;
+    }
+    // Each process's own metrics at the end (`metrics-*.txt`): what an operator would have seen.
+    let scrapes = std::iter::once(("api".to_owned(), format!("{base_url}/metrics")))
+        .chain(worker_metrics.iter().enumerate().map(|(i, url)| (format!("worker-{i}"), url.clone())));
+    for (name, url) in scrapes {
+        if let Ok(r) = http.get(&url).send().await {
+            std::fs::write(dir.join(format!("metrics-{name}.txt")), r.text().await.unwrap_or_default())?;
+        }
     }
     api.stop(Duration::from_secs(10)).await;
     for w in &mut worker_procs {

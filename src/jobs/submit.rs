@@ -103,7 +103,6 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let started = std::time::Instant::now();
     let outcome = ctx.gateway().provider.submit(&id.to_string(), &job.correlation_id, &request).await;
     ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
-    crate::metrics::job_attempt(&job.queue, &job.kind);
     crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
 
@@ -148,18 +147,8 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         SubmitOutcome::Retryable(_) | SubmitOutcome::Permanent { .. } | SubmitOutcome::IdempotencyConflict(_) => {}
     }
     match next {
-        Next::Finish(finish) => {
-            if matches!(finish, Finish::Reschedule { consumed_attempt: true, .. }) {
-                crate::metrics::job_retry(&job.queue, &job.kind);
-            }
-            ctx.finish_or_rollback(tx, &finish).await
-        }
-        Next::DeadLetter(failure) => {
-            if failure.category == Category::RetriesExhausted {
-                crate::metrics::job_retries_exhausted(&job.queue, &job.kind);
-            }
-            ctx.dead_letter(tx, &failure).await
-        }
+        Next::Finish(finish) => ctx.finish_or_rollback(tx, &finish).await,
+        Next::DeadLetter(failure) => ctx.dead_letter(tx, &failure).await,
     }
 }
 

@@ -158,21 +158,37 @@ impl JobContext {
     }
 
     /// Finishes the job inside `tx` and commits; if the lease was lost, rolls everything back.
-    pub async fn finish_or_rollback(&self, mut tx: Tx, how: &Finish<'_>) -> anyhow::Result<()> {
-        if job_store::finish(&mut tx, self.job.id, self.job.lease_token, how).await? {
-            tx.commit().await?;
-        } else {
-            drop(tx);
-            tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's writes were rolled back");
+    /// Retries that consumed an attempt are counted here, once committed, for every job kind.
+    pub async fn finish_or_rollback(&self, tx: Tx, how: &Finish<'_>) -> anyhow::Result<()> {
+        let committed = self.commit_finish(tx, how).await?;
+        if committed && matches!(how, Finish::Reschedule { consumed_attempt: true, .. }) {
+            crate::metrics::job_retry(&self.job.queue, &self.job.kind);
         }
         Ok(())
     }
 
+    /// Whether the finish committed (false: the lease was lost and everything rolled back).
+    async fn commit_finish(&self, mut tx: Tx, how: &Finish<'_>) -> anyhow::Result<bool> {
+        if job_store::finish(&mut tx, self.job.id, self.job.lease_token, how).await? {
+            tx.commit().await?;
+            Ok(true)
+        } else {
+            drop(tx);
+            tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's writes were rolled back");
+            Ok(false)
+        }
+    }
+
     /// Dead-letters the job: envelope, withdrawal parked, job dead — one fenced transaction. An
     /// error (the dead-letter store is down) rolls all of it back; the runner then retries later.
+    /// Exhausted retry budgets are counted here, once committed, for every job kind.
     pub async fn dead_letter(&self, mut tx: Tx, failure: &Failure) -> anyhow::Result<()> {
         dead_letter::bury(&mut tx, &self.job, failure, self.worker_id()).await?;
-        self.finish_or_rollback(tx, &Finish::Dead { error: &failure.error_code }).await
+        let committed = self.commit_finish(tx, &Finish::Dead { error: &failure.error_code }).await?;
+        if committed && failure.category == Category::RetriesExhausted {
+            crate::metrics::job_retries_exhausted(&self.job.queue, &self.job.kind);
+        }
+        Ok(())
     }
 
     pub async fn finish_in_own_tx(&self, how: &Finish<'_>) -> anyhow::Result<()> {
@@ -394,6 +410,7 @@ impl JobContext {
 
     async fn dispatch(&self) -> anyhow::Result<()> {
         let (kind, version) = (self.job.kind.as_str(), self.job.payload_version);
+        crate::metrics::job_attempt(&self.job.queue, kind);
         if super::payload::current_version(kind).is_none() {
             let extra = self.worker.extra.iter().find(|(k, v, _)| *k == kind && *v == version);
             return match extra {
