@@ -9,7 +9,7 @@
 
 pub mod checks;
 pub mod load;
-mod procs;
+pub mod procs;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -106,21 +106,26 @@ impl From<&Withdrawal> for WithdrawalView {
 const MAX_REFERENCE_CHARS: usize = 140;
 
 /// Parse, don't validate: the request becomes domain values or a 4xx naming the field.
-fn parse_request(
+/// Public for the fuzz targets (`fuzz/`), not an API of the crate.
+#[doc(hidden)]
+pub fn parse_request(
     body: &[u8],
     limits: &crate::domain::AmountLimits,
 ) -> Result<(Amount, Destination, Option<String>), ApiError> {
+    let malformed = || ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", "the request body is not valid JSON");
     let de = &mut serde_json::Deserializer::from_slice(body);
-    let request: CreateWithdrawalRequest = serde_path_to_error::deserialize(de).map_err(|err| {
+    let request: CreateWithdrawalRequest = serde_path_to_error::deserialize(&mut *de).map_err(|err| {
         let field = err.path().to_string();
         let inner = err.into_inner();
         if inner.is_syntax() || inner.is_eof() {
-            ApiError::new(StatusCode::BAD_REQUEST, "malformed_json", "the request body is not valid JSON")
+            malformed()
         } else {
             let field = if field == "." { "body".to_owned() } else { field };
             ApiError::unprocessable("invalid_field", &field, inner.to_string())
         }
     })?;
+    // One JSON document and nothing after it (whitespace aside): `{…} x` is not JSON.
+    de.end().map_err(|_| malformed())?;
     let currency =
         Currency::parse(&request.currency).map_err(|e| ApiError::unprocessable(e.code(), "currency", e.to_string()))?;
     let amount = Amount::parse(&request.amount, currency, limits)
@@ -431,5 +436,33 @@ pub async fn cancel(
             Err(not_cancellable(now.status))
         }
         TransitionOutcome::Forbidden(err) => Err(ApiError::Internal(err.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::AmountLimits;
+
+    const VALID: &str = r#"{"amount":"5","currency":"ILS","destination":{"type":"bank_account","account_number":" b29n01613 ","bank_code":"gb2l"}}"#;
+
+    fn code(body: &[u8]) -> Option<String> {
+        match parse_request(body, &AmountLimits::default()) {
+            Ok(_) => None,
+            Err(ApiError::Problem(p)) => Some(format!("{} {}", p.status, p.code)),
+            Err(ApiError::Internal(e)) => Some(format!("internal {e:#}")),
+        }
+    }
+
+    /// Found by the `request_parsing` fuzz target (minimised): a valid request followed by
+    /// more bytes was accepted (201) although the body is not JSON.
+    #[test]
+    fn trailing_bytes_after_the_request_are_malformed_json() {
+        assert_eq!(code(VALID.as_bytes()), None);
+        assert_eq!(code(format!("{VALID} \n\t").as_bytes()), None, "trailing whitespace is still JSON");
+        let fuzzed = [VALID.as_bytes(), b"A/\x1a"].concat();
+        assert_eq!(code(&fuzzed).as_deref(), Some("400 malformed_json"));
+        assert_eq!(code(format!("{VALID}{VALID}").as_bytes()).as_deref(), Some("400 malformed_json"));
+        assert_eq!(code(format!("{VALID}}}").as_bytes()).as_deref(), Some("400 malformed_json"));
     }
 }
