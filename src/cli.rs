@@ -84,6 +84,8 @@ pub enum Command {
     },
     /// A bounded chaos run: faults, SIGKILLed workers, a database restart; then the invariants.
     Chaos(crate::chaos::ChaosArgs),
+    /// Benchmarks (SPEC §12): pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
+    Bench(crate::bench::BenchArgs),
     /// The provider mock as a process (used by `chaos`).
     #[command(hide = true)]
     ProviderMock {
@@ -269,6 +271,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve(&cli.database_url, args).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
         Command::Chaos(args) => crate::chaos::run(args).await,
+        Command::Bench(args) => crate::bench::run(args).await,
         Command::ProviderMock { port, seed, api_key } => provider_mock(port, seed, api_key).await,
         Command::Breakers { conn } => ops_cli::breakers(&conn).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,

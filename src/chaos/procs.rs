@@ -65,6 +65,11 @@ impl Proc {
         }
     }
 
+    /// The running child's process id (to read `/proc/PID/status`), if it is running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
     /// Fails when the process has exited on its own.
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Some(child) = self.child.as_mut() {

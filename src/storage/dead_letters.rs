@@ -249,3 +249,31 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
     });
     Ok(inserted == 1)
 }
+
+/// Closes every open dead letter of a withdrawal that just reached a final state (`completed` or
+/// `failed`): its failure is settled, so it leaves the triage queue. The envelope stays; the
+/// `closed` event says who settled it and how. Called by the guarded transition, in its transaction.
+pub async fn close_settled(tx: &mut Tx, withdrawal: Uuid, actor: &str, reason: &str, status: &str) -> Result<u64> {
+    let open: Vec<Uuid> = with_conn!(tx, |conn| {
+        sqlx::query_scalar::<_, Uuid>(
+            "SELECT d.id FROM dead_letters d WHERE d.withdrawal_id = $1
+               AND NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')",
+        )
+        .bind(withdrawal)
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    for id in &open {
+        let event = Event {
+            id: Uuid::now_v7(),
+            dead_letter_id: *id,
+            action: "closed".to_owned(),
+            actor: actor.to_owned(),
+            reason: format!("withdrawal {status}: {reason}"),
+            details: Some(Json(serde_json::json!({"settled_by_transition": status}))),
+            at: DbTime::now(),
+        };
+        add_event(tx, &event).await?;
+    }
+    Ok(open.len() as u64)
+}

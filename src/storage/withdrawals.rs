@@ -244,6 +244,9 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         )
         .await?;
     }
+    if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
+        super::dead_letters::close_settled(tx, req.id.0, &req.actor.to_string(), req.reason, req.to.as_str()).await?;
+    }
     Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
 }
 

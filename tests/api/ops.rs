@@ -169,6 +169,28 @@ async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp)
     let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
+    // Closed during triage first (resolving the withdrawal would close it too, as settled).
+    let before = audit_rows(&app).await.len();
+    call(
+        &app,
+        Method::POST,
+        &format!("/ops/v1/dead-letters/{letter}/close"),
+        Some(&operator),
+        Some(json!({"reason": "handled by fail"})),
+    )
+    .await;
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.len(), before + 1);
+    assert_eq!(
+        (rows[0].action.as_str(), rows[0].reason.as_str(), rows[0].result.as_str()),
+        ("dead_letter.close", "handled by fail", "ok")
+    );
+    let listed: Value = call(&app, Method::GET, "/ops/v1/audit?action=dead_letter.close", Some(&operator), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
     let actions: Vec<(&str, Value, &str, &str)> = vec![
         (
             "stale resolve",
@@ -194,27 +216,6 @@ async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp)
         assert_eq!(row.target_id, id.to_string());
         assert_eq!(row.role, "operator");
     }
-    let before = audit_rows(&app).await.len();
-    call(
-        &app,
-        Method::POST,
-        &format!("/ops/v1/dead-letters/{letter}/close"),
-        Some(&operator),
-        Some(json!({"reason": "handled by fail"})),
-    )
-    .await;
-    let rows = audit_rows(&app).await;
-    assert_eq!(rows.len(), before + 1);
-    assert_eq!(
-        (rows[0].action.as_str(), rows[0].reason.as_str(), rows[0].result.as_str()),
-        ("dead_letter.close", "handled by fail", "ok")
-    );
-    let listed: Value = call(&app, Method::GET, "/ops/v1/audit?action=dead_letter.close", Some(&operator), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
 }
 
 async fn complete_is_checked_against_the_providers_record(app: TestApp) {
@@ -239,6 +240,13 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     let (id, alice) = rejected_withdrawal(&app).await;
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
+    let letters = withdrawals::storage::dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let open = |app: &TestApp| {
+        let db = app.db.clone();
+        async move { withdrawals::storage::metrics::open_dead_letters(&db).await.unwrap().count }
+    };
+    assert_eq!(open(&app).await, 1);
 
     let response =
         resolve(&app, id, &operator, json!({"action": "fail", "reason": "invalid account", "version": version})).await;
@@ -248,6 +256,13 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     assert_eq!(body["withdrawal"]["status"], "failed");
     assert_eq!(body["withdrawal"]["failure_code"], "rejected_by_operator");
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
+    // Its dead letter is settled with it: closed by the transition, the envelope untouched.
+    assert_eq!(open(&app).await, 0, "a settled withdrawal's dead letter leaves the triage queue");
+    let events = withdrawals::storage::dead_letters::events(&app.db, letters[0].id).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].action, "closed");
+    assert!(events[0].reason.starts_with("withdrawal failed: "), "{}", events[0].reason);
+    assert_eq!(withdrawals::storage::dead_letters::for_withdrawal(&app.db, id).await.unwrap(), letters);
     app.assert_ledger_invariant().await;
 }
 

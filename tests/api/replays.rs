@@ -170,9 +170,10 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
     assert_eq!(operator_view["events"][0]["action"], "replayed");
     assert_eq!(operator_view["events"][0]["replay_job_status"], "succeeded", "the handling state shows the outcome");
     let events = dead_letters::events(&app.db, letters[0]).await.unwrap();
-    assert_eq!(events.len(), 1);
-    assert_eq!(events[0].action, "replayed");
+    let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["replayed", "closed"], "replayed, then closed when the withdrawal completed");
     assert_eq!(events[0].details.as_ref().unwrap().0["run_id"], run_id);
+    assert!(events[1].reason.starts_with("withdrawal completed: "), "{}", events[1].reason);
     let final_status = run_status(&app, &run_id, &operator).await;
     assert_eq!(final_status["progress"]["succeeded"], 3);
     app.assert_ledger_invariant().await;

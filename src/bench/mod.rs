@@ -1,0 +1,393 @@
+//! `withdrawals bench` (SPEC §12): one self-contained run that measures, on the same database,
+//! the database's own commit ceiling (`pgbench -N`), end-to-end withdrawals per second (API accept
+//! → `completed` against the provider mock), API latency at a fixed offered rate (open loop), raw
+//! job-queue throughput (no-op jobs through the real claim/lease/finish path), dead-letter triage
+//! query latency over a large store, and the peak memory of `withdrawals serve` — on PostgreSQL
+//! (a throwaway cluster, or `--postgres-url`) and on SQLite — and reports them as a table and as
+//! JSON, with ratios and the targets.
+//!
+//! Progress goes to stderr; the table, then the JSON, to stdout (and the JSON to `--json FILE`).
+
+pub mod dead_letters;
+pub mod load;
+pub mod pgbench;
+pub mod queue;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rust_decimal::Decimal;
+use serde::Serialize;
+
+use crate::chaos::procs::{free_port, PgCluster, Proc};
+use crate::domain::{Amount, Currency};
+use crate::storage::{bench as bench_store, Db, PoolSettings};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchBackend {
+    Postgres,
+    Sqlite,
+    Both,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Which database(s) to measure.
+    #[arg(long, value_enum, default_value = "both")]
+    pub backend: BenchBackend,
+    /// Withdrawals created and paid out for the end-to-end figure.
+    #[arg(long, default_value_t = 20_000)]
+    pub withdrawals: u64,
+    /// Client connections creating withdrawals at once (end-to-end phase).
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// No-op jobs through the job queue.
+    #[arg(long, default_value_t = 50_000)]
+    pub jobs: u64,
+    /// Dead letters seeded before timing the triage queries.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub dead_letters: u64,
+    /// How long the fixed-rate (open-loop) latency phase lasts, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub latency_seconds: u64,
+    /// Also write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// PostgreSQL server to use instead of a throwaway cluster (databases are created on it and
+    /// dropped at the end).
+    #[arg(long = "postgres-url", env = "BENCH_POSTGRES_URL", hide_env_values = true)]
+    pub postgres_url: Option<String>,
+    /// Duration of each `pgbench -N` run, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub pgbench_seconds: u64,
+}
+
+/// Everything measured on one backend. A phase that failed leaves its field empty and says why
+/// in `errors`.
+#[derive(Debug, Default, Serialize)]
+pub struct BackendReport {
+    pub backend: String,
+    pub server: Option<String>,
+    pub pgbench: Option<pgbench::PgbenchReport>,
+    pub end_to_end: Option<load::EndToEndReport>,
+    pub latency: Option<load::LatencyReport>,
+    pub queue: Option<queue::QueueReport>,
+    pub dead_letters: Option<dead_letters::DeadLetterReport>,
+    pub memory: Option<MemoryReport>,
+    pub errors: Vec<String>,
+}
+
+/// Memory of the `withdrawals serve` process during the end-to-end phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    /// `VmHWM` (peak resident set) at the end of the end-to-end phase, in MiB.
+    pub peak_rss_mib: f64,
+    /// The largest `VmRSS` sampled every 200 ms during the phase, in MiB.
+    pub max_sampled_rss_mib: f64,
+    pub pid: u32,
+}
+
+pub(crate) const PROVIDER_KEY: &str = "bench-provider-key";
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    if args.withdrawals == 0 || args.connections == 0 || args.jobs == 0 || args.dead_letters == 0 {
+        bail!("--withdrawals, --connections, --jobs and --dead-letters must be positive");
+    }
+    let dir = std::env::temp_dir().join(format!("withdrawals-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let load_at_start = load_average();
+    progress(started, &format!("bench in {} (load average {load_at_start})", dir.display()));
+
+    let mut reports = Vec::new();
+    if matches!(args.backend, BenchBackend::Postgres | BenchBackend::Both) {
+        reports.push(run_postgres(&args, &dir, started).await);
+    }
+    if matches!(args.backend, BenchBackend::Sqlite | BenchBackend::Both) {
+        reports.push(run_sqlite(&args, &dir, started).await);
+    }
+
+    let document = report::document(&args, &reports, &load_at_start, &load_average(), started.elapsed());
+    println!("{}", report::table(&reports));
+    let json = serde_json::to_string_pretty(&document)?;
+    println!("{json}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("{json}\n")).with_context(|| format!("write {}", path.display()))?;
+    }
+    let failed = reports.iter().any(|r| !r.errors.is_empty());
+    if failed {
+        eprintln!("bench: some phases failed; logs kept in {}", dir.display());
+        bail!(
+            "benchmark phases failed: {}",
+            reports.iter().flat_map(|r| r.errors.iter()).cloned().collect::<Vec<_>>().join("; ")
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> BackendReport {
+    let mut report = BackendReport { backend: "postgres".into(), ..BackendReport::default() };
+    let Some(bin) = PgCluster::find_bin() else {
+        report.errors.push("PostgreSQL binaries (pgbench, initdb, pg_ctl) are not installed".into());
+        return report;
+    };
+    let mut cluster = None;
+    let server_url = match &args.postgres_url {
+        Some(url) => url.clone(),
+        None => {
+            progress(started, "postgres: starting a throwaway cluster");
+            let pg_dir = dir.join("postgres");
+            let made = PgCluster::init(bin.clone(), &pg_dir).and_then(|c| {
+                c.start()?;
+                Ok(c)
+            });
+            match made {
+                Ok(c) => {
+                    let url = c.url();
+                    cluster = Some(c);
+                    url
+                }
+                Err(err) => {
+                    report.errors.push(format!("postgres cluster: {err:#}"));
+                    return report;
+                }
+            }
+        }
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let (pgbench_db, service_db) = (format!("bench_pgbench_{tag}"), format!("bench_service_{tag}"));
+    let created = async {
+        create_database(&server_url, &pgbench_db).await?;
+        create_database(&server_url, &service_db).await
+    }
+    .await;
+    match created {
+        Err(err) => report.errors.push(format!("create databases: {err:#}")),
+        Ok(()) => {
+            progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
+            match pgbench::run(&bin, &database_url(&server_url, &pgbench_db), args.pgbench_seconds).await {
+                Ok(p) => report.pgbench = Some(p),
+                Err(err) => report.errors.push(format!("pgbench: {err:#}")),
+            }
+            run_service_phases(args, dir, &database_url(&server_url, &service_db), &mut report, started).await;
+        }
+    }
+    if args.postgres_url.is_some() {
+        for name in [&pgbench_db, &service_db] {
+            if let Err(err) = drop_database(&server_url, name).await {
+                eprintln!("bench: could not drop database {name}: {err:#}");
+            }
+        }
+    }
+    if let Some(c) = cluster {
+        progress(started, "postgres: stopping the throwaway cluster");
+        c.stop();
+        let _ = std::fs::remove_dir_all(dir.join("postgres"));
+    }
+    report
+}
+
+async fn run_sqlite(args: &BenchArgs, dir: &Path, started: Instant) -> BackendReport {
+    let mut report = BackendReport { backend: "sqlite".into(), ..BackendReport::default() };
+    let file = dir.join("bench.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    run_service_phases(args, dir, &format!("sqlite://{}", file.display()), &mut report, started).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    report
+}
+
+/// (2)+(6) end-to-end with memory, (3) latency, then (4) queue and (5) dead letters, on one database.
+async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mut BackendReport, started: Instant) {
+    let name = report.backend.clone();
+    let db = match crate::cli::open(url, PoolSettings::default()).await {
+        Ok(db) => db,
+        Err(err) => {
+            report.errors.push(format!("open the database: {err:#}"));
+            return;
+        }
+    };
+    report.server = bench_store::server_version(&db).await.ok();
+    let mock = match provider_mocks::spawn(provider_mocks::MockConfig {
+        api_key: Some(PROVIDER_KEY.to_owned()),
+        ..provider_mocks::MockConfig::default()
+    })
+    .await
+    {
+        Ok(mock) => mock,
+        Err(err) => {
+            report.errors.push(format!("provider mock: {err:#}"));
+            return;
+        }
+    };
+
+    if let Err(err) = serve_phases(args, dir, url, &db, &mock.url(), report, started).await {
+        report.errors.push(format!("{name} service phases: {err:#}"));
+    }
+
+    progress(started, &format!("{name}: (4) {} no-op jobs through the job queue", args.jobs));
+    match queue::run(&db, &mock.url(), args.jobs).await {
+        Ok(q) => report.queue = Some(q),
+        Err(err) => report.errors.push(format!("queue: {err:#}")),
+    }
+    mock.shutdown().await;
+
+    progress(started, &format!("{name}: (5) seeding {} dead letters", args.dead_letters));
+    match dead_letters::run(&db, args.dead_letters, |msg| progress(started, &format!("{name}: {msg}"))).await {
+        Ok(d) => report.dead_letters = Some(d),
+        Err(err) => report.errors.push(format!("dead letters: {err:#}")),
+    }
+    db.close().await;
+}
+
+/// Starts `withdrawals serve --role all`, runs (2)+(6) and (3) against it, stops it.
+async fn serve_phases(
+    args: &BenchArgs,
+    dir: &Path,
+    url: &str,
+    db: &Db,
+    mock_url: &str,
+    report: &mut BackendReport,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let name = report.backend.clone();
+    let latency_estimate = 2_000.0 * args.latency_seconds as f64;
+    let accounts = (args.connections * 4).max(64);
+    progress(started, &format!("{name}: funding {accounts} accounts"));
+    let usd = Currency::parse("USD")?;
+    // Withdrawals are 1.00–50.00: every account covers its share of both phases many times over.
+    let per_account =
+        ((args.withdrawals as f64 + latency_estimate) / accounts as f64 * 50.0 * 2.0).ceil() as i64 + 1_000;
+    let mut keys = Vec::with_capacity(accounts);
+    for i in 0..accounts {
+        let funding = Amount::new(Decimal::from(per_account), usd)?;
+        let created = crate::provisioning::create_account(db, &format!("bench customer {i}"), Some(funding)).await?;
+        keys.push(created.api_key);
+    }
+
+    let port = free_port()?;
+    let base_url = format!("http://127.0.0.1:{port}");
+    let env: Vec<(String, String)> = [
+        ("DATABASE_URL", url),
+        ("PROVIDER_URL", mock_url),
+        ("PROVIDER_API_KEY", PROVIDER_KEY),
+        ("LOG_FORMAT", "json"),
+        ("RUST_LOG", "warn"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let bind = format!("127.0.0.1:{port}");
+    let mut serve = Proc::new(&format!("serve-{name}"), &["serve", "--role", "all", "--bind", &bind], &env, dir);
+    serve.start()?;
+    let result = async {
+        load::wait_ready(&format!("{base_url}/readyz"), Duration::from_secs(60), &mut serve).await?;
+        let pid = serve.pid().context("the serve process has no pid")?;
+
+        progress(
+            started,
+            &format!(
+                "{name}: (2) {} withdrawals over {} connections, accept → completed",
+                args.withdrawals, args.connections
+            ),
+        );
+        let sampler = load::RssSampler::start(pid);
+        let e2e = load::end_to_end(db, &base_url, &keys, args.withdrawals, args.connections, &mut serve).await;
+        let max_sampled = sampler.stop().await;
+        let peak = load::read_status_kib(pid, "VmHWM").context("read VmHWM of the serve process")?;
+        report.memory = Some(MemoryReport {
+            peak_rss_mib: peak as f64 / 1024.0,
+            max_sampled_rss_mib: max_sampled as f64 / 1024.0,
+            pid,
+        });
+        let e2e = e2e?;
+        let rate = e2e.withdrawals_per_second / 2.0;
+        progress(
+            started,
+            &format!(
+                "{name}: end-to-end {:.1} withdrawals/s (accepts {:.1}/s); peak RSS {:.1} MiB",
+                e2e.withdrawals_per_second,
+                e2e.accept_rate,
+                peak as f64 / 1024.0
+            ),
+        );
+        report.end_to_end = Some(e2e);
+
+        progress(started, &format!("{name}: (3) open-loop POSTs at {rate:.1}/s for {} s", args.latency_seconds));
+        let latency = load::open_loop(&base_url, &keys, rate, Duration::from_secs(args.latency_seconds)).await?;
+        progress(
+            started,
+            &format!(
+                "{name}: create latency p50 {:.2} ms, p99 {:.2} ms, {} errors",
+                latency.p50_ms, latency.p99_ms, latency.errors
+            ),
+        );
+        report.latency = Some(latency);
+        serve.check_alive()?;
+        anyhow::Ok(())
+    }
+    .await;
+    serve.stop(Duration::from_secs(15)).await;
+    result
+}
+
+fn progress(started: Instant, message: &str) {
+    eprintln!("[{:>7.1}s] {message}", started.elapsed().as_secs_f64());
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `url` with its database name replaced by `name` (query string kept).
+fn database_url(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[authority_start..].find('/') {
+        Some(i) => &base[..authority_start + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{root}/{name}?{q}"),
+        None => format!("{root}/{name}"),
+    }
+}
+
+async fn create_database(server_url: &str, name: &str) -> anyhow::Result<()> {
+    use sqlx::{Connection, Executor};
+    let mut admin = sqlx::PgConnection::connect(server_url).await.context("connect to PostgreSQL")?;
+    admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
+    admin.close().await?;
+    Ok(())
+}
+
+async fn drop_database(server_url: &str, name: &str) -> anyhow::Result<()> {
+    use sqlx::{Connection, Executor};
+    let mut admin = sqlx::PgConnection::connect(server_url).await?;
+    admin.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
+    admin.close().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_names_are_replaced_in_urls() {
+        assert_eq!(database_url("postgres://u@h:5/postgres", "b"), "postgres://u@h:5/b");
+        assert_eq!(
+            database_url("postgres://u@h:5/postgres?sslmode=disable", "b"),
+            "postgres://u@h:5/b?sslmode=disable"
+        );
+        assert_eq!(database_url("postgres://u@h:5", "b"), "postgres://u@h:5/b");
+    }
+}

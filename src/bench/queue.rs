@@ -1,0 +1,129 @@
+//! (4) Raw job-queue throughput: no-op jobs through the real worker — the same claim (batched,
+//! leased, `SKIP LOCKED` on PostgreSQL), heartbeat and fenced finish as payouts, with a handler
+//! that only finishes its job in its own transaction.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::jobs::worker::{JobContext, Worker, WorkerConfig};
+use crate::jobs::PAYOUTS_QUEUE;
+use crate::provider::BoxFuture;
+use crate::storage::jobs::{self as job_store, Finish, NewJob};
+use crate::storage::{bench as bench_store, verify, Db, DbTime};
+
+/// The bench-only job kind (payload version 1, no withdrawal).
+pub const BENCH_NOOP: &str = "bench_noop";
+
+/// Jobs enqueued per transaction while preparing the queue.
+const ENQUEUE_BATCH: u64 = 1_000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueReport {
+    pub jobs: u64,
+    pub queue: &'static str,
+    pub worker_concurrency: usize,
+    pub claim_batch_size: u32,
+    pub database_pool: u32,
+    pub enqueue_seconds: f64,
+    pub enqueue_per_second: f64,
+    /// Worker start → the last job's `updated_at` (its finish, on the worker's clock).
+    pub drain_seconds: f64,
+    pub jobs_per_second: f64,
+}
+
+fn noop<'a>(ctx: &'a JobContext) -> BoxFuture<'a, anyhow::Result<()>> {
+    Box::pin(async move { ctx.finish_in_own_tx(&Finish::Succeeded).await })
+}
+
+pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<QueueReport> {
+    let enqueue_started = Instant::now();
+    let mut enqueued = 0;
+    while enqueued < jobs {
+        let mut tx = db.begin().await?;
+        let batch = ENQUEUE_BATCH.min(jobs - enqueued);
+        for i in enqueued..enqueued + batch {
+            let job = NewJob {
+                queue: PAYOUTS_QUEUE,
+                kind: BENCH_NOOP,
+                payload: format!("{{\"n\":{i}}}").into_bytes(),
+                payload_version: 1,
+                run_at: DbTime::now(),
+                correlation_id: format!("bench-noop-{i}"),
+                withdrawal_id: None,
+            };
+            job_store::enqueue(&mut tx, &job).await?;
+        }
+        tx.commit().await?;
+        enqueued += batch;
+    }
+    let enqueue_seconds = enqueue_started.elapsed().as_secs_f64();
+
+    // The worker as `serve` builds it (default concurrency, batch and clocks), plus the no-op kind.
+    let (provider, _) = crate::service::provider_from(
+        Some(provider_url.to_owned()),
+        Some(super::PROVIDER_KEY.to_owned()),
+        Duration::from_secs(2),
+        Duration::from_secs(10),
+    )
+    .await?;
+    let config = WorkerConfig::new(format!("bench-noop-{}", std::process::id()));
+    let (concurrency, batch_size) = (config.concurrency, config.batch_size);
+    let worker =
+        Worker::new(db.clone(), crate::service::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
+    let stop = CancellationToken::new();
+    let start_clock = DbTime::now();
+    let started = Instant::now();
+    let running = tokio::spawn(worker.run(stop.clone()));
+    let result = async {
+        let mut last = (Instant::now(), i64::MAX);
+        loop {
+            let live = verify::live_jobs(db).await?;
+            if live == 0 {
+                break;
+            }
+            if live < last.1 {
+                last = (Instant::now(), live);
+            } else if last.0.elapsed() > Duration::from_secs(120) {
+                bail!("the queue stopped draining ({live} live jobs for 2 minutes)");
+            }
+            if running.is_finished() {
+                bail!("the worker stopped");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let polled = started.elapsed().as_secs_f64();
+    stop.cancel();
+    match running.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => return Err(err.context("the worker failed")),
+        Err(err) => bail!("the worker panicked: {err}"),
+    }
+    result?;
+    let (succeeded, last_finish) = bench_store::succeeded_jobs(db, BENCH_NOOP).await?;
+    if succeeded as u64 != jobs {
+        bail!("{succeeded} of {jobs} no-op jobs succeeded");
+    }
+    let drain_seconds = last_finish
+        .map(|t| (t.0 - start_clock.0).num_microseconds().unwrap_or(0) as f64 / 1e6)
+        .filter(|s| *s > 0.0)
+        .unwrap_or(polled);
+    let pool = crate::storage::PoolSettings::default().max_connections;
+    Ok(QueueReport {
+        jobs,
+        queue: PAYOUTS_QUEUE,
+        worker_concurrency: concurrency,
+        claim_batch_size: batch_size,
+        database_pool: pool,
+        enqueue_seconds,
+        enqueue_per_second: jobs as f64 / enqueue_seconds.max(1e-9),
+        drain_seconds,
+        jobs_per_second: jobs as f64 / drain_seconds.max(1e-9),
+    })
+}

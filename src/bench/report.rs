@@ -1,0 +1,338 @@
+//! The benchmark's report: one table (metric, postgres, sqlite, sqlite/postgres, target, met?)
+//! and one JSON document with every figure, the targets and whether each is met.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{BackendReport, BenchArgs};
+
+/// The targets, evaluated on PostgreSQL (absolute ones on SQLite too, for information).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Target {
+    pub name: &'static str,
+    pub target: String,
+    pub postgres: Option<f64>,
+    pub threshold: Option<f64>,
+    pub met: Option<bool>,
+    /// Absolute targets only: SQLite's figure against the same threshold.
+    pub sqlite: Option<f64>,
+    pub sqlite_met: Option<bool>,
+}
+
+fn pick<'a>(reports: &'a [BackendReport], backend: &str) -> Option<&'a BackendReport> {
+    reports.iter().find(|r| r.backend == backend)
+}
+
+fn tps32(r: Option<&BackendReport>) -> Option<f64> {
+    r?.pgbench.as_ref().map(|p| p.tps_32_clients)
+}
+
+pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
+    let pg = pick(reports, "postgres");
+    let lite = pick(reports, "sqlite");
+    let e2e = |r: Option<&BackendReport>| r?.end_to_end.as_ref().map(|e| e.withdrawals_per_second);
+    let noop = |r: Option<&BackendReport>| r?.queue.as_ref().map(|q| q.jobs_per_second);
+    let p99 = |r: Option<&BackendReport>| r?.latency.as_ref().map(|l| l.p99_ms);
+    let summary = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.summary.p95_ms);
+    let list = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.list.p95_ms);
+    let rss = |r: Option<&BackendReport>| r?.memory.as_ref().map(|m| m.peak_rss_mib);
+    let at_least = |name, target: String, value: Option<f64>, threshold: Option<f64>| {
+        let met = value.zip(threshold).map(|(v, t)| v >= t);
+        Target { name, target, postgres: value, threshold, met, sqlite: None, sqlite_met: None }
+    };
+    let at_most = |name, target: String, value: Option<f64>, sqlite: Option<f64>, threshold: f64| Target {
+        name,
+        target,
+        postgres: value,
+        threshold: Some(threshold),
+        met: value.map(|v| v <= threshold),
+        sqlite,
+        sqlite_met: sqlite.map(|v| v <= threshold),
+    };
+    vec![
+        at_least(
+            "end_to_end_vs_pgbench",
+            "end-to-end withdrawals/s ≥ 0.5 × pgbench -N TPS (32 clients)".into(),
+            e2e(pg),
+            tps32(pg).map(|t| 0.5 * t),
+        ),
+        at_least(
+            "noop_jobs_vs_pgbench",
+            "no-op jobs/s ≥ 4 × pgbench -N TPS (32 clients)".into(),
+            noop(pg),
+            tps32(pg).map(|t| 4.0 * t),
+        ),
+        at_most(
+            "create_p99_ms",
+            "p99 create latency ≤ 10 ms at half the end-to-end throughput".into(),
+            p99(pg),
+            p99(lite),
+            10.0,
+        ),
+        at_most(
+            "dead_letter_summary_p95_ms",
+            "dead-letter summary p95 ≤ 50 ms".into(),
+            summary(pg),
+            summary(lite),
+            50.0,
+        ),
+        at_most("dead_letter_list_p95_ms", "filtered dead-letter list p95 ≤ 50 ms".into(), list(pg), list(lite), 50.0),
+        at_most("peak_rss_mib", "peak RSS of serve ≤ 150 MiB".into(), rss(pg), rss(lite), 150.0),
+    ]
+}
+
+pub fn document(
+    args: &BenchArgs,
+    reports: &[BackendReport],
+    load_at_start: &str,
+    load_at_end: &str,
+    elapsed: Duration,
+) -> Value {
+    let mut doc = json!({
+        "parameters": {
+            "backend": format!("{:?}", args.backend).to_lowercase(),
+            "withdrawals": args.withdrawals,
+            "connections": args.connections,
+            "jobs": args.jobs,
+            "dead_letters": args.dead_letters,
+            "latency_seconds": args.latency_seconds,
+            "pgbench_seconds": args.pgbench_seconds,
+            "postgres": if args.postgres_url.is_some() { "--postgres-url" } else { "throwaway cluster" },
+        },
+        "machine": {
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "load_average_at_start": load_at_start,
+            "load_average_at_end": load_at_end,
+        },
+        "version": env!("CARGO_PKG_VERSION"),
+        "total_seconds": elapsed.as_secs_f64(),
+        "targets": targets(reports),
+    });
+    for r in reports {
+        doc[r.backend.as_str()] = serde_json::to_value(r).unwrap_or(Value::Null);
+    }
+    if let (Some(pg), Some(lite)) = (pick(reports, "postgres"), pick(reports, "sqlite")) {
+        let ratios: serde_json::Map<String, Value> = rows()
+            .into_iter()
+            .filter_map(|row| {
+                let (p, s) = (row.of(pg)?, row.of(lite)?);
+                (p != 0.0).then(|| (row.key.to_owned(), json!(s / p)))
+            })
+            .collect();
+        doc["sqlite_to_postgres"] = Value::Object(ratios);
+    }
+    doc
+}
+
+/// One line of the table.
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    unit: &'static str,
+    value: fn(&BackendReport) -> Option<f64>,
+    target: Option<&'static str>,
+}
+
+impl Row {
+    fn of(&self, r: &BackendReport) -> Option<f64> {
+        (self.value)(r)
+    }
+}
+
+fn rows() -> Vec<Row> {
+    let row = |key, label, unit, value, target| Row { key, label, unit, value, target };
+    vec![
+        row(
+            "pgbench_tps_8",
+            "pgbench -N TPS, 8 clients",
+            "tx/s",
+            |r| r.pgbench.as_ref().map(|p| p.tps_8_clients),
+            None,
+        ),
+        row(
+            "pgbench_tps_32",
+            "pgbench -N TPS, 32 clients",
+            "tx/s",
+            |r| r.pgbench.as_ref().map(|p| p.tps_32_clients),
+            None,
+        ),
+        row(
+            "end_to_end_per_second",
+            "end-to-end withdrawals/s (accept → completed)",
+            "/s",
+            |r| r.end_to_end.as_ref().map(|e| e.withdrawals_per_second),
+            Some("end_to_end_vs_pgbench"),
+        ),
+        row(
+            "end_to_end_over_pgbench",
+            "  ÷ pgbench TPS (32 clients)",
+            "×",
+            |r| Some(r.end_to_end.as_ref()?.withdrawals_per_second / r.pgbench.as_ref()?.tps_32_clients),
+            None,
+        ),
+        row(
+            "steady_state_per_second",
+            "  steady state (10–90 %)",
+            "/s",
+            |r| r.end_to_end.as_ref()?.steady_state_per_second,
+            None,
+        ),
+        row("accept_rate", "  accepts/s (API)", "/s", |r| r.end_to_end.as_ref().map(|e| e.accept_rate), None),
+        row(
+            "latency_offered_rate",
+            "create latency at offered rate",
+            "/s",
+            |r| r.latency.as_ref().map(|l| l.offered_rate),
+            None,
+        ),
+        row("latency_achieved_rate", "  achieved rate", "/s", |r| r.latency.as_ref().map(|l| l.achieved_rate), None),
+        row("latency_p50_ms", "  p50", "ms", |r| r.latency.as_ref().map(|l| l.p50_ms), None),
+        row("latency_p95_ms", "  p95", "ms", |r| r.latency.as_ref().map(|l| l.p95_ms), None),
+        row("latency_p99_ms", "  p99", "ms", |r| r.latency.as_ref().map(|l| l.p99_ms), Some("create_p99_ms")),
+        row("latency_max_ms", "  max", "ms", |r| r.latency.as_ref().map(|l| l.max_ms), None),
+        row("latency_errors", "  errors", "", |r| r.latency.as_ref().map(|l| l.errors as f64), None),
+        row(
+            "noop_jobs_per_second",
+            "no-op jobs/s (claim/lease/finish)",
+            "/s",
+            |r| r.queue.as_ref().map(|q| q.jobs_per_second),
+            Some("noop_jobs_vs_pgbench"),
+        ),
+        row(
+            "noop_over_pgbench",
+            "  ÷ pgbench TPS (32 clients)",
+            "×",
+            |r| Some(r.queue.as_ref()?.jobs_per_second / r.pgbench.as_ref()?.tps_32_clients),
+            None,
+        ),
+        row(
+            "dead_letters",
+            "dead letters stored",
+            "",
+            |r| r.dead_letters.as_ref().map(|d| d.dead_letters as f64),
+            None,
+        ),
+        row(
+            "dlq_summary_p50_ms",
+            "dead-letter summary p50",
+            "ms",
+            |r| r.dead_letters.as_ref().map(|d| d.summary.p50_ms),
+            None,
+        ),
+        row(
+            "dlq_summary_p95_ms",
+            "dead-letter summary p95",
+            "ms",
+            |r| r.dead_letters.as_ref().map(|d| d.summary.p95_ms),
+            Some("dead_letter_summary_p95_ms"),
+        ),
+        row(
+            "dlq_list_p50_ms",
+            "dead-letter filtered list p50",
+            "ms",
+            |r| r.dead_letters.as_ref().map(|d| d.list.p50_ms),
+            None,
+        ),
+        row(
+            "dlq_list_p95_ms",
+            "dead-letter filtered list p95",
+            "ms",
+            |r| r.dead_letters.as_ref().map(|d| d.list.p95_ms),
+            Some("dead_letter_list_p95_ms"),
+        ),
+        row(
+            "peak_rss_mib",
+            "peak RSS of serve (VmHWM)",
+            "MiB",
+            |r| r.memory.as_ref().map(|m| m.peak_rss_mib),
+            Some("peak_rss_mib"),
+        ),
+    ]
+}
+
+fn fmt(v: Option<f64>, unit: &str) -> String {
+    match v {
+        None => "—".into(),
+        Some(v) if unit == "×" => format!("{v:.2}×"),
+        Some(v) if v.abs() >= 100.0 || v.fract() == 0.0 => format!("{v:.0} {unit}").trim_end().to_owned(),
+        Some(v) => format!("{v:.2} {unit}").trim_end().to_owned(),
+    }
+}
+
+pub fn table(reports: &[BackendReport]) -> String {
+    let pg = pick(reports, "postgres");
+    let lite = pick(reports, "sqlite");
+    let targets = targets(reports);
+    let header = ["metric", "postgres", "sqlite", "sqlite/postgres", "target", "met?"];
+    let mut lines: Vec<[String; 6]> = Vec::new();
+    for row in rows() {
+        let p = pg.and_then(|r| row.of(r));
+        let s = lite.and_then(|r| row.of(r));
+        let ratio = match (p, s) {
+            (Some(p), Some(s)) if p != 0.0 && row.unit != "×" => format!("{:.2}", s / p),
+            _ => String::new(),
+        };
+        let (target, met) = match row.target.and_then(|k| targets.iter().find(|t| t.name == k)) {
+            Some(t) => {
+                let threshold = match (t.name, t.threshold) {
+                    ("end_to_end_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (0.5× pgbench)"),
+                    ("noop_jobs_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (4× pgbench)"),
+                    (_, Some(v)) if t.sqlite_met.is_some() || t.met.is_some() => format!("≤ {v:.0} {}", row.unit),
+                    _ => t.target.clone(),
+                };
+                let yes = |m: Option<bool>| match m {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "—",
+                };
+                let met = match t.sqlite_met {
+                    Some(sm) => format!("{} (sqlite: {})", yes(t.met), yes(Some(sm))),
+                    None => yes(t.met).to_owned(),
+                };
+                (threshold, met)
+            }
+            None => (String::new(), String::new()),
+        };
+        lines.push([row.label.to_owned(), fmt(p, row.unit), fmt(s, row.unit), ratio, target, met]);
+    }
+    let mut widths = header.map(|h| h.chars().count());
+    for line in &lines {
+        for (w, cell) in widths.iter_mut().zip(line.iter()) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let render = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(widths.iter())
+            .enumerate()
+            .map(|(i, (c, w))| {
+                let pad = w - c.chars().count();
+                if i == 0 || i >= 4 {
+                    format!("{c}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{c}", " ".repeat(pad))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" | ")
+            .trim_end()
+            .to_owned()
+    };
+    let mut out = String::new();
+    out.push_str(&render(&header.map(str::to_owned)));
+    out.push('\n');
+    out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("-|-"));
+    out.push('\n');
+    for line in &lines {
+        out.push_str(&render(line));
+        out.push('\n');
+    }
+    for r in reports {
+        for e in &r.errors {
+            out.push_str(&format!("error ({}): {e}\n", r.backend));
+        }
+    }
+    out
+}
