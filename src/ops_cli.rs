@@ -327,19 +327,19 @@ pub async fn status(conn: &Connection) -> anyhow::Result<()> {
         return Ok(());
     }
     let age_or_dash = |v: &Value| if v.is_null() { "-".to_owned() } else { age(v) };
-    println!("withdrawals        count  oldest");
+    println!("withdrawals            count  oldest");
     for w in body["withdrawals"].as_array().into_iter().flatten() {
-        println!("  {:<16} {:>5}  {}", s(&w["state"]), s(&w["count"]), age_or_dash(&w["oldest_age_seconds"]));
+        println!("  {:<20} {:>5}  {}", s(&w["state"]), s(&w["count"]), age_or_dash(&w["oldest_age_seconds"]));
     }
     let dl = &body["dead_letters"];
-    println!("dead letters open  {:>5}  {}", s(&dl["open"]), age_or_dash(&dl["oldest_open_age_seconds"]));
+    println!("dead letters open      {:>5}  {}", s(&dl["open"]), age_or_dash(&dl["oldest_open_age_seconds"]));
     for c in dl["by_category"].as_array().into_iter().flatten() {
-        println!("  {:<16} {:>5}  {}", s(&c["category"]), s(&c["open"]), age(&c["oldest_age_seconds"]));
+        println!("  {:<20} {:>5}  {}", s(&c["category"]), s(&c["open"]), age(&c["oldest_age_seconds"]));
     }
-    println!("queues             scheduled  due  running  oldest due");
+    println!("queues                 scheduled  due  running  oldest due");
     for q in body["queues"].as_array().into_iter().flatten() {
         println!(
-            "  {:<16} {:>9}  {:>3}  {:>7}  {}",
+            "  {:<20} {:>9}  {:>3}  {:>7}  {}",
             s(&q["queue"]),
             s(&q["scheduled"]),
             s(&q["due"]),
