@@ -268,6 +268,9 @@ async fn run_against(
         }
         if now >= next_kill {
             let victim = rng.gen_range(0..worker_procs.len());
+            // What this process life counted, kept before it dies (`metrics-worker-N.txt`).
+            save_metrics(&http, &worker_metrics[victim], &dir.join(format!("metrics-worker-{victim}.txt")), injected.worker_kills)
+                .await;
             worker_procs[victim].kill().await;
             injected.worker_kills += 1;
             tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1_000))).await;
@@ -352,9 +355,7 @@ async fn run_against(
     let scrapes = std::iter::once(("api".to_owned(), format!("{base_url}/metrics")))
         .chain(worker_metrics.iter().enumerate().map(|(i, url)| (format!("worker-{i}"), url.clone())));
     for (name, url) in scrapes {
-        if let Ok(r) = http.get(&url).send().await {
-            std::fs::write(dir.join(format!("metrics-{name}.txt")), r.text().await.unwrap_or_default())?;
-        }
+        save_metrics(&http, &url, &dir.join(format!("metrics-{name}.txt")), injected.worker_kills).await;
     }
     api.stop(Duration::from_secs(10)).await;
     for w in &mut worker_procs {
@@ -443,6 +444,18 @@ async fn set_settlement(http: &reqwest::Client, mock: &str, settlement: Value) -
         bail!("the mock refused the settlement: {}", response.text().await.unwrap_or_default());
     }
     Ok(())
+}
+
+/// Appends one scrape of `url` to `file`, headed by when it was taken (best effort: a process
+/// that is down has nothing to say).
+async fn save_metrics(http: &reqwest::Client, url: &str, file: &Path, kills_so_far: u64) {
+    let Ok(Ok(response)) = tokio::time::timeout(Duration::from_millis(800), http.get(url).send()).await else { return };
+    let text = response.text().await.unwrap_or_default();
+    let header = format!("# scrape of {url} at {} (after {kills_so_far} kills)\n", chrono::Utc::now().to_rfc3339());
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = f.write_all(header.as_bytes()).and_then(|()| f.write_all(text.as_bytes()));
+    }
 }
 
 async fn wait_until(http: &reqwest::Client, url: &str, within: Duration) -> anyhow::Result<()> {
