@@ -392,6 +392,7 @@ pub async fn list(
     params(("id" = Uuid, Path)),
     responses(
         (status = 200, description = "Cancelled: status failed, funds released", body = WithdrawalView),
+        (status = 401, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 404, body = super::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "withdrawal_not_cancellable: no longer pending", body = super::error::Problem, content_type = "application/problem+json"),
     ))]

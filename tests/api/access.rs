@@ -138,6 +138,15 @@ async fn openapi_health_and_readiness_are_served(app: TestApp) {
         assert!(doc["paths"][path].is_object(), "OpenAPI documents {path}");
     }
     assert!(doc["components"]["schemas"]["WithdrawalView"].is_object());
+    // Every authenticated operation documents its 401 (schemathesis found cancel without one).
+    for (path, operations) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/v1/") {
+            continue;
+        }
+        for (method, operation) in operations.as_object().unwrap() {
+            assert!(operation["responses"]["401"].is_object(), "{method} {path} does not document 401");
+        }
+    }
 
     let health = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
