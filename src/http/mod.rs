@@ -10,7 +10,7 @@ pub mod correlation;
 pub mod error;
 mod health;
 mod openapi;
-mod withdrawals;
+pub mod withdrawals;
 
 use std::sync::Arc;
 

@@ -325,10 +325,12 @@ pub async fn read(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only withdrawals in this status.
     pub status: Option<String>,
     /// Page size, 1–100 (default 20).
+    #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
     /// `next_cursor` from the previous page.
     pub cursor: Option<String>,
@@ -344,8 +346,8 @@ fn encode_cursor(w: &Withdrawal) -> String {
 fn decode_cursor(raw: &str) -> Option<PageCursor> {
     let text = String::from_utf8(hex::decode(raw).ok()?).ok()?;
     let (micros, id) = text.split_once('|')?;
-    let created_at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
-    Some(PageCursor { created_at: DbTime::from(created_at), id: Uuid::parse_str(id).ok()? })
+    let created_at = DbTime::from_client_micros(micros.parse().ok()?)?;
+    Some(PageCursor { created_at, id: Uuid::parse_str(id).ok()? })
 }
 
 #[utoipa::path(get, path = "/v1/withdrawals", tag = "withdrawals", security(("api_key" = [])),

@@ -80,8 +80,8 @@ pub fn decode_cursor(raw: &str) -> Result<(DbTime, Uuid), ApiError> {
     let bad = || ApiError::unprocessable("invalid_cursor", "cursor", "unknown cursor");
     let text = String::from_utf8(hex::decode(raw).map_err(|_| bad())?).map_err(|_| bad())?;
     let (micros, id) = text.split_once('|').ok_or_else(bad)?;
-    let at = DateTime::from_timestamp_micros(micros.parse().map_err(|_| bad())?).ok_or_else(bad)?;
-    Ok((DbTime::from(at), Uuid::parse_str(id).map_err(|_| bad())?))
+    let at = DbTime::from_client_micros(micros.parse().map_err(|_| bad())?).ok_or_else(bad)?;
+    Ok((at, Uuid::parse_str(id).map_err(|_| bad())?))
 }
 
 pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {

@@ -26,6 +26,15 @@ impl DbTime {
     pub fn plus(self, delta: TimeDelta) -> Self {
         Self::from(self.0 + delta)
     }
+
+    /// An instant from a client-supplied Unix time in microseconds (page cursors), or None when
+    /// it is outside 1970–9999: both backends can store every instant in that range, and nothing
+    /// this service wrote lies outside it.
+    pub fn from_client_micros(micros: i64) -> Option<Self> {
+        use chrono::Datelike;
+        let t = DateTime::from_timestamp_micros(micros)?;
+        (1970..=9999).contains(&t.year()).then(|| Self::from(t))
+    }
 }
 
 impl From<DateTime<Utc>> for DbTime {
