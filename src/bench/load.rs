@@ -39,6 +39,10 @@ pub struct EndToEndReport {
     /// Completions per second between 10 % and 90 % of the total (the steady middle).
     pub steady_state_per_second: Option<f64>,
     pub final_states: BTreeMap<String, i64>,
+    /// Where the CPU went during the phase (units: withdrawals).
+    pub cpu: Option<super::cpu::CpuReport>,
+    /// PostgreSQL commits, WAL syncs, records and bytes per withdrawal.
+    pub database_work: Option<super::cpu::DatabaseWork>,
 }
 
 /// (3): `POST /v1/withdrawals` latency at a fixed offered rate.
@@ -123,7 +127,11 @@ fn body(i: u64) -> serde_json::Value {
     json!({
         "amount": format!("{}.{:02}", cents / 100, cents % 100),
         "currency": "USD",
-        "destination": {"type": "bank_account", "account_number": format!("{}", 10_000_000 + (i * 104_729) % 89_999_999), "bank_code": "021000021"},
+        "destination": {
+            "type": "bank_account",
+            "account_number": format!("{}", 10_000_000 + (i * 104_729) % 89_999_999),
+            "bank_code": "021000021",
+        },
         "reference": format!("bench {i}"),
     })
 }
@@ -284,6 +292,8 @@ pub async fn end_to_end(
         withdrawals_per_second: if end_to_end_seconds > 0.0 { completed as f64 / end_to_end_seconds } else { 0.0 },
         steady_state_per_second,
         final_states,
+        cpu: None,
+        database_work: None,
     })
 }
 

@@ -8,6 +8,7 @@
 //!
 //! Progress goes to stderr; the table, then the JSON, to stdout (and the JSON to `--json FILE`).
 
+pub mod cpu;
 pub mod dead_letters;
 pub mod load;
 pub mod pgbench;
@@ -62,6 +63,10 @@ pub struct BenchArgs {
     /// Duration of each `pgbench -N` run, in seconds.
     #[arg(long, default_value_t = 15)]
     pub pgbench_seconds: u64,
+    /// Keep the work directory (logs, the SQLite file, the stopped cluster's data) and, with
+    /// `--postgres-url`, the databases, for inspection.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 /// Everything measured on one backend. A phase that failed leaves its field empty and says why
@@ -124,7 +129,11 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             reports.iter().flat_map(|r| r.errors.iter()).cloned().collect::<Vec<_>>().join("; ")
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if args.keep {
+        eprintln!("bench: kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(())
 }
 
@@ -175,7 +184,7 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
             run_service_phases(args, dir, &database_url(&server_url, &service_db), &mut report, started).await;
         }
     }
-    if args.postgres_url.is_some() {
+    if args.postgres_url.is_some() && !args.keep {
         for name in [&pgbench_db, &service_db] {
             if let Err(err) = drop_database(&server_url, name).await {
                 eprintln!("bench: could not drop database {name}: {err:#}");
@@ -185,7 +194,9 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     if let Some(c) = cluster {
         progress(started, "postgres: stopping the throwaway cluster");
         c.stop();
-        let _ = std::fs::remove_dir_all(dir.join("postgres"));
+        if !args.keep {
+            let _ = std::fs::remove_dir_all(dir.join("postgres"));
+        }
     }
     report
 }
@@ -197,8 +208,10 @@ async fn run_sqlite(args: &BenchArgs, dir: &Path, started: Instant) -> BackendRe
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
     run_service_phases(args, dir, &format!("sqlite://{}", file.display()), &mut report, started).await;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    if !args.keep {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+        }
     }
     report
 }
@@ -298,15 +311,19 @@ async fn serve_phases(
             ),
         );
         let sampler = load::RssSampler::start(pid);
+        let meter = cpu::Meter::start(db, Some(pid)).await;
         let e2e = load::end_to_end(db, &base_url, &keys, args.withdrawals, args.connections, &mut serve).await;
         let max_sampled = sampler.stop().await;
+        let (cpu_used, database_work) = meter.finish(db, args.withdrawals).await;
         let peak = load::read_status_kib(pid, "VmHWM").context("read VmHWM of the serve process")?;
         report.memory = Some(MemoryReport {
             peak_rss_mib: peak as f64 / 1024.0,
             max_sampled_rss_mib: max_sampled as f64 / 1024.0,
             pid,
         });
-        let e2e = e2e?;
+        let mut e2e = e2e?;
+        e2e.cpu = Some(cpu_used);
+        e2e.database_work = database_work;
         let rate = e2e.withdrawals_per_second / 2.0;
         progress(
             started,

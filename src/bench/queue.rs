@@ -33,6 +33,9 @@ pub struct QueueReport {
     /// Worker start → the last job's `updated_at` (its finish, on the worker's clock).
     pub drain_seconds: f64,
     pub jobs_per_second: f64,
+    /// Where the CPU went while draining (units: jobs; the worker runs in the bench process).
+    pub cpu: Option<super::cpu::CpuReport>,
+    pub database_work: Option<super::cpu::DatabaseWork>,
 }
 
 fn noop<'a>(ctx: &'a JobContext) -> BoxFuture<'a, anyhow::Result<()>> {
@@ -76,6 +79,7 @@ pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<Queue
         Worker::new(db.clone(), crate::service::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
     let stop = CancellationToken::new();
     let start_clock = DbTime::now();
+    let meter = super::cpu::Meter::start(db, None).await;
     let started = Instant::now();
     let running = tokio::spawn(worker.run(stop.clone()));
     let result = async {
@@ -106,6 +110,7 @@ pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<Queue
         Err(err) => bail!("the worker panicked: {err}"),
     }
     result?;
+    let (cpu, database_work) = meter.finish(db, jobs).await;
     let (succeeded, last_finish) = bench_store::succeeded_jobs(db, BENCH_NOOP).await?;
     if succeeded as u64 != jobs {
         bail!("{succeeded} of {jobs} no-op jobs succeeded");
@@ -125,5 +130,7 @@ pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<Queue
         enqueue_per_second: jobs as f64 / enqueue_seconds.max(1e-9),
         drain_seconds,
         jobs_per_second: jobs as f64 / drain_seconds.max(1e-9),
+        cpu: Some(cpu),
+        database_work,
     })
 }

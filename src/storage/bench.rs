@@ -84,7 +84,8 @@ pub async fn seed_dead_letters(
             format!("(timestamptz 'epoch' + ({us}) * interval '1 microsecond')")
         } else {
             format!(
-                "(strftime('%Y-%m-%dT%H:%M:%S', ({us}) / 1000000, 'unixepoch') || '.' || printf('%06d', ({us}) % 1000000) || 'Z')"
+                "(strftime('%Y-%m-%dT%H:%M:%S', ({us}) / 1000000, 'unixepoch')
+                  || '.' || printf('%06d', ({us}) % 1000000) || 'Z')"
             )
         }
     };
@@ -148,7 +149,7 @@ pub async fn seed_dead_letters(
          SELECT s.job_id, p.queue, p.job_type, {payload_bytes}, p.payload_version, 'dead', p.attempts, p.attempts,
                 {run_at}, {first}, p.error_code, 'bench-' || s.i, NULL, {first}, {failed}
          FROM bench_dl_src s JOIN p ON s.slot >= p.lo AND s.slot < p.hi",
-        payload_bytes = bytes(&format!("'{{\"bench\":' || s.i || '}}'")),
+        payload_bytes = bytes("'{\"bench\":' || s.i || '}'"),
         run_at = time("s.failed_us"),
         first = time(&format!("s.failed_us - {hour_us}")),
         failed = time("s.failed_us"),
@@ -341,4 +342,39 @@ async fn explain(db: &Db, sql: &str, list: Option<(&str, &str, i64)>) -> Result<
             }
         }
     }))
+}
+
+/// PostgreSQL's own counters, to turn a phase into per-withdrawal database work.
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+pub struct PgActivity {
+    /// This connection's server process (its parent is the postmaster).
+    pub backend_pid: i32,
+    /// Committed transactions in this database (read-only ones included; published by each
+    /// backend up to ~10 s late).
+    pub xact_commit: i64,
+    /// The next transaction id: its growth counts transactions that wrote (exact, immediate).
+    pub next_xid: i64,
+    /// The current WAL position in bytes (exact, immediate).
+    pub wal_lsn: i64,
+    /// Cluster-wide WAL records and syncs (`pg_stat_wal`, published like `xact_commit`).
+    pub wal_records: i64,
+    pub wal_sync: i64,
+}
+
+/// The counters now (a fresh statistics snapshot); `None` on SQLite.
+pub async fn postgres_activity(db: &Db) -> Result<Option<PgActivity>> {
+    let Db::Postgres(pool) = db else { return Ok(None) };
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SELECT pg_stat_clear_snapshot()").execute(&mut *conn).await?;
+    let activity = sqlx::query_as::<_, PgActivity>(
+        "SELECT pg_backend_pid() AS backend_pid,
+                (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS xact_commit,
+                pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS next_xid,
+                (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS wal_lsn,
+                w.wal_records, w.wal_sync
+         FROM pg_stat_wal w",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Some(activity))
 }
