@@ -269,8 +269,13 @@ async fn run_against(
         if now >= next_kill {
             let victim = rng.gen_range(0..worker_procs.len());
             // What this process life counted, kept before it dies (`metrics-worker-N.txt`).
-            save_metrics(&http, &worker_metrics[victim], &dir.join(format!("metrics-worker-{victim}.txt")), injected.worker_kills)
-                .await;
+            save_metrics(
+                &http,
+                &worker_metrics[victim],
+                &dir.join(format!("metrics-worker-{victim}.txt")),
+                injected.worker_kills,
+            )
+            .await;
             worker_procs[victim].kill().await;
             injected.worker_kills += 1;
             tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1_000))).await;
