@@ -147,41 +147,14 @@ pub async fn run(db: &Db, count: u64, progress: impl Fn(&str)) -> anyhow::Result
         limit: PAGE,
         ..DeadLetterFilter::default()
     };
-    let mut summary_ms = Vec::new();
-    let mut summary_rows = 0;
-    let started = Instant::now();
-    for i in 0..WARM_UP + RUNS {
-        let t = Instant::now();
-        summary_rows = dead_letters::summary(db).await?.len();
-        if i >= WARM_UP {
-            summary_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        if summary_ms.len() >= MIN_RUNS && started.elapsed() > BUDGET {
-            break;
-        }
-    }
-    let mut list_ms = Vec::new();
-    let mut list_rows = 0;
-    let started = Instant::now();
-    for i in 0..WARM_UP + RUNS {
-        let t = Instant::now();
-        list_rows = dead_letters::list(db, &filter).await?.len();
-        if i >= WARM_UP {
-            list_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        if list_ms.len() >= MIN_RUNS && started.elapsed() > BUDGET {
-            break;
-        }
-    }
+    let (summary_ms, summary_rows) = timed(|| async { Ok(dead_letters::summary(db).await?.len()) }).await?;
+    let (list_ms, list_rows) = timed(|| async { Ok(dead_letters::list(db, &filter).await?.len()) }).await?;
     let summary = timing(summary_ms, summary_rows);
     let list = timing(list_ms, list_rows);
     let summary_plan =
-        if summary.p95_ms > TARGET_P95_MS { Some(bench_store::explain_dead_letter_summary(db).await?) } else { None };
-    let list_plan = if list.p95_ms > TARGET_P95_MS {
-        Some(bench_store::explain_dead_letter_list(db, FILTER_CATEGORY, FILTER_ERROR_CODE, PAGE).await?)
-    } else {
-        None
-    };
+        if summary.p95_ms > TARGET_P95_MS { Some(dead_letters::explain_summary(db).await?) } else { None };
+    let list_plan =
+        if list.p95_ms > TARGET_P95_MS { Some(dead_letters::explain_list(db, &filter).await?) } else { None };
     Ok(DeadLetterReport {
         dead_letters: total,
         open,
@@ -204,6 +177,28 @@ fn timing(mut ms: Vec<f64>, rows: usize) -> Timing {
         max_ms: ms.last().copied().unwrap_or(0.0),
         rows,
     }
+}
+
+/// Runs `query` `WARM_UP + RUNS` times (fewer once `MIN_RUNS` are in and `BUDGET` is spent);
+/// the milliseconds of the timed runs and the rows of the last.
+async fn timed<F, Fut>(mut query: F) -> anyhow::Result<(Vec<f64>, usize)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<usize>>,
+{
+    let (mut ms, mut rows) = (Vec::new(), 0);
+    let started = Instant::now();
+    for i in 0..WARM_UP + RUNS {
+        let t = Instant::now();
+        rows = query().await?;
+        if i >= WARM_UP {
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        if ms.len() >= MIN_RUNS && started.elapsed() > BUDGET {
+            break;
+        }
+    }
+    Ok((ms, rows))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::chaos::procs::{free_port, PgCluster, Proc};
 use crate::domain::{Amount, Currency};
-use crate::storage::{bench as bench_store, Db, PoolSettings};
+use crate::storage::{bench as bench_store, server, Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchBackend {
@@ -169,24 +169,24 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let (pgbench_db, service_db) = (format!("bench_pgbench_{tag}"), format!("bench_service_{tag}"));
     let created = async {
-        create_database(&server_url, &pgbench_db).await?;
-        create_database(&server_url, &service_db).await
+        let pgbench_url = server::create_database(&server_url, &pgbench_db).await?;
+        Ok::<_, crate::storage::StorageError>((pgbench_url, server::create_database(&server_url, &service_db).await?))
     }
     .await;
     match created {
         Err(err) => report.errors.push(format!("create databases: {err:#}")),
-        Ok(()) => {
+        Ok((pgbench_url, service_url)) => {
             progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
-            match pgbench::run(&bin, &database_url(&server_url, &pgbench_db), args.pgbench_seconds).await {
+            match pgbench::run(&bin, &pgbench_url, args.pgbench_seconds).await {
                 Ok(p) => report.pgbench = Some(p),
                 Err(err) => report.errors.push(format!("pgbench: {err:#}")),
             }
-            run_service_phases(args, dir, &database_url(&server_url, &service_db), &mut report, started).await;
+            run_service_phases(args, dir, &service_url, &mut report, started).await;
         }
     }
     if args.postgres_url.is_some() && !args.keep {
         for name in [&pgbench_db, &service_db] {
-            if let Err(err) = drop_database(&server_url, name).await {
+            if let Err(err) = server::drop_database(&server_url, name).await {
                 eprintln!("bench: could not drop database {name}: {err:#}");
             }
         }
@@ -362,49 +362,4 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
-}
-
-/// `url` with its database name replaced by `name` (query string kept).
-fn database_url(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[authority_start..].find('/') {
-        Some(i) => &base[..authority_start + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{name}?{q}"),
-        None => format!("{root}/{name}"),
-    }
-}
-
-async fn create_database(server_url: &str, name: &str) -> anyhow::Result<()> {
-    use sqlx::{Connection, Executor};
-    let mut admin = sqlx::PgConnection::connect(server_url).await.context("connect to PostgreSQL")?;
-    admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
-    admin.close().await?;
-    Ok(())
-}
-
-async fn drop_database(server_url: &str, name: &str) -> anyhow::Result<()> {
-    use sqlx::{Connection, Executor};
-    let mut admin = sqlx::PgConnection::connect(server_url).await?;
-    admin.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
-    admin.close().await?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn database_names_are_replaced_in_urls() {
-        assert_eq!(database_url("postgres://u@h:5/postgres", "b"), "postgres://u@h:5/b");
-        assert_eq!(
-            database_url("postgres://u@h:5/postgres?sslmode=disable", "b"),
-            "postgres://u@h:5/b?sslmode=disable"
-        );
-        assert_eq!(database_url("postgres://u@h:5", "b"), "postgres://u@h:5/b");
-    }
 }

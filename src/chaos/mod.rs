@@ -135,16 +135,8 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
 }
 
 async fn fresh_postgres_database(url: &str, seed: u64) -> anyhow::Result<String> {
-    use sqlx::{Connection, Executor};
     let name = format!("chaos_{seed}_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(url).await.context("connect to --postgres-url")?;
-    admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
-    let root = &base[..base.rfind('/').filter(|i| *i > base.find("://").unwrap_or(0) + 2).unwrap_or(base.len())];
-    Ok(match query {
-        Some(q) => format!("{root}/{name}?{q}"),
-        None => format!("{root}/{name}"),
-    })
+    crate::storage::server::create_database(url, &name).await.context("create a database at --postgres-url")
 }
 
 async fn run_against(
@@ -332,7 +324,8 @@ async fn run_against(
     let converge_start = Instant::now();
     let converged = loop {
         let outcomes = verify::withdrawal_outcomes(&db).await;
-        let live = verify::live_jobs(&db).await;
+        let live =
+            crate::storage::metrics::live_jobs_by_queue(&db).await.map(|q| q.iter().map(|d| d.count).sum::<i64>());
         if let (Ok(outcomes), Ok(live)) = (outcomes, live) {
             let open = outcomes.iter().filter(|w| matches!(w.status.as_str(), "pending" | "processing")).count();
             if open == 0 && live == 0 {

@@ -6,8 +6,6 @@
 //! envelope's `job_id` is a UNIQUE foreign key), the envelope, and a `closed` event for a share
 //! of them.
 
-use uuid::Uuid;
-
 use super::{Db, DbTime, Result, Tx};
 use crate::{with_conn, with_read_conn};
 
@@ -257,88 +255,6 @@ pub async fn server_version(db: &Db) -> Result<String> {
             Db::Sqlite(_) => {
                 let v = sqlx::query_scalar::<_, String>("SELECT sqlite_version()").fetch_one(&mut *conn).await?;
                 format!("SQLite {v}")
-            }
-        }
-    }))
-}
-
-// The triage queries exactly as `storage::dead_letters::{summary, list}` send them, for their
-// plans. Keep these in step with that file.
-const SUMMARY_SQL: &str = "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
-             FROM dead_letters d
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
-             GROUP BY d.category, d.error_code
-             ORDER BY COUNT(*) DESC, d.category, d.error_code";
-
-const LIST_SQL: &str = "SELECT d.id, d.job_id, d.queue, d.job_type, d.payload_version, d.payload, d.raw_payload, \
-     d.attempts, d.first_attempt_at, d.failed_at, d.error_code, d.error_class, d.error_message, d.stack, d.worker_host, \
-     d.worker_version, d.correlation_id, d.idempotency_key, d.withdrawal_id, d.side_effect_state, d.category, d.owner, \
-     d.runbook, (SELECT MIN(e.at) FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed') AS closed_at
-     FROM dead_letters d
-             WHERE ($1 IS NULL OR d.queue = $1) AND ($2 IS NULL OR d.job_type = $2) AND ($3 IS NULL OR d.error_code = $3)
-       AND ($4 IS NULL OR d.category = $4) AND ($5 IS NULL OR d.failed_at > $5) AND ($6 IS NULL OR d.failed_at < $6)
-               AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
-                                                     WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
-               AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
-             ORDER BY d.failed_at DESC, d.id DESC LIMIT $10";
-
-/// The plan of the dead-letter summary: `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL (it runs the
-/// query), `EXPLAIN QUERY PLAN` on SQLite.
-pub async fn explain_dead_letter_summary(db: &Db) -> Result<Vec<String>> {
-    explain(db, SUMMARY_SQL, None).await
-}
-
-/// The plan of the filtered dead-letter list (category and error code, first page of `limit`).
-pub async fn explain_dead_letter_list(db: &Db, category: &str, error_code: &str, limit: i64) -> Result<Vec<String>> {
-    explain(db, LIST_SQL, Some((category, error_code, limit))).await
-}
-
-async fn explain(db: &Db, sql: &str, list: Option<(&str, &str, i64)>) -> Result<Vec<String>> {
-    let none_text: Option<String> = None;
-    let none_time: Option<DbTime> = None;
-    let none_bool: Option<bool> = None;
-    let none_id: Option<Uuid> = None;
-    Ok(with_read_conn!(db, |conn| {
-        match db {
-            Db::Postgres(_) => {
-                let text = format!("EXPLAIN (ANALYZE, BUFFERS) {sql}");
-                let mut q = sqlx::query_scalar::<_, String>(&text);
-                if let Some((category, error_code, limit)) = list {
-                    q = q
-                        .bind(none_text.clone())
-                        .bind(none_text.clone())
-                        .bind(Some(error_code.to_owned()))
-                        .bind(Some(category.to_owned()))
-                        .bind(none_time)
-                        .bind(none_time)
-                        .bind(none_bool)
-                        .bind(none_time)
-                        .bind(none_id)
-                        .bind(limit);
-                }
-                q.fetch_all(&mut *conn).await?
-            }
-            Db::Sqlite(_) => {
-                let text = format!("EXPLAIN QUERY PLAN {sql}");
-                let mut q = sqlx::query_as::<_, (i64, i64, i64, String)>(&text);
-                if let Some((category, error_code, limit)) = list {
-                    q = q
-                        .bind(none_text.clone())
-                        .bind(none_text.clone())
-                        .bind(Some(error_code.to_owned()))
-                        .bind(Some(category.to_owned()))
-                        .bind(none_time)
-                        .bind(none_time)
-                        .bind(none_bool)
-                        .bind(none_time)
-                        .bind(none_id)
-                        .bind(limit);
-                }
-                q.fetch_all(&mut *conn)
-                    .await?
-                    .into_iter()
-                    .map(|(id, parent, _, detail)| format!("{id:>3} {parent:>3}  {detail}"))
-                    .collect()
             }
         }
     }))

@@ -156,29 +156,40 @@ const FILTER: &str =
 const CLOSED: &str =
     "(SELECT MIN(e.at) FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')";
 
-pub async fn list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<ListedDeadLetter>> {
+/// The triage list's SQL: one text for the query and for its plan (the benchmark explains it).
+fn list_sql() -> String {
     let columns = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    format!(
+        "SELECT {columns}, {CLOSED} AS closed_at FROM dead_letters d
+         WHERE {FILTER}
+           AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
+                                                 WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
+           AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
+         ORDER BY d.failed_at DESC, d.id DESC LIMIT $10"
+    )
+}
+
+/// Binds a [`DeadLetterFilter`] to the parameters of [`list_sql`], whatever the query's type.
+macro_rules! bind_filter {
+    ($query:expr, $f:expr) => {
+        $query
+            .bind(&$f.queue)
+            .bind(&$f.job_type)
+            .bind(&$f.error_code)
+            .bind(&$f.category)
+            .bind($f.failed_after)
+            .bind($f.failed_before)
+            .bind($f.open)
+            .bind($f.after.map(|a| a.0))
+            .bind($f.after.map(|a| a.1))
+            .bind($f.limit)
+    };
+}
+
+pub async fn list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<ListedDeadLetter>> {
+    let sql = list_sql();
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, ListedDeadLetter>(&format!(
-            "SELECT {columns}, {CLOSED} AS closed_at FROM dead_letters d
-             WHERE {FILTER}
-               AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
-                                                     WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
-               AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
-             ORDER BY d.failed_at DESC, d.id DESC LIMIT $10"
-        ))
-        .bind(&f.queue)
-        .bind(&f.job_type)
-        .bind(&f.error_code)
-        .bind(&f.category)
-        .bind(f.failed_after)
-        .bind(f.failed_before)
-        .bind(f.open)
-        .bind(f.after.map(|a| a.0))
-        .bind(f.after.map(|a| a.1))
-        .bind(f.limit)
-        .fetch_all(&mut *conn)
-        .await?
+        bind_filter!(sqlx::query_as::<_, ListedDeadLetter>(&sql), f).fetch_all(&mut *conn).await?
     }))
 }
 
@@ -191,17 +202,48 @@ pub struct SummaryRow {
     pub oldest_open: Option<DbTime>,
 }
 
+const SUMMARY_SQL: &str = "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
+     FROM dead_letters d
+     WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+     GROUP BY d.category, d.error_code
+     ORDER BY COUNT(*) DESC, d.category, d.error_code";
+
 pub async fn summary(db: &Db) -> Result<Vec<SummaryRow>> {
+    Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, SummaryRow>(SUMMARY_SQL).fetch_all(&mut *conn).await?))
+}
+
+/// The plan of [`summary`]: `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL (it runs the query),
+/// `EXPLAIN QUERY PLAN` on SQLite. One line per plan row.
+pub async fn explain_summary(db: &Db) -> Result<Vec<String>> {
+    explain(db, SUMMARY_SQL, None).await
+}
+
+/// The plan of [`list`] with filter `f`.
+pub async fn explain_list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<String>> {
+    explain(db, &list_sql(), Some(f)).await
+}
+
+async fn explain(db: &Db, sql: &str, f: Option<&DeadLetterFilter>) -> Result<Vec<String>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, SummaryRow>(
-            "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
-             FROM dead_letters d
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
-             GROUP BY d.category, d.error_code
-             ORDER BY COUNT(*) DESC, d.category, d.error_code",
-        )
-        .fetch_all(&mut *conn)
-        .await?
+        match db {
+            Db::Postgres(_) => {
+                let text = format!("EXPLAIN (ANALYZE, BUFFERS) {sql}");
+                let q = sqlx::query_scalar::<_, String>(&text);
+                match f {
+                    Some(f) => bind_filter!(q, f).fetch_all(&mut *conn).await?,
+                    None => q.fetch_all(&mut *conn).await?,
+                }
+            }
+            Db::Sqlite(_) => {
+                let text = format!("EXPLAIN QUERY PLAN {sql}");
+                let q = sqlx::query_as::<_, (i64, i64, i64, String)>(&text);
+                let rows = match f {
+                    Some(f) => bind_filter!(q, f).fetch_all(&mut *conn).await?,
+                    None => q.fetch_all(&mut *conn).await?,
+                };
+                rows.into_iter().map(|(id, parent, _, detail)| format!("{id:>3} {parent:>3}  {detail}")).collect()
+            }
+        }
     }))
 }
 

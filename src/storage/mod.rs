@@ -21,6 +21,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
+pub mod server;
 pub mod time;
 pub mod verify;
 pub mod withdrawals;

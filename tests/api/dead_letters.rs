@@ -30,6 +30,7 @@ both_backends!(
     a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed,
     a_withdrawal_stuck_in_processing_is_swept_into_reconciliation,
     dead_letter_rows_cannot_be_updated_or_deleted,
+    the_triage_queries_explain_on_both_backends,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -398,4 +399,19 @@ async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
     let letters = dead_letters::for_job(&app.db, poison).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_ne!(letters[0].error_message, "tampered");
+}
+
+/// The benchmark reads the plans of the very queries triage sends (one SQL text for both).
+async fn the_triage_queries_explain_on_both_backends(app: TestApp) {
+    use withdrawals::storage::dead_letters::{explain_list, explain_summary, DeadLetterFilter};
+    let filter = DeadLetterFilter {
+        category: Some("dependency_rejected".into()),
+        error_code: Some("invalid_account".into()),
+        limit: 50,
+        ..DeadLetterFilter::default()
+    };
+    let summary = explain_summary(&app.db).await.unwrap();
+    let list = explain_list(&app.db, &filter).await.unwrap();
+    assert!(summary.iter().any(|l| l.contains("dead_letters")), "{summary:#?}");
+    assert!(list.iter().any(|l| l.contains("dead_letters")), "{list:#?}");
 }

@@ -16,7 +16,7 @@ use withdrawals::config::AppConfig;
 use withdrawals::domain::{AccountId, Amount, Currency};
 use withdrawals::http::{self, AppState};
 use withdrawals::provisioning;
-use withdrawals::storage::{accounts, Db, PoolSettings};
+use withdrawals::storage::{accounts, server, Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -95,27 +95,9 @@ pub async fn fresh_database(backend: Backend) -> (String, Option<tempfile::TempD
                 )
             });
             let name = format!("wd_test_{}", uuid::Uuid::new_v4().simple());
-            let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("connect to DATABASE_URL");
-            admin.execute(format!("CREATE DATABASE {name}").as_str()).await.expect("create test database");
-            (replace_database(&admin_url, &name), None)
+            let url = server::create_database(&admin_url, &name).await.expect("create a test database at DATABASE_URL");
+            (url, None)
         }
-    }
-}
-
-/// `postgres://u@h:p/db?x` → `postgres://u@h:p/NAME?x`.
-fn replace_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let root = match base[authority_start..].find('/') {
-        Some(i) => &base[..authority_start + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{root}/{name}?{q}"),
-        None => format!("{root}/{name}"),
     }
 }
 
