@@ -160,6 +160,13 @@ pub struct ServeArgs {
     /// Replays of more dead letters than this wait for a second operator's approval.
     #[arg(long, env = "REPLAY_APPROVAL_THRESHOLD", default_value_t = 100)]
     pub replay_approval_threshold: i64,
+    /// How long an operator console sign-in lasts, in hours.
+    #[arg(long, env = "CONSOLE_SESSION_HOURS", default_value_t = 8)]
+    pub console_session_hours: i64,
+    /// Always mark the console's session cookie `Secure` (it already is when a proxy sends
+    /// `X-Forwarded-Proto: https`).
+    #[arg(long, env = "CONSOLE_SECURE_COOKIE")]
+    pub console_secure_cookie: bool,
     /// Database pool size.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
@@ -340,6 +347,8 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     let mut config = AppConfig { limits, max_body_bytes: args.max_body_bytes, ..AppConfig::default() };
     config.idempotency.retention = chrono::TimeDelta::hours(args.idempotency_retention_hours.max(1));
     config.replay.approval_threshold = args.replay_approval_threshold.max(1);
+    config.console.session_ttl = chrono::TimeDelta::hours(args.console_session_hours.clamp(1, 24 * 7));
+    config.console.secure_cookie = args.console_secure_cookie;
     let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
     let db = open(url, settings).await?;
     let shutdown = CancellationToken::new();

@@ -14,6 +14,22 @@ pub struct AppConfig {
     pub max_body_bytes: usize,
     /// Replay limits and the approval threshold.
     pub replay: crate::ops::ReplaySettings,
+    /// Operator console sessions.
+    pub console: ConsoleSettings,
+}
+
+/// How long a console sign-in lasts, and whether its cookie is `Secure` regardless of what the
+/// proxy says (behind a TLS-terminating proxy, `X-Forwarded-Proto: https` also makes it so).
+#[derive(Debug, Clone, Copy)]
+pub struct ConsoleSettings {
+    pub session_ttl: chrono::TimeDelta,
+    pub secure_cookie: bool,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self { session_ttl: chrono::TimeDelta::hours(8), secure_cookie: false }
+    }
 }
 
 impl Default for AppConfig {
@@ -23,6 +39,7 @@ impl Default for AppConfig {
             idempotency: IdempotencySettings::default(),
             max_body_bytes: 16 * 1024,
             replay: crate::ops::ReplaySettings::default(),
+            console: ConsoleSettings::default(),
         }
     }
 }

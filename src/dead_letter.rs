@@ -29,6 +29,15 @@ pub enum Category {
 }
 
 impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::BadPayload,
+        Category::DependencyRejected,
+        Category::SideEffectUnknown,
+        Category::CodeBug,
+        Category::RetriesExhausted,
+        Category::Crashed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Category::BadPayload => "bad_payload",

@@ -25,14 +25,17 @@
 //!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
 //! - [`ops`] — the operator API under `/ops/v1`: roles, audit, overview, review queue,
 //!   dead-letter triage, replays.
+//! - [`console`] — the operator console: server-rendered pages under `/ops` (sign-in, overview,
+//!   review, dead letters, replays, audit) that act through `/ops/v1` as the signed-in operator.
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
-//! provider mock). Coming next (see the issues): benchmarks, the operator console.
+//! provider mock), `fuzz/` (fuzz targets).
 
 pub mod bench;
 pub mod chaos;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod credentials;
 pub mod dead_letter;
 pub mod domain;

@@ -80,6 +80,7 @@ pub fn app(state: AppState) -> Router {
         .merge(health::router())
         .merge(openapi::router())
         .merge(crate::ops::router())
+        .merge(crate::console::router())
         .route("/metrics", axum::routing::get(|| async { crate::metrics::install().render() }))
         .fallback(|| async { error::ApiError::not_found() })
         .layer(DefaultBodyLimit::max(max_body))

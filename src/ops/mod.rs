@@ -17,7 +17,7 @@ use axum::Router;
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use auth::{Operator, Role};
+pub use auth::{authenticate, Delegated, Operator, Role};
 
 use crate::http::error::ApiError;
 use crate::http::AppState;

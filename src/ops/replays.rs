@@ -3,7 +3,7 @@
 //! `dry_run` reports the count and a sample and changes nothing. Runs over the approval
 //! threshold wait for a second operator. The worker's releaser does the releasing.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -22,7 +22,7 @@ use crate::storage::{is_unique_violation, DbTime, StorageError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/replays", post(start))
+        .route("/ops/v1/replays", post(start).get(list))
         .route("/ops/v1/replays/{id}", get(status))
         .route("/ops/v1/replays/{id}/{action}", post(control))
 }
@@ -101,6 +101,38 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> Value {
         });
     }
     v
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+}
+
+const RUN_STATUSES: [&str; 5] = ["awaiting_approval", "running", "paused", "completed", "cancelled"];
+
+/// `GET /ops/v1/replays?status=&limit=`: runs newest first, with their progress.
+async fn list(
+    State(state): State<AppState>,
+    operator: Operator,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    operator.require(Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))?;
+    if let Some(status) = q.status.as_deref().filter(|s| !RUN_STATUSES.contains(s)) {
+        return Err(ApiError::unprocessable(
+            "invalid_status",
+            "status",
+            format!("unknown run status `{status}`: use one of {}", RUN_STATUSES.join(", ")),
+        ));
+    }
+    let limit = super::review::page_limit(q.limit)?;
+    let mut data = Vec::new();
+    for run in replays::list_runs(state.db(), q.status.as_deref(), limit).await? {
+        let progress = replays::progress(state.db(), run.id).await?;
+        data.push(run_view(&run, Some(&progress)));
+    }
+    Ok(Json(json!({"data": data})))
 }
 
 async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<dead_letters::DeadLetter>, ApiError> {

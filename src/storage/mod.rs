@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
 pub mod server;
+pub mod sessions;
 pub mod time;
 pub mod verify;
 pub mod withdrawals;

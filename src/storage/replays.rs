@@ -105,6 +105,19 @@ pub async fn get_run(db: &Db, id: Uuid) -> Result<Option<ReplayRun>> {
     }))
 }
 
+/// Runs newest first, optionally only those in `status`.
+pub async fn list_runs(db: &Db, status: Option<&str>, limit: i64) -> Result<Vec<ReplayRun>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReplayRun>(&format!(
+            "SELECT {RUN_COLUMNS} FROM replay_runs WHERE ($1 IS NULL OR status = $1) ORDER BY created_at DESC, id DESC LIMIT $2"
+        ))
+        .bind(status)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
 /// Guarded status change: only from one of `from`. Returns whether it happened.
 pub async fn set_status(
     tx: &mut Tx,

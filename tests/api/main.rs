@@ -1,11 +1,13 @@
 //! End-to-end and storage tests, one binary (one link). Every scenario runs on SQLite and on
 //! PostgreSQL through the `both_backends!` macro; see `harness` for what each test gets.
 
+mod browser;
 mod harness;
 
 mod access;
 mod chaos;
 mod cli;
+mod console;
 mod dead_letters;
 mod funds;
 mod idempotency;

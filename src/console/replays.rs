@@ -1,0 +1,455 @@
+//! Replays in the browser: runs with their progress, a start form whose dry run must be confirmed
+//! (the count is checked again at confirmation: a selection that changed is shown again, not
+//! started), live progress, pause/resume/cancel, and approval by a second operator.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use maud::{html, Markup, PreEscaped};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::api;
+use super::session::{urlencode, Session};
+use super::views::{self, csrf_field, role_note, state, text, when, Banner};
+use crate::dead_letter::Category;
+use crate::http::AppState;
+use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::ops::Role;
+
+/// A replay as the start form describes it (also the index page's query: a filter to prefill).
+#[derive(Debug, Default, Clone, Deserialize, Serialize)]
+pub struct ReplayForm {
+    #[serde(default)]
+    csrf: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    error_code: Option<String>,
+    #[serde(default)]
+    queue: Option<String>,
+    #[serde(default)]
+    job_type: Option<String>,
+    #[serde(default)]
+    expected_payload_version: Option<String>,
+    #[serde(default)]
+    destination_queue: Option<String>,
+    #[serde(default)]
+    rate_per_second: Option<String>,
+    #[serde(default)]
+    max_concurrency: Option<String>,
+    #[serde(default)]
+    auto_pause_threshold: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    confirm_count: Option<String>,
+}
+
+fn non_empty(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// A number field: absent means "the default"; anything else is passed on for the API to judge.
+fn number(v: &Option<String>) -> Value {
+    match non_empty(v) {
+        None => Value::Null,
+        Some(n) => n.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(n.to_owned())),
+    }
+}
+
+impl ReplayForm {
+    fn request(&self, dry_run: bool) -> Value {
+        json!({
+            "reason": self.reason.clone().unwrap_or_default(),
+            "filter": {
+                "category": non_empty(&self.category), "error_code": non_empty(&self.error_code),
+                "queue": non_empty(&self.queue), "job_type": non_empty(&self.job_type),
+            },
+            "expected_payload_version": number(&self.expected_payload_version),
+            "destination_queue": non_empty(&self.destination_queue).unwrap_or(PAYOUTS_QUEUE),
+            "dry_run": dry_run,
+            "rate_per_second": number(&self.rate_per_second),
+            "max_concurrency": number(&self.max_concurrency),
+            "auto_pause_threshold": number(&self.auto_pause_threshold),
+        })
+    }
+
+    /// The same replay as hidden fields, for the confirm form.
+    fn hidden(&self) -> Markup {
+        let fields = [
+            ("category", &self.category),
+            ("error_code", &self.error_code),
+            ("queue", &self.queue),
+            ("job_type", &self.job_type),
+            ("expected_payload_version", &self.expected_payload_version),
+            ("destination_queue", &self.destination_queue),
+            ("rate_per_second", &self.rate_per_second),
+            ("max_concurrency", &self.max_concurrency),
+            ("auto_pause_threshold", &self.auto_pause_threshold),
+            ("reason", &self.reason),
+        ];
+        html! {
+            @for (name, value) in fields {
+                @if let Some(v) = value { input type="hidden" name=(name) value=(v); }
+            }
+        }
+    }
+}
+
+fn selection_words(f: &ReplayForm) -> String {
+    let parts: Vec<String> =
+        [("category", &f.category), ("error code", &f.error_code), ("queue", &f.queue), ("job type", &f.job_type)]
+            .iter()
+            .filter_map(|(k, v)| non_empty(v).map(|v| format!("{k} {v}")))
+            .collect();
+    if parts.is_empty() {
+        "every open dead letter".into()
+    } else {
+        format!("open dead letters with {}", parts.join(", "))
+    }
+}
+
+/// `GET /ops/replays`: runs (newest first) and the start form, prefilled from the query.
+pub async fn index(State(state_): State<AppState>, session: Session, Query(f): Query<ReplayForm>) -> Response {
+    render_index(&state_, &session, &f, None, StatusCode::OK).await
+}
+
+async fn render_index(
+    state_: &AppState,
+    session: &Session,
+    f: &ReplayForm,
+    banner: Option<Banner>,
+    code: StatusCode,
+) -> Response {
+    let uri = format!("/ops/v1/replays{}", api::query(&[("status", non_empty(&f.status)), ("limit", Some("50"))]));
+    let (runs, banner, code) = match api::get(state_, session, &uri).await {
+        Ok(v) => (v["data"].as_array().cloned().unwrap_or_default(), banner, code),
+        Err(r) => (Vec::new(), Some(Banner::error(r.to_string())), r.status),
+    };
+    let settings = state_.config().replay;
+    let body = html! {
+        h1 { "Replays" }
+        section aria-labelledby="h-runs" {
+            h2 #h-runs { "Runs" @if let Some(s) = non_empty(&f.status) { " that are " (s) } }
+            table #replay-runs {
+                thead { tr {
+                    th scope="col" { "Run" } th scope="col" { "Status" } th.num scope="col" { "Items" }
+                    th scope="col" { "Progress" } th scope="col" { "Reason" } th scope="col" { "Started" }
+                } }
+                tbody {
+                    @for r in &runs {
+                        tr {
+                            td { a href={ "/ops/replays/" (text(&r["id"])) } { code { (text(&r["id"])) } } }
+                            td { (state(&r["status"])) }
+                            td.num { (text(&r["total"])) }
+                            td { (text(&r["progress"]["succeeded"])) " succeeded, " (text(&r["progress"]["failed"])) " failed, "
+                                 (text(&r["progress"]["pending"])) " pending" }
+                            td { (text(&r["reason"])) }
+                            td { (when(&r["created_at"])) }
+                        }
+                    }
+                    @if runs.is_empty() { tr { td colspan="6" { "No runs." } } }
+                }
+            }
+        }
+        section aria-labelledby="h-start" {
+            h2 #h-start { "Start a replay" }
+            (role_note(session, Role::Operator, "start replays"))
+            @if session.can(Role::Operator) {
+                p.hint { "A replay releases open dead letters back to a queue, gently. First comes a dry run: you see how many letters match and a sample, and nothing starts until you confirm. Runs of more than "
+                    (settings.approval_threshold) " letters wait for a second operator's approval." }
+                form #replay-form method="post" action="/ops/replays/preview" {
+                    (csrf_field(session))
+                    fieldset {
+                        legend { "Which dead letters (open ones only)" }
+                        div.filters {
+                            p {
+                                label for="r-category" { "Category" } br;
+                                select #r-category name="category" {
+                                    option value="" { "any" }
+                                    @for c in Category::ALL {
+                                        option value=(c.as_str()) selected[non_empty(&f.category) == Some(c.as_str())] { (c.as_str()) }
+                                    }
+                                }
+                            }
+                            p { label for="r-error_code" { "Error code" } br; input #r-error_code name="error_code" value=(f.error_code.clone().unwrap_or_default()); }
+                            p { label for="r-queue" { "Queue" } br; input #r-queue name="queue" value=(f.queue.clone().unwrap_or_default()) size="14"; }
+                            p { label for="r-job_type" { "Job type" } br; input #r-job_type name="job_type" value=(f.job_type.clone().unwrap_or_default()) size="16"; }
+                        }
+                    }
+                    fieldset {
+                        legend { "How" }
+                        div.filters {
+                            p { label for="r-version" { "Expected payload version" } br; input #r-version name="expected_payload_version" value=(f.expected_payload_version.clone().unwrap_or_else(|| crate::jobs::SubmitPayout::VERSION.to_string())) size="4" required inputmode="numeric"; }
+                            p {
+                                label for="r-destination" { "Destination queue" } br;
+                                select #r-destination name="destination_queue" {
+                                    @for q in [PAYOUTS_QUEUE, RECONCILIATION_QUEUE] {
+                                        option value=(q) selected[non_empty(&f.destination_queue).unwrap_or(PAYOUTS_QUEUE) == q] { (q) }
+                                    }
+                                }
+                            }
+                            p { label for="r-rate" { "Rate per second" } br; input #r-rate name="rate_per_second" value=(f.rate_per_second.clone().unwrap_or_default()) placeholder=(settings.default_rate_per_second) size="5" inputmode="numeric"; }
+                            p { label for="r-concurrency" { "Max in flight" } br; input #r-concurrency name="max_concurrency" value=(f.max_concurrency.clone().unwrap_or_default()) placeholder=(settings.default_max_concurrency) size="5" inputmode="numeric"; }
+                            p { label for="r-auto-pause" { "Pause after new dead letters" } br; input #r-auto-pause name="auto_pause_threshold" value=(f.auto_pause_threshold.clone().unwrap_or_default()) placeholder=(settings.default_auto_pause_threshold) size="5" inputmode="numeric"; }
+                        }
+                    }
+                    p { label for="r-reason" { "Reason (required)" } br; textarea #r-reason name="reason" rows="2" cols="50" required maxlength="500" { (f.reason.clone().unwrap_or_default()) } }
+                    button type="submit" #dry-run { "Dry run: preview what would be replayed" }
+                }
+            }
+        }
+    };
+    (code, views::page(session, "Replays", banner, body)).into_response()
+}
+
+/// `POST /ops/replays/preview`: the dry run, and a confirm form for exactly this replay.
+pub async fn preview(State(state_): State<AppState>, session: Session, Form(f): Form<ReplayForm>) -> Response {
+    if let Some(refused) = session.csrf_refusal(f.csrf.as_deref()) {
+        return refused;
+    }
+    dry_run(&state_, &session, &f, None).await
+}
+
+async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: Option<Banner>) -> Response {
+    let preview = match api::post(state_, session, "/ops/v1/replays", f.request(true)).await {
+        Ok(v) => v,
+        Err(r) => return render_index(state_, session, f, Some(Banner::error(r.to_string())), r.status).await,
+    };
+    let count = text(&preview["count"]);
+    let body = html! {
+        h1 { "Replay preview (dry run)" }
+        p #preview-count { strong { (count) } " " (selection_words(f)) " would be released to the " code { (text(&json!(non_empty(&f.destination_queue).unwrap_or(PAYOUTS_QUEUE)))) } " queue. Nothing has started." }
+        @if preview["needs_approval"] == true { p #needs-approval { strong { "This run needs a second operator's approval" } " (more than " (state_.config().replay.approval_threshold) " letters): it will wait until an admin other than you approves it." } }
+        @if preview["payload_version_mismatches"].as_i64().unwrap_or(0) > 0 {
+            p role="alert" { strong { (text(&preview["payload_version_mismatches"])) } " of them have a payload version other than the expected one; they will be skipped, not released." }
+        }
+        h2 { "Sample" }
+        table #preview-sample {
+            thead { tr { th scope="col" { "Dead letter" } th scope="col" { "Withdrawal" } th scope="col" { "Category / error code" } th scope="col" { "Payload version" } th scope="col" { "Side effect" } } }
+            tbody {
+                @for s in preview["sample"].as_array().cloned().unwrap_or_default() {
+                    tr {
+                        td { a href={ "/ops/dead-letters/" (text(&s["dead_letter_id"])) } { code { (text(&s["dead_letter_id"])) } } }
+                        td { (text(&s["withdrawal_id"])) }
+                        td { (text(&s["category"])) " / " (text(&s["error_code"])) }
+                        td { (text(&s["payload_version"])) }
+                        td { (text(&s["side_effect_state"])) }
+                    }
+                }
+            }
+        }
+        p { "Reason: " (f.reason.clone().unwrap_or_default()) }
+        form #confirm-form method="post" action="/ops/replays" {
+            (csrf_field(session))
+            (f.hidden())
+            input type="hidden" name="confirm_count" value=(count);
+            button type="submit" #confirm-replay { "Confirm: replay these " (count) " dead letters" }
+        }
+        p { a href={ "/ops/replays" (api::query(&[("category", non_empty(&f.category)), ("error_code", non_empty(&f.error_code)), ("queue", non_empty(&f.queue)), ("job_type", non_empty(&f.job_type))])) } { "Change the selection" } }
+    };
+    views::page(session, "Replay preview", banner, body).into_response()
+}
+
+/// `POST /ops/replays`: starts a confirmed replay. The dry run is repeated first: if the count is
+/// not the one the operator confirmed, the new preview is shown instead of starting.
+pub async fn start(State(state_): State<AppState>, session: Session, Form(f): Form<ReplayForm>) -> Response {
+    if let Some(refused) = session.csrf_refusal(f.csrf.as_deref()) {
+        return refused;
+    }
+    let Some(confirmed) = non_empty(&f.confirm_count).and_then(|c| c.parse::<i64>().ok()) else {
+        return dry_run(
+            &state_,
+            &session,
+            &f,
+            Some(Banner::error("A replay starts only from a confirmed dry run: check this preview, then confirm.")),
+        )
+        .await;
+    };
+    match api::post(&state_, &session, "/ops/v1/replays", f.request(true)).await {
+        Ok(v) if v["count"].as_i64() == Some(confirmed) => {}
+        Ok(v) => {
+            let text = format!("The selection changed since the preview: it is now {} letters, not {confirmed}. Check it and confirm again.", text(&v["count"]));
+            return dry_run(&state_, &session, &f, Some(Banner::error(text))).await;
+        }
+        Err(r) => return render_index(&state_, &session, &f, Some(Banner::error(r.to_string())), r.status).await,
+    }
+    match api::post(&state_, &session, "/ops/v1/replays", f.request(false)).await {
+        Ok(run) => Redirect::to(&format!("/ops/replays/{}?done=start", urlencode(&text(&run["id"])))).into_response(),
+        Err(r) => render_index(&state_, &session, &f, Some(Banner::error(r.to_string())), r.status).await,
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RunQuery {
+    done: Option<String>,
+    /// `progress`: only the progress section (the page's script refreshes it).
+    part: Option<String>,
+}
+
+fn done_banner(done: Option<&str>) -> Option<Banner> {
+    let text = match done? {
+        "start" => "The replay is recorded. It runs now, or waits for approval if it is large.",
+        "pause" => "The replay is paused.",
+        "resume" => "The replay is running again.",
+        "cancel" => "The replay is cancelled; pending items will not be released.",
+        "approve" => "The replay is approved and running.",
+        _ => return None,
+    };
+    Some(Banner::ok(text))
+}
+
+/// `GET /ops/replays/{id}`: one run, its live progress, items and controls.
+pub async fn run(
+    State(state_): State<AppState>,
+    session: Session,
+    Path(id): Path<String>,
+    Query(q): Query<RunQuery>,
+) -> Response {
+    if q.part.as_deref() == Some("progress") {
+        return match api::get(&state_, &session, &format!("/ops/v1/replays/{}", urlencode(&id))).await {
+            Ok(r) => axum::response::Html(progress(&r).into_string()).into_response(),
+            Err(r) => (r.status, r.to_string()).into_response(),
+        };
+    }
+    render_run(&state_, &session, &id, done_banner(q.done.as_deref()), StatusCode::OK).await
+}
+
+fn progress(r: &Value) -> Markup {
+    let p = &r["progress"];
+    let row = |label: &str, key: &str| html! { tr { th scope="row" { (label) } td.num id={ "progress-" (key) } { (text(&p[key])) } } };
+    html! {
+        div #progress aria-live="polite" data-status=(text(&r["status"])) {
+            p { "Status: " span #run-status { (state(&r["status"])) }
+                @if !r["paused_reason"].is_null() { " — " (text(&r["paused_reason"])) } }
+            table {
+                tbody {
+                    (row("Items", "total")) (row("Pending", "pending")) (row("Released", "released")) (row("Reconciling", "reconciling"))
+                    (row("In flight", "in_flight")) (row("Succeeded", "succeeded")) (row("Failed", "failed")) (row("Skipped", "skipped"))
+                    (row("Cancelled", "cancelled")) (row("New dead letters", "new_dead_letters")) (row("Released per second", "released_per_second"))
+                }
+            }
+        }
+    }
+}
+
+async fn render_run(
+    state_: &AppState,
+    session: &Session,
+    id: &str,
+    banner: Option<Banner>,
+    code: StatusCode,
+) -> Response {
+    let r = match api::get(state_, session, &format!("/ops/v1/replays/{}", urlencode(id))).await {
+        Ok(v) => v,
+        Err(refusal) => return views::refused(refusal.status, "Replay", &refusal.to_string()),
+    };
+    let status = r["status"].as_str().unwrap_or("").to_owned();
+    let mine = r["started_by"].as_str() == Some(session.operator.id.to_string().as_str());
+    let live = matches!(status.as_str(), "running" | "awaiting_approval" | "paused");
+    let control = |action: &str, label: &str| {
+        html! {
+            form method="post" action={ "/ops/replays/" (text(&r["id"])) "/" (action) } #{ "control-" (action) } {
+                (csrf_field(session))
+                p { label for={ "reason-" (action) } { "Reason to " (action) " (required)" } br;
+                    textarea #{ "reason-" (action) } name="reason" rows="2" cols="40" required maxlength="500" {} }
+                button type="submit" #{ "submit-" (action) } { (label) }
+            }
+        }
+    };
+    let body = html! {
+        h1 { "Replay " code { (text(&r["id"])) } }
+        dl {
+            dt { "Reason" } dd { (text(&r["reason"])) }
+            dt { "Destination queue" } dd { (text(&r["destination_queue"])) }
+            dt { "Expected payload version" } dd { (text(&r["expected_payload_version"])) }
+            dt { "Limits" } dd { (text(&r["rate_per_second"])) "/s, " (text(&r["max_concurrency"])) " in flight, pauses after " (text(&r["auto_pause_threshold"])) " new dead letters" }
+            dt { "Started" } dd { (when(&r["created_at"])) " by " code { (text(&r["started_by"])) } @if mine { " (you)" } }
+            dt { "Approved by" } dd { (text(&r["approved_by"])) }
+        }
+        section aria-labelledby="h-progress" {
+            h2 #h-progress { "Progress" }
+            (progress(&r))
+            @if live { p.hint { "This section refreshes every two seconds while the run is live." } }
+        }
+        @if live {
+            section aria-labelledby="h-controls" {
+                h2 #h-controls { "Controls" }
+                (role_note(session, Role::Operator, "control replays"))
+                div.actions {
+                    @if session.can(Role::Operator) && status == "running" { (control("pause", "Pause")) }
+                    @if session.can(Role::Operator) && status == "paused" { (control("resume", "Resume")) }
+                    @if session.can(Role::Operator) { (control("cancel", "Cancel the run")) }
+                    @if status == "awaiting_approval" {
+                        @if session.can(Role::Admin) && !mine { (control("approve", "Approve")) }
+                        @else { p.hint #approval-note { "Approval needs an admin other than the operator who started the run." } }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="h-items" {
+            h2 #h-items { "Items" }
+            table #replay-items {
+                thead { tr { th scope="col" { "Dead letter" } th scope="col" { "Status" } th scope="col" { "Detail" } th scope="col" { "Job" } } }
+                tbody {
+                    @for i in r["items"].as_array().cloned().unwrap_or_default() {
+                        tr {
+                            td { a href={ "/ops/dead-letters/" (text(&i["dead_letter_id"])) } { code { (text(&i["dead_letter_id"])) } } }
+                            td { (state(&i["status"])) }
+                            td { (text(&i["detail"])) }
+                            td { code { (text(&i["job_id"])) } }
+                        }
+                    }
+                }
+            }
+        }
+        @if live {
+            script { (PreEscaped(REFRESH_SCRIPT)) }
+        }
+    };
+    (code, views::page(session, "Replay", banner, body)).into_response()
+}
+
+/// Replaces the progress section with a fresh copy every two seconds while the run is live; the
+/// page works without it (reload by hand).
+pub(super) const REFRESH_SCRIPT: &str = r#"
+(function () {
+  var url = location.pathname + "?part=progress";
+  var timer = setInterval(function () {
+    fetch(url, { credentials: "same-origin" }).then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
+      if (!html) { return; }
+      var old = document.getElementById("progress");
+      old.outerHTML = html;
+      var status = document.getElementById("progress").getAttribute("data-status");
+      if (status === "completed" || status === "cancelled") { clearInterval(timer); }
+    });
+  }, 2000);
+})();
+"#;
+
+#[derive(Debug, Deserialize)]
+pub struct ControlForm {
+    csrf: Option<String>,
+    reason: Option<String>,
+}
+
+/// `POST /ops/replays/{id}/{pause|resume|cancel|approve}`.
+pub async fn control(
+    State(state_): State<AppState>,
+    session: Session,
+    Path((id, action)): Path<(String, String)>,
+    Form(form): Form<ControlForm>,
+) -> Response {
+    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
+        return refused;
+    }
+    let uri = format!("/ops/v1/replays/{}/{}", urlencode(&id), urlencode(&action));
+    match api::post(&state_, &session, &uri, json!({"reason": form.reason.unwrap_or_default()})).await {
+        Ok(_) => Redirect::to(&format!("/ops/replays/{}?done={}", urlencode(&id), urlencode(&action))).into_response(),
+        Err(r) => render_run(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status).await,
+    }
+}

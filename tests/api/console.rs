@@ -1,0 +1,347 @@
+//! The operator console (issue 9) in a real headless Chromium: sign in, resolve a review,
+//! triage dead letters from the summary, replay with a confirmed dry run and a second operator's
+//! approval, roles, CSRF and sign-out. Each test names what it clicks; screenshots of every main
+//! page are saved under `target/console-screenshots/`.
+
+use std::time::Duration;
+
+use fantoccini::Locator;
+use futures::future::join_all;
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use serde_json::json;
+use withdrawals::config::AppConfig;
+use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::storage::audit::{self, AuditFilter};
+
+use crate::browser::Browser;
+use crate::harness::{Backend, TestApp};
+
+macro_rules! console_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Sqlite).await).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Postgres).await).await } )* }
+    };
+}
+
+console_tests!(
+    an_operator_signs_in_fails_a_review_and_sees_the_funds_released,
+    a_stale_version_is_a_clear_message_and_changes_nothing,
+    dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_approved_and_watched_to_the_end,
+    a_viewer_sees_no_resolve_form_and_the_server_refuses_a_forged_one,
+    a_form_post_without_the_csrf_token_is_refused,
+    sign_out_ends_the_session_on_the_server,
+);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Replays of more than two letters wait for approval, so the test sees the approval step.
+async fn app(backend: Backend) -> TestApp {
+    let mut config = AppConfig::default();
+    config.replay.approval_threshold = 2;
+    TestApp::spawn_with(backend, config).await
+}
+
+/// `n` withdrawals of 25.00 the provider rejected (`requires_review`, one dead letter each); the
+/// provider accepts again afterwards and the worker keeps running.
+async fn rejected(app: &TestApp, n: usize) -> (Vec<WithdrawalId>, crate::harness::Customer) {
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let ids: Vec<WithdrawalId> = join_all((0..n).map(|i| {
+        let alice = &alice;
+        async move { app.create_withdrawal(alice, &format!("k{i}"), "25.00").await }
+    }))
+    .await;
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::RequiresReview, WAIT).await;
+    }
+    app.provider.mock.set_faults(FaultConfig::default());
+    (ids, alice)
+}
+
+async fn status_of(app: &TestApp, id: WithdrawalId) -> WithdrawalStatus {
+    withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status
+}
+
+/// Clicks: the sign-in button; "Review queue" in the navigation; the withdrawal's id; the
+/// "Fail and release funds" button after typing a reason.
+async fn an_operator_signs_in_fails_a_review_and_sees_the_funds_released(app: TestApp) {
+    let (ids, alice) = rejected(&app, 1).await;
+    let id = ids[0];
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "25.00".into(), "0.00".into()));
+    let browser = Browser::start(&app).await;
+
+    browser.sign_in(&app.operator("operator").await).await;
+    let overview = browser.wait_for_text("Withdrawals by state").await;
+    assert!(overview.contains("Signed in as operator op (operator)"), "{overview}");
+    let review_row = browser.client.find(Locator::Css("#withdrawals-by-state")).await.unwrap().text().await.unwrap();
+    assert!(review_row.contains("requires_review 1"), "the overview counts the review: {review_row}");
+    assert!(browser.body_text().await.contains("dependency_rejected"), "open dead letters by category");
+    browser.screenshot("overview").await;
+
+    browser.click("a[href='/ops/review']").await;
+    browser.wait_for_text("Review queue").await;
+    let queue = browser.wait_for_text(&id.to_string()).await;
+    assert!(queue.contains("25.00 USD"), "{queue}");
+    browser.screenshot("review-queue").await;
+    browser.click(&format!("a[href='/ops/withdrawals/{id}']")).await;
+    let page = browser.wait_for_text("Evidence timeline").await;
+    for evidence in ["Transition", "Provider attempt 1", "Dead letter", "Ledger entry hold"] {
+        assert!(page.contains(evidence), "the timeline shows {evidence}: {page}");
+    }
+    browser.screenshot("withdrawal-timeline").await;
+
+    browser.fill("#reason-fail", "account closed at the bank; customer told").await;
+    browser.click("#submit-fail").await;
+
+    let after = browser.wait_for_text("funds are released").await;
+    assert!(after.contains("Ledger entry release"), "the release is in the timeline: {after}");
+    assert!(after.contains("available 25.00"), "{after}");
+    assert!(!browser.exists("#resolve-fail").await, "a failed withdrawal has nothing left to resolve");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::Failed);
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
+    let rows = audit::list(
+        &app.db,
+        &AuditFilter { action: Some("withdrawal.resolve".into()), limit: 10, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].result.as_str(), rows[0].reason.as_str()), ("ok", "account closed at the bank; customer told"));
+    app.assert_ledger_invariant().await;
+}
+
+/// Clicks: the withdrawal page is opened, someone else resolves it through the API, then the
+/// "Retry the payout" button is clicked with the version the page showed.
+async fn a_stale_version_is_a_clear_message_and_changes_nothing(app: TestApp) {
+    let (ids, _alice) = rejected(&app, 1).await;
+    let id = ids[0];
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    browser.wait_for_text("Evidence timeline").await;
+    let shown: i64 =
+        browser.client.find(Locator::Css("#withdrawal-version")).await.unwrap().text().await.unwrap().parse().unwrap();
+
+    let other = app.operator("operator").await;
+    let response = app
+        .client
+        .post(app.url(&format!("/ops/v1/withdrawals/{id}/resolve")))
+        .bearer_auth(&other)
+        .json(&json!({"action": "fail", "reason": "decided elsewhere", "version": shown}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    browser.fill("#reason-retry", "provider fixed it").await;
+    browser.click("#submit-retry").await;
+
+    let page = browser.wait_for_text("Not done.").await;
+    assert!(page.contains("the withdrawal changed since you looked"), "{page}");
+    assert!(page.contains("stale_version"), "{page}");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::Failed, "the stale retry changed nothing");
+    app.assert_ledger_invariant().await;
+}
+
+/// Clicks: "Dead letters" in the navigation; the `dependency_rejected / invalid_account` group in
+/// the summary; "Replay the open letters matching this filter…"; "Dry run" after typing a reason;
+/// "Confirm"; then, signed in as a second operator (an admin), "Approve" after typing a reason.
+/// The run page refreshes its progress by itself until the run is completed.
+async fn dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_approved_and_watched_to_the_end(
+    app: TestApp,
+) {
+    let (ids, alice) = rejected(&app, 3).await;
+    // A second group, which the filter must leave out: a dead letter of another error code.
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+
+    browser.click("a[href='/ops/dead-letters']").await;
+    let triage = browser.wait_for_text("Open, by category and error code").await;
+    assert!(triage.contains("dependency_rejected / invalid_account 3"), "{triage}");
+    browser.screenshot("dead-letters").await;
+    browser
+        .click(
+            "#dead-letter-summary a[href='/ops/dead-letters?category=dependency_rejected&error_code=invalid_account']",
+        )
+        .await;
+    browser.wait_for_text("(shown below)").await;
+    let listed = browser.client.find_all(Locator::Css("#dead-letter-list tbody td.group")).await.unwrap();
+    assert_eq!(listed.len(), 3, "the group's three letters are listed");
+    for cell in listed {
+        assert_eq!(cell.text().await.unwrap(), "dependency_rejected / invalid_account");
+    }
+    assert_eq!(
+        browser.client.find(Locator::Css("#f-error_code")).await.unwrap().prop("value").await.unwrap().as_deref(),
+        Some("invalid_account"),
+        "the filter form shows the group"
+    );
+
+    browser.click("#replay-these").await;
+    browser.wait_for_text("Start a replay").await;
+    browser.fill("#r-reason", "provider fixed the account check").await;
+    browser.click("#dry-run").await;
+    let preview = browser.wait_for_text("Replay preview (dry run)").await;
+    assert!(
+        preview.contains("3 open dead letters with category dependency_rejected, error code invalid_account"),
+        "{preview}"
+    );
+    assert!(preview.contains("needs a second operator's approval"), "{preview}");
+    assert_eq!(browser.client.find_all(Locator::Css("#preview-sample tbody tr")).await.unwrap().len(), 3);
+    browser.screenshot("replay-preview").await;
+    assert!(
+        withdrawals::storage::replays::list_runs(&app.db, None, 10).await.unwrap().is_empty(),
+        "a dry run starts nothing"
+    );
+
+    browser.click("#confirm-replay").await;
+    browser.wait_for_text("The replay is recorded").await;
+    let run_path = browser.wait_for_path("/ops/replays/").await;
+    let run_id = run_path.trim_start_matches("/ops/replays/").split('?').next().unwrap().to_owned();
+    let waiting = browser.wait_for_text("awaiting_approval").await;
+    assert!(waiting.contains("Approval needs an admin other than the operator who started the run"), "{waiting}");
+    assert!(!browser.exists("#control-approve").await, "the starter cannot approve");
+    browser.sign_out().await;
+
+    browser.sign_in(&app.operator("admin").await).await;
+    browser.goto(&format!("/ops/replays/{run_id}")).await;
+    browser.fill("#reason-approve", "checked the sample; provider confirmed the fix").await;
+    browser.click("#submit-approve").await;
+    browser.wait_for_text("The replay is approved and running.").await;
+    // No reload from here on: the page's own script refreshes the progress section.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let status = browser.client.find(Locator::Css("#run-status")).await.unwrap().text().await.unwrap();
+        if status == "completed" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the run page still says {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(browser.client.find(Locator::Css("#progress-succeeded")).await.unwrap().text().await.unwrap(), "3");
+    browser.screenshot("replay-run").await;
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+        let executions: u32 =
+            app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum();
+        assert_eq!(executions, 1, "paid once");
+    }
+    assert_eq!(app.usd_balance(&alice).await, ("25.00".into(), "0.00".into(), "75.00".into()));
+    browser.goto("/ops/audit?action=replay.approve").await;
+    let audit_page = browser.wait_for_text("Audit log").await;
+    assert!(audit_page.contains("checked the sample; provider confirmed the fix"), "{audit_page}");
+    browser.screenshot("audit-log").await;
+    app.assert_ledger_invariant().await;
+}
+
+/// Clicks: signs in as a viewer, opens the withdrawal (no resolve form is there), then submits a
+/// hand-made form carrying the viewer's own valid CSRF token.
+async fn a_viewer_sees_no_resolve_form_and_the_server_refuses_a_forged_one(app: TestApp) {
+    let (ids, _alice) = rejected(&app, 1).await;
+    let id = ids[0];
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("viewer").await).await;
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    let page = browser.wait_for_text("Evidence timeline").await;
+    assert!(page.contains("Your role (viewer) can view but not resolve withdrawals"), "{page}");
+    for form in ["#resolve-complete", "#resolve-fail", "#resolve-retry", "#resolve-reconcile"] {
+        assert!(!browser.exists(form).await, "a viewer is not shown {form}");
+    }
+    let version = browser.client.find(Locator::Css("#withdrawal-version")).await.unwrap().text().await.unwrap();
+
+    browser
+        .client
+        .execute(
+            "const csrf = document.querySelector('form[action=\"/ops/sign-out\"] input[name=csrf]').value;
+             const f = document.createElement('form');
+             f.method = 'post'; f.action = location.pathname + '/resolve';
+             for (const [k, v] of Object.entries({csrf, action: 'fail', reason: 'viewer tries', version: arguments[0]})) {
+               const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.appendChild(i);
+             }
+             document.body.appendChild(f); f.submit();",
+            vec![json!(version)],
+        )
+        .await
+        .unwrap();
+
+    let refused = browser.wait_for_text("Not done.").await;
+    assert!(refused.contains("this action needs the operator role; you have viewer"), "{refused}");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview, "nothing changed");
+    let rows = audit::list(
+        &app.db,
+        &AuditFilter { action: Some("withdrawal.resolve".into()), limit: 10, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1, "the refusal is audited");
+    assert_eq!((rows[0].role.as_str(), rows[0].result.as_str()), ("viewer", "forbidden"));
+}
+
+/// Clicks: "Fail and release funds" on a form whose CSRF field was removed first.
+async fn a_form_post_without_the_csrf_token_is_refused(app: TestApp) {
+    let (ids, alice) = rejected(&app, 1).await;
+    let id = ids[0];
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    browser.wait_for_text("Evidence timeline").await;
+    browser.client.execute("document.querySelector('#resolve-fail input[name=csrf]').remove();", vec![]).await.unwrap();
+    browser.fill("#reason-fail", "no csrf").await;
+    browser.click("#submit-fail").await;
+
+    let refused = browser.wait_for_text("Form refused").await;
+    assert!(refused.contains("did not carry this session's CSRF token, so nothing was changed"), "{refused}");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview);
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "25.00".into(), "0.00".into()));
+    let rows = audit::list(
+        &app.db,
+        &AuditFilter { action: Some("withdrawal.resolve".into()), limit: 10, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    assert!(rows.is_empty(), "the request never reached the action: {rows:?}");
+}
+
+/// Clicks: signs in, reads the session cookie's flags, clicks "Sign out", then tries the overview
+/// with no cookie and again with the old cookie put back.
+async fn sign_out_ends_the_session_on_the_server(app: TestApp) {
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+    let cookies = browser.client.get_all_cookies().await.unwrap();
+    let session = cookies.iter().find(|c| c.name() == "wd_console").expect("a session cookie").clone();
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(session.same_site().map(|s| s.to_string()).as_deref(), Some("Strict"));
+    assert_eq!(session.path(), Some("/ops"));
+    assert!(session.value().starts_with("wds_"));
+
+    browser.sign_out().await;
+    assert!(browser.path().await.starts_with("/ops/sign-in"));
+    browser.goto("/ops/overview").await;
+    browser.wait_for_path("/ops/sign-in?next=").await;
+    browser.wait_for_text("Sign in to the operator console").await;
+
+    // The old cookie is dead on the server, not only forgotten by the browser.
+    browser
+        .client
+        .execute("document.cookie = 'wd_console=' + arguments[0] + '; path=/ops';", vec![json!(session.value())])
+        .await
+        .unwrap();
+    assert!(browser.client.get_all_cookies().await.unwrap().iter().any(|c| c.name() == "wd_console"), "put back");
+    browser.goto("/ops/overview").await;
+    browser.wait_for_path("/ops/sign-in").await;
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let response = plain
+        .get(app.url("/ops/overview"))
+        .header("cookie", format!("wd_console={}", cookies.iter().find(|c| c.name() == "wd_console").unwrap().value()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert!(response.headers()["location"].to_str().unwrap().starts_with("/ops/sign-in"));
+    let rows =
+        audit::list(&app.db, &AuditFilter { action: Some("console.sign_out".into()), limit: 10, ..Default::default() })
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1);
+}
