@@ -430,6 +430,14 @@ pub enum ReplayCommand {
         #[arg(long)]
         watch: bool,
     },
+    /// Runs, newest first, with their progress.
+    List {
+        /// Only runs in this status (awaiting_approval, running, paused, completed, cancelled).
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
     /// A run's progress.
     Status {
         id: String,
@@ -512,6 +520,28 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
             }
             if watch && !dry_run {
                 follow(&client, &s(&body["id"])).await?;
+            }
+        }
+        ReplayCommand::List { status, limit } => {
+            let query: Vec<_> =
+                [opt("status", &status), Some(("limit", limit.to_string()))].into_iter().flatten().collect();
+            let body = client.get("/ops/v1/replays", &query).await?;
+            if conn.json {
+                println!("{body}");
+            } else {
+                for run in body["data"].as_array().into_iter().flatten() {
+                    let p = &run["progress"];
+                    println!(
+                        "{} {:<17} {} items: {} succeeded, {} failed, {} pending  {}",
+                        s(&run["id"]),
+                        s(&run["status"]),
+                        s(&run["total"]),
+                        s(&p["succeeded"]),
+                        s(&p["failed"]),
+                        s(&p["pending"]),
+                        s(&run["reason"])
+                    );
+                }
             }
         }
         ReplayCommand::Status { id, watch } => {

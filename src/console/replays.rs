@@ -414,18 +414,21 @@ async fn render_run(
     (code, views::page(session, "Replay", banner, body)).into_response()
 }
 
-/// Replaces the progress section with a fresh copy every two seconds while the run is live; the
-/// page works without it (reload by hand).
+/// Replaces the progress section with a fresh copy every two seconds while the run is live; when
+/// the run's status changes, reloads the page (its controls and items change with it). The page
+/// works without it (reload by hand).
 pub(super) const REFRESH_SCRIPT: &str = r#"
 (function () {
   var url = location.pathname + "?part=progress";
+  var shown = document.getElementById("progress").getAttribute("data-status");
   var timer = setInterval(function () {
     fetch(url, { credentials: "same-origin" }).then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
       if (!html) { return; }
-      var old = document.getElementById("progress");
-      old.outerHTML = html;
-      var status = document.getElementById("progress").getAttribute("data-status");
-      if (status === "completed" || status === "cancelled") { clearInterval(timer); }
+      document.getElementById("progress").outerHTML = html;
+      if (document.getElementById("progress").getAttribute("data-status") !== shown) {
+        clearInterval(timer);
+        location.replace(location.pathname);
+      }
     });
   }, 2000);
 })();

@@ -184,8 +184,41 @@ impl Browser {
     }
 
     /// Saves a full-window screenshot as `target/console-screenshots/<backend>-<name>.png`.
+    /// Checks what a screen reader and a keyboard need: one `h1`, a page language, a label for
+    /// every field, text on every link and button, nothing taken out of the tab order, only
+    /// native controls for actions, and every time with its exact UTC time on hover.
+    pub async fn assert_accessible(&self) {
+        let problems = self
+            .client
+            .execute(
+                "const problems = [];
+                 if (!document.documentElement.lang) problems.push('no lang attribute');
+                 if (document.querySelectorAll('h1').length !== 1) problems.push('not exactly one h1');
+                 for (const el of document.querySelectorAll('input:not([type=hidden]), select, textarea')) {
+                   if (!el.labels || el.labels.length === 0) problems.push('unlabelled field ' + el.outerHTML.slice(0, 100));
+                 }
+                 for (const el of document.querySelectorAll('a, button')) {
+                   if (!el.textContent.trim()) problems.push('no text: ' + el.outerHTML.slice(0, 100));
+                 }
+                 for (const el of document.querySelectorAll('[tabindex=\"-1\"], [onclick]')) {
+                   problems.push('not keyboard-native: ' + el.outerHTML.slice(0, 100));
+                 }
+                 for (const el of document.querySelectorAll('time')) {
+                   if (!/ UTC$/.test(el.title)) problems.push('time without its UTC title: ' + el.outerHTML);
+                 }
+                 return problems;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let path = self.path().await;
+        assert_eq!(problems, serde_json::json!([]), "accessibility problems on {path}");
+    }
+
     /// The window is stretched to the page's height first, so the whole page is in the picture.
+    /// The page is checked with [`Browser::assert_accessible`] first.
     pub async fn screenshot(&self, name: &str) -> PathBuf {
+        self.assert_accessible().await;
         let height = self.client.execute("return document.documentElement.scrollHeight;", vec![]).await.unwrap();
         let height = height.as_u64().unwrap_or(1000).clamp(600, 4000) as u32;
         self.client.set_window_size(1280, height + 140).await.unwrap();

@@ -30,6 +30,7 @@ console_tests!(
     a_viewer_sees_no_resolve_form_and_the_server_refuses_a_forged_one,
     a_form_post_without_the_csrf_token_is_refused,
     sign_out_ends_the_session_on_the_server,
+    sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -212,12 +213,21 @@ async fn dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_ap
     // No reload from here on: the page's own script refreshes the progress section.
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let status = browser.client.find(Locator::Css("#run-status")).await.unwrap().text().await.unwrap();
-        if status == "completed" {
+        // The page reloads itself when the status changes: a read may land mid-reload.
+        let status = match browser.client.find(Locator::Css("#run-status")).await {
+            Ok(element) => element.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if status == "completed" && !browser.exists("#control-cancel").await {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the run page still says {status}");
+        assert!(tokio::time::Instant::now() < deadline, "the run page still says {status:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(browser.path().await, format!("/ops/replays/{run_id}"), "reloaded without the old banner");
+    assert_eq!(browser.client.find_all(Locator::Css("#replay-items td:nth-child(2)")).await.unwrap().len(), 3);
+    for cell in browser.client.find_all(Locator::Css("#replay-items td:nth-child(2)")).await.unwrap() {
+        assert_eq!(cell.text().await.unwrap(), "released", "the items table is current");
     }
     assert_eq!(browser.client.find(Locator::Css("#progress-succeeded")).await.unwrap().text().await.unwrap(), "3");
     browser.screenshot("replay-run").await;
@@ -344,4 +354,95 @@ async fn sign_out_ends_the_session_on_the_server(app: TestApp) {
             .await
             .unwrap();
     assert_eq!(rows.len(), 1);
+}
+
+/// Signs in over plain HTTP (what the form does): fetches the sign-in nonce, posts the token.
+/// Returns the sign-in response.
+async fn http_sign_in(base: &str, token: &str, next: &str, https: bool) -> reqwest::Response {
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let form = client.get(format!("{base}/ops/sign-in")).send().await.unwrap();
+    let nonce = form.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let value = nonce.split_once('=').unwrap().1.to_owned();
+    let mut request = client.post(format!("{base}/ops/sign-in")).header("cookie", nonce).form(&[
+        ("token", token),
+        ("csrf", value.as_str()),
+        ("next", next),
+    ]);
+    if https {
+        request = request.header("x-forwarded-proto", "https");
+    }
+    request.send().await.unwrap()
+}
+
+fn session_cookie(response: &reqwest::Response) -> String {
+    let header = response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|c| c.starts_with("wd_console="))
+        .expect("a session cookie");
+    header
+}
+
+/// Sign-in over HTTP: cookie flags (`Secure` behind a TLS proxy), security headers, no open
+/// redirect, bad tokens and forged sign-in forms refused, and a session that expires.
+async fn sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should(app: TestApp) {
+    let token = app.operator("operator").await;
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+
+    let signed_in = http_sign_in(&app.base_url, &token, "/ops/review?status=failed", true).await;
+    assert_eq!(signed_in.status(), 303);
+    assert_eq!(signed_in.headers()["location"], "/ops/review?status=failed");
+    let cookie = session_cookie(&signed_in);
+    for flag in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/ops", "Max-Age=28800"] {
+        assert!(cookie.contains(flag), "{flag} in {cookie}");
+    }
+    let cookie_pair = cookie.split(';').next().unwrap().to_owned();
+    let page = plain.get(app.url("/ops/overview")).header("cookie", &cookie_pair).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let headers = page.headers().clone();
+    assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    assert_eq!(headers["x-frame-options"], "DENY");
+    assert_eq!(headers["cache-control"], "no-store");
+    assert!(page.text().await.unwrap().contains("Withdrawals by state"));
+
+    let over_http = http_sign_in(&app.base_url, &token, "//evil.example/", false).await;
+    assert_eq!(over_http.headers()["location"], "/ops/overview", "no redirect off the console");
+    assert!(!session_cookie(&over_http).contains("Secure"), "plain HTTP without a TLS proxy: no Secure flag");
+
+    let bad = http_sign_in(&app.base_url, "wdo_00000000000000000000000000000000_nope", "/ops/overview", false).await;
+    assert_eq!(bad.status(), 401);
+    assert!(bad.text().await.unwrap().contains("not a valid, enabled operator token"));
+    let forged = plain
+        .post(app.url("/ops/sign-in"))
+        .form(&[("token", token.as_str()), ("csrf", "guessed"), ("next", "/ops/overview")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403, "a sign-in form from elsewhere (no nonce cookie) is refused");
+    assert!(forged.headers().get("set-cookie").is_none_or(|c| !c.to_str().unwrap().starts_with("wd_console=")));
+
+    // A second app on the same database with one-second sessions: the session ends by itself.
+    let mut config = AppConfig::default();
+    config.console.session_ttl = chrono::TimeDelta::seconds(1);
+    let short = crate::harness::serve_extra(&app, config).await;
+    let brief = session_cookie(&http_sign_in(&short, &token, "/ops/overview", false).await);
+    assert!(brief.contains("Max-Age=1"), "{brief}");
+    let brief_pair = brief.split(';').next().unwrap().to_owned();
+    let expired = app
+        .eventually("the one-second session to expire", WAIT, || {
+            let (plain, short, brief_pair) = (&plain, &short, &brief_pair);
+            async move {
+                let r = plain.get(format!("{short}/ops/overview")).header("cookie", brief_pair).send().await.unwrap();
+                (r.status() == 303).then_some(r)
+            }
+        })
+        .await;
+    assert!(expired.headers()["location"].to_str().unwrap().starts_with("/ops/sign-in?next="));
+    let rows =
+        audit::list(&app.db, &AuditFilter { action: Some("console.sign_in".into()), limit: 10, ..Default::default() })
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 3, "each sign-in is audited");
 }

@@ -337,6 +337,23 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
         "nothing released before approval"
     );
 
+    let listed = |query: &'static str| {
+        let (app, approver) = (&app, &approver);
+        async move {
+            let response =
+                app.client.get(app.url(&format!("/ops/v1/replays{query}"))).bearer_auth(approver).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, waiting) = listed("?status=awaiting_approval").await;
+    assert_eq!(status, 200);
+    assert_eq!(waiting["data"].as_array().unwrap().len(), 1, "the run is listed as awaiting approval");
+    assert_eq!(waiting["data"][0]["id"], run_id.as_str());
+    assert_eq!(waiting["data"][0]["progress"]["pending"], 3);
+    assert_eq!(listed("?status=running").await.1["data"].as_array().unwrap().len(), 0);
+    let (status, bad) = listed("?status=bogus").await;
+    assert_eq!((status, bad["code"].as_str()), (422, Some("invalid_status")));
+
     let own = post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), &starter, json!({"reason": "mine"})).await;
     let (status, code, _) = problem_code(own).await;
     assert_eq!((status, code.as_str()), (403, "second_operator_required"));
