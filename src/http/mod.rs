@@ -1,7 +1,8 @@
 //! The HTTP surface: the customer API of SPEC §3, health checks and the OpenAPI document.
 //!
-//! Each resource module owns its `router()`; [`app`] merges them and adds the layers every
-//! route shares (correlation id, tracing, body limit, problem+json fallbacks).
+//! Each resource module owns its `router()`; [`app`] merges them with the operator API
+//! ([`crate::ops`]) and the operator console ([`crate::console`]) and adds the layers every route
+//! shares (correlation id, tracing, body limit, problem+json fallbacks).
 
 mod auth;
 pub use auth::bearer;
