@@ -77,12 +77,26 @@ fn internal() -> Refusal {
 }
 
 /// A query string from the non-empty pairs (empty form fields mean "no filter").
-pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
-    let kept: Vec<(&str, &str)> =
-        pairs.iter().filter_map(|(k, v)| v.map(str::trim).filter(|v| !v.is_empty()).map(|v| (*k, v))).collect();
+pub fn query<S: AsRef<str>>(pairs: &[(&str, Option<S>)]) -> String {
+    let kept: Vec<(&str, &str)> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| v.as_ref().trim()).filter(|v| !v.is_empty()).map(|v| (*k, v)))
+        .collect();
     if kept.is_empty() {
         String::new()
     } else {
         format!("?{}", serde_urlencoded::to_string(kept).unwrap_or_default())
     }
+}
+
+/// A browser's `datetime-local` value (`2026-12-02T18:00`, read as UTC) as the API's RFC 3339;
+/// anything else is passed on for the API to judge.
+pub fn utc_param(value: &str) -> String {
+    let value = value.trim();
+    for format in ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"] {
+        if let Ok(at) = chrono::NaiveDateTime::parse_from_str(value, format) {
+            return at.and_utc().to_rfc3339();
+        }
+    }
+    value.to_owned()
 }

@@ -23,6 +23,9 @@ pub struct TriageQuery {
     queue: Option<String>,
     job_type: Option<String>,
     state: Option<String>,
+    /// `datetime-local` values, read as UTC.
+    failed_after: Option<String>,
+    failed_before: Option<String>,
     cursor: Option<String>,
 }
 
@@ -34,6 +37,8 @@ impl TriageQuery {
             ("queue", self.queue.as_deref()),
             ("job_type", self.job_type.as_deref()),
             ("state", self.state.as_deref()),
+            ("failed_after", self.failed_after.as_deref()),
+            ("failed_before", self.failed_before.as_deref()),
             ("cursor", cursor),
         ]
     }
@@ -51,8 +56,12 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
             json!({"data": []})
         }
     };
-    let mut pairs = q.pairs(q.cursor.as_deref());
-    pairs.push(("limit", Some("50")));
+    let mut pairs: Vec<(&str, Option<String>)> = q
+        .pairs(q.cursor.as_deref())
+        .into_iter()
+        .map(|(k, v)| (k, v.map(|v| if k.starts_with("failed_") { api::utc_param(v) } else { v.to_owned() })))
+        .collect();
+    pairs.push(("limit", Some("50".to_owned())));
     let listed = match api::get(&state_, &session, &format!("/ops/v1/dead-letters{}", api::query(&pairs))).await {
         Ok(v) => v,
         Err(r) => {
@@ -115,10 +124,12 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
                         }
                     }
                 }
+                p { label for="f-failed_after" { "Failed after (UTC)" } br; input #f-failed_after type="datetime-local" name="failed_after" value=(q.failed_after.clone().unwrap_or_default()); }
+                p { label for="f-failed_before" { "Failed before (UTC)" } br; input #f-failed_before type="datetime-local" name="failed_before" value=(q.failed_before.clone().unwrap_or_default()); }
                 p { button type="submit" { "Filter" } }
             }
             @if filtered {
-                p { a #replay-these href={ "/ops/replays" (api::query(&[("category", q.category.as_deref()), ("error_code", q.error_code.as_deref()), ("queue", q.queue.as_deref()), ("job_type", q.job_type.as_deref())])) } { "Replay the open letters matching this filter…" } }
+                p { a #replay-these href={ "/ops/replays" (api::query(&[("category", q.category.as_deref()), ("error_code", q.error_code.as_deref()), ("queue", q.queue.as_deref()), ("job_type", q.job_type.as_deref()), ("failed_after", q.failed_after.as_deref()), ("failed_before", q.failed_before.as_deref())])) } { "Replay the open letters matching this filter…" } }
             }
             p #list-count { (rows.len()) " shown, newest first." }
             table #dead-letter-list {
@@ -212,6 +223,7 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
                         p { label for="close-reason" { "Reason (required)" } br; textarea #close-reason name="reason" rows="2" cols="50" required maxlength="500" {} }
                         button type="submit" { "Close dead letter" }
                     }
+                    p { a #replay-this href={ "/ops/replays" (api::query(&[("dead_letter_id", d["id"].as_str())])) } { "Replay this dead letter…" } }
                 }
             }
         }

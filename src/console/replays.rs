@@ -33,6 +33,14 @@ pub struct ReplayForm {
     queue: Option<String>,
     #[serde(default)]
     job_type: Option<String>,
+    /// One dead letter, chosen on its page (instead of the filter).
+    #[serde(default)]
+    dead_letter_id: Option<String>,
+    /// `datetime-local` values, read as UTC.
+    #[serde(default)]
+    failed_after: Option<String>,
+    #[serde(default)]
+    failed_before: Option<String>,
     #[serde(default)]
     expected_payload_version: Option<String>,
     #[serde(default)]
@@ -63,24 +71,48 @@ fn number(v: &Option<String>) -> Value {
 
 impl ReplayForm {
     fn request(&self, dry_run: bool) -> Value {
-        json!({
+        let mut request = json!({
             "reason": self.reason.clone().unwrap_or_default(),
-            "filter": {
-                "category": non_empty(&self.category), "error_code": non_empty(&self.error_code),
-                "queue": non_empty(&self.queue), "job_type": non_empty(&self.job_type),
-            },
             "expected_payload_version": number(&self.expected_payload_version),
             "destination_queue": non_empty(&self.destination_queue).unwrap_or(PAYOUTS_QUEUE),
             "dry_run": dry_run,
             "rate_per_second": number(&self.rate_per_second),
             "max_concurrency": number(&self.max_concurrency),
             "auto_pause_threshold": number(&self.auto_pause_threshold),
-        })
+        });
+        match non_empty(&self.dead_letter_id) {
+            Some(id) => request["dead_letter_ids"] = json!([id]),
+            None => {
+                request["filter"] = json!({
+                    "category": non_empty(&self.category), "error_code": non_empty(&self.error_code),
+                    "queue": non_empty(&self.queue), "job_type": non_empty(&self.job_type),
+                    "failed_after": non_empty(&self.failed_after).map(api::utc_param),
+                    "failed_before": non_empty(&self.failed_before).map(api::utc_param),
+                })
+            }
+        }
+        request
+    }
+
+    /// The selection as query pairs, to come back to the start form.
+    fn selection_query(&self) -> String {
+        api::query(&[
+            ("dead_letter_id", non_empty(&self.dead_letter_id)),
+            ("category", non_empty(&self.category)),
+            ("error_code", non_empty(&self.error_code)),
+            ("queue", non_empty(&self.queue)),
+            ("job_type", non_empty(&self.job_type)),
+            ("failed_after", non_empty(&self.failed_after)),
+            ("failed_before", non_empty(&self.failed_before)),
+        ])
     }
 
     /// The same replay as hidden fields, for the confirm form.
     fn hidden(&self) -> Markup {
         let fields = [
+            ("dead_letter_id", &self.dead_letter_id),
+            ("failed_after", &self.failed_after),
+            ("failed_before", &self.failed_before),
             ("category", &self.category),
             ("error_code", &self.error_code),
             ("queue", &self.queue),
@@ -101,11 +133,20 @@ impl ReplayForm {
 }
 
 fn selection_words(f: &ReplayForm) -> String {
-    let parts: Vec<String> =
-        [("category", &f.category), ("error code", &f.error_code), ("queue", &f.queue), ("job type", &f.job_type)]
-            .iter()
-            .filter_map(|(k, v)| non_empty(v).map(|v| format!("{k} {v}")))
-            .collect();
+    if let Some(id) = non_empty(&f.dead_letter_id) {
+        return format!("dead letter {id}");
+    }
+    let parts: Vec<String> = [
+        ("category", &f.category),
+        ("error code", &f.error_code),
+        ("queue", &f.queue),
+        ("job type", &f.job_type),
+        ("failed after (UTC)", &f.failed_after),
+        ("failed before (UTC)", &f.failed_before),
+    ]
+    .iter()
+    .filter_map(|(k, v)| non_empty(v).map(|v| format!("{k} {v}")))
+    .collect();
     if parts.is_empty() {
         "every open dead letter".into()
     } else {
@@ -164,6 +205,10 @@ async fn render_index(
                     (settings.approval_threshold) " letters wait for a second operator's approval." }
                 form #replay-form method="post" action="/ops/replays/preview" {
                     (csrf_field(session))
+                    @if let Some(id) = non_empty(&f.dead_letter_id) {
+                        p #replay-selection { "Selected: dead letter " code { (id) } " only. " a href="/ops/replays" { "Select by filter instead" } }
+                        input type="hidden" name="dead_letter_id" value=(id);
+                    } @else {
                     fieldset {
                         legend { "Which dead letters (open ones only)" }
                         div.filters {
@@ -179,7 +224,10 @@ async fn render_index(
                             p { label for="r-error_code" { "Error code" } br; input #r-error_code name="error_code" value=(f.error_code.clone().unwrap_or_default()); }
                             p { label for="r-queue" { "Queue" } br; input #r-queue name="queue" value=(f.queue.clone().unwrap_or_default()) size="14"; }
                             p { label for="r-job_type" { "Job type" } br; input #r-job_type name="job_type" value=(f.job_type.clone().unwrap_or_default()) size="16"; }
+                            p { label for="r-failed_after" { "Failed after (UTC)" } br; input #r-failed_after type="datetime-local" name="failed_after" value=(f.failed_after.clone().unwrap_or_default()); }
+                            p { label for="r-failed_before" { "Failed before (UTC)" } br; input #r-failed_before type="datetime-local" name="failed_before" value=(f.failed_before.clone().unwrap_or_default()); }
                         }
+                    }
                     }
                     fieldset {
                         legend { "How" }
@@ -250,7 +298,7 @@ async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: O
             input type="hidden" name="confirm_count" value=(count);
             button type="submit" #confirm-replay { "Confirm: replay these " (count) " dead letters" }
         }
-        p { a href={ "/ops/replays" (api::query(&[("category", non_empty(&f.category)), ("error_code", non_empty(&f.error_code)), ("queue", non_empty(&f.queue)), ("job_type", non_empty(&f.job_type))])) } { "Change the selection" } }
+        p { a href={ "/ops/replays" (f.selection_query()) } { "Change the selection" } }
     };
     views::page(session, "Replay preview", banner, body).into_response()
 }

@@ -30,7 +30,7 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
     let uri = format!(
         "/ops/v1/withdrawals{}",
         api::query(&[
-            ("status", Some(&status)),
+            ("status", Some(status.as_str())),
             ("account_id", q.account_id.as_deref()),
             ("cursor", q.cursor.as_deref()),
             ("limit", Some("50")),
@@ -76,7 +76,7 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
             }
         }
         @if let Some(next) = listed["next_cursor"].as_str() {
-            p { a href={ "/ops/review" (api::query(&[("status", Some(&status)), ("account_id", q.account_id.as_deref()), ("cursor", Some(next))])) } { "Next page" } }
+            p { a href={ "/ops/review" (api::query(&[("status", Some(status.as_str())), ("account_id", q.account_id.as_deref()), ("cursor", Some(next))])) } { "Next page" } }
         }
     };
     (code, views::page(&session, "Review queue", banner, body)).into_response()

@@ -31,6 +31,7 @@ console_tests!(
     a_form_post_without_the_csrf_token_is_refused,
     sign_out_ends_the_session_on_the_server,
     sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should,
+    one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -445,4 +446,53 @@ async fn sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should(a
             .await
             .unwrap();
     assert_eq!(rows.len(), 3, "each sign-in is audited");
+}
+
+/// Clicks: the dead-letter list filtered by failure time (through the form's URL), a letter's
+/// link, "Replay this dead letter…", "Dry run", "Confirm"; then the other letter's "Close dead
+/// letter" after typing a reason.
+async fn one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply(app: TestApp) {
+    let (ids, _alice) = rejected(&app, 2).await;
+    let letters: Vec<_> =
+        join_all(ids.iter().map(|id| withdrawals::storage::dead_letters::for_withdrawal(&app.db, *id)))
+            .await
+            .into_iter()
+            .map(|l| l.unwrap().remove(0))
+            .collect();
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+
+    let hour_ago = (chrono::Utc::now() - chrono::TimeDelta::hours(1)).format("%Y-%m-%dT%H:%M").to_string();
+    browser.goto(&format!("/ops/dead-letters?failed_before={hour_ago}")).await;
+    browser.wait_for_text("No dead letter matches.").await;
+    browser.goto(&format!("/ops/dead-letters?failed_after={hour_ago}")).await;
+    browser.wait_for_text("2 shown, newest first.").await;
+    browser.assert_accessible().await;
+
+    let first = letters[0].id;
+    browser.click(&format!("#dead-letter-list a[href='/ops/dead-letters/{first}']")).await;
+    let envelope = browser.wait_for_text("Payload (redacted)").await;
+    assert!(envelope.contains("invalid_account") && envelope.contains(&ids[0].to_string()), "{envelope}");
+    assert!(!envelope.contains("12345678"), "the full account number is never shown: {envelope}");
+    browser.screenshot("dead-letter").await;
+    browser.click("#replay-this").await;
+    browser.wait_for_text(&format!("Selected: dead letter {first} only.")).await;
+    browser.fill("#r-reason", "this one account was fixed").await;
+    browser.click("#dry-run").await;
+    let preview = browser.wait_for_text("Replay preview (dry run)").await;
+    assert!(preview.contains(&format!("1 dead letter {first} would be released")), "{preview}");
+    browser.click("#confirm-replay").await;
+    browser.wait_for_text("The replay is recorded").await;
+    app.wait_for_status(ids[0], WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(status_of(&app, ids[1]).await, WithdrawalStatus::RequiresReview, "only the chosen letter was replayed");
+
+    let second = letters[1].id;
+    browser.goto(&format!("/ops/dead-letters/{second}")).await;
+    browser.fill("#close-reason", "customer asked to cancel; handled by support").await;
+    browser.click("#close-form button[type=submit]").await;
+    let closed = browser.wait_for_text("The dead letter is closed.").await;
+    assert!(closed.contains("closed by operator:"), "{closed}");
+    assert!(!browser.exists("#close-form").await);
+    browser.goto("/ops/dead-letters").await;
+    browser.wait_for_text("0 shown, newest first.").await;
 }
