@@ -436,17 +436,29 @@ async fn provider_mock(port: u16, seed: u64, api_key: Option<String>) -> anyhow:
     Ok(())
 }
 
-/// Forgets idempotency records past their retention, every ten minutes.
+/// Console sessions are kept this long after they expire, then deleted.
+const CONSOLE_SESSION_KEEP_DAYS: i64 = 30;
+
+/// Every ten minutes: forgets idempotency records past their retention, and console sessions
+/// that expired more than [`CONSOLE_SESSION_KEEP_DAYS`] ago.
 async fn purge_idempotency_records(db: Db, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = every.tick() => match crate::storage::idempotency::purge_expired(&db).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
-                Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
-            },
+            _ = every.tick() => {
+                match crate::storage::idempotency::purge_expired(&db).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
+                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
+                }
+                let before = crate::storage::DbTime::now().plus(chrono::TimeDelta::days(-CONSOLE_SESSION_KEEP_DAYS));
+                match crate::storage::sessions::purge_expired(&db, before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(purged = n, "old console sessions removed"),
+                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "console session purge failed"),
+                }
+            }
         }
     }
 }

@@ -62,3 +62,18 @@ pub async fn end(tx: &mut Tx, id: Uuid) -> Result<bool> {
     });
     Ok(ended == 1)
 }
+
+/// Deletes sessions that expired before `before` (kept a while after expiry as evidence, beside
+/// the audit log's sign-in and sign-out rows). Returns how many.
+pub async fn purge_expired(db: &Db, before: DbTime) -> Result<u64> {
+    let mut tx = db.begin().await?;
+    let deleted = with_conn!(&mut tx, |conn| {
+        sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
+            .bind(before)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    });
+    tx.commit().await?;
+    Ok(deleted)
+}

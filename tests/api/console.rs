@@ -32,6 +32,7 @@ console_tests!(
     sign_out_ends_the_session_on_the_server,
     sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should,
     one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply,
+    old_expired_sessions_are_purged_and_live_ones_kept,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -495,4 +496,28 @@ async fn one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_fi
     assert!(!browser.exists("#close-form").await);
     browser.goto("/ops/dead-letters").await;
     browser.wait_for_text("0 shown, newest first.").await;
+}
+
+/// Storage: the purge deletes sessions that expired before the cut-off, and only those.
+async fn old_expired_sessions_are_purged_and_live_ones_kept(app: TestApp) {
+    use withdrawals::storage::{sessions, DbTime};
+    let token = app.operator("viewer").await;
+    let operator =
+        withdrawals::ops::authenticate(&withdrawals::http::AppState::new(app.db.clone(), AppConfig::default()), &token)
+            .await
+            .unwrap();
+    let now = DbTime::now();
+    let (old, recent, live) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let mut tx = app.db.begin().await.unwrap();
+    sessions::insert(&mut tx, old, operator.id.0, b"h", now.plus(chrono::TimeDelta::days(-31))).await.unwrap();
+    sessions::insert(&mut tx, recent, operator.id.0, b"h", now.plus(chrono::TimeDelta::days(-1))).await.unwrap();
+    sessions::insert(&mut tx, live, operator.id.0, b"h", now.plus(chrono::TimeDelta::hours(8))).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let purged = sessions::purge_expired(&app.db, now.plus(chrono::TimeDelta::days(-30))).await.unwrap();
+
+    assert_eq!(purged, 1);
+    assert!(sessions::find(&app.db, old).await.unwrap().is_none());
+    assert!(sessions::find(&app.db, recent).await.unwrap().is_some(), "expired a day ago: kept as evidence");
+    assert!(sessions::find(&app.db, live).await.unwrap().is_some());
 }
