@@ -221,8 +221,9 @@ fn timeline(shown: &Value) -> Markup {
             },
         ));
     }
-    // RFC 3339 UTC times from one serializer sort as text; the sort is stable for equal times.
-    events.sort_by(|a, b| a.0.cmp(&b.0));
+    // By time (parsed: RFC 3339 text with and without fractions does not sort as text); stable
+    // for equal times, so a transition stays before the ledger entry written with it.
+    events.sort_by_key(|(at, _)| chrono::DateTime::parse_from_rfc3339(at).ok());
     html! {
         ol.timeline #timeline {
             @for (at, event) in &events {
