@@ -429,6 +429,10 @@ pub enum ReplayCommand {
         /// Follow the run with a progress bar until it ends.
         #[arg(long)]
         watch: bool,
+        /// Start only if the selection is still exactly what the dry run showed (its
+        /// `selection` digest); otherwise refused with `selection_changed`.
+        #[arg(long = "expect-selection")]
+        expect_selection: Option<String>,
     },
     /// Runs, newest first, with their progress.
     List {
@@ -481,11 +485,13 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
             max_concurrency,
             auto_pause,
             watch,
+            expect_selection,
         } => {
             let mut request = json!({
                 "reason": reason, "expected_payload_version": expected_payload_version,
                 "destination_queue": destination, "dry_run": dry_run, "rate_per_second": rate,
                 "max_concurrency": max_concurrency, "auto_pause_threshold": auto_pause,
+                "expected_selection_digest": expect_selection,
             });
             if ids.is_empty() {
                 request["filter"] = serde_json::to_value(&filter)?;
@@ -500,6 +506,11 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
                     "dry run: {} dead letters would be replayed{}",
                     s(&body["count"]),
                     if body["needs_approval"] == true { " (needs a second operator's approval)" } else { "" }
+                );
+                println!(
+                    "selection {} (start with --expect-selection {} to require exactly these)",
+                    s(&body["selection_digest"]),
+                    s(&body["selection_digest"])
                 );
                 for item in body["sample"].as_array().into_iter().flatten() {
                     println!(

@@ -75,7 +75,8 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
     let selected = |g: &Value| {
         q.category.as_deref() == g["category"].as_str() && q.error_code.as_deref() == g["error_code"].as_str()
     };
-    let filtered = q.pairs(None).iter().any(|(_, v)| v.is_some_and(|v| !v.is_empty()));
+    // A replay needs a filter that narrows (the open/closed state does not).
+    let filtered = q.pairs(None).iter().any(|(k, v)| *k != "state" && v.is_some_and(|v| !v.trim().is_empty()));
     let body = html! {
         h1 { "Dead letters" }
         section aria-labelledby="h-summary" {

@@ -1,6 +1,6 @@
 //! Replays in the browser: runs with their progress, a start form whose dry run must be confirmed
-//! (the count is checked again at confirmation: a selection that changed is shown again, not
-//! started), live progress, pause/resume/cancel, and approval by a second operator.
+//! (the confirmation carries the dry run's selection digest: a selection that changed is shown
+//! again, not started), live progress, pause/resume/cancel, and approval by a second operator.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -53,8 +53,9 @@ pub struct ReplayForm {
     auto_pause_threshold: Option<String>,
     #[serde(default)]
     reason: Option<String>,
+    /// The dry run's `selection_digest`, carried by the confirm form.
     #[serde(default)]
-    confirm_count: Option<String>,
+    selection_digest: Option<String>,
 }
 
 fn non_empty(v: &Option<String>) -> Option<&str> {
@@ -80,6 +81,9 @@ impl ReplayForm {
             "max_concurrency": number(&self.max_concurrency),
             "auto_pause_threshold": number(&self.auto_pause_threshold),
         });
+        if !dry_run {
+            request["expected_selection_digest"] = json!(non_empty(&self.selection_digest));
+        }
         match non_empty(&self.dead_letter_id) {
             Some(id) => request["dead_letter_ids"] = json!([id]),
             None => {
@@ -295,7 +299,7 @@ async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: O
         form #confirm-form method="post" action="/ops/replays" {
             (csrf_field(session))
             (f.hidden())
-            input type="hidden" name="confirm_count" value=(count);
+            input type="hidden" name="selection_digest" value=(text(&preview["selection_digest"]));
             button type="submit" #confirm-replay { "Confirm: replay these " (count) " dead letters" }
         }
         p { a href={ "/ops/replays" (f.selection_query()) } { "Change the selection" } }
@@ -303,31 +307,24 @@ async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: O
     views::page(session, "Replay preview", banner, body).into_response()
 }
 
-/// `POST /ops/replays`: starts a confirmed replay. The dry run is repeated first: if the count is
-/// not the one the operator confirmed, the new preview is shown instead of starting.
+/// `POST /ops/replays`: starts a confirmed replay. The confirm form carries the dry run's
+/// selection digest: if the selection is no longer exactly those dead letters, the API refuses
+/// (`selection_changed`) and the new preview is shown instead.
 pub async fn start(State(state_): State<AppState>, session: Session, Form(f): Form<ReplayForm>) -> Response {
     if let Some(refused) = session.csrf_refusal(f.csrf.as_deref()) {
         return refused;
     }
-    let Some(confirmed) = non_empty(&f.confirm_count).and_then(|c| c.parse::<i64>().ok()) else {
-        return dry_run(
-            &state_,
-            &session,
-            &f,
-            Some(Banner::error("A replay starts only from a confirmed dry run: check this preview, then confirm.")),
-        )
-        .await;
-    };
-    match api::post(&state_, &session, "/ops/v1/replays", f.request(true)).await {
-        Ok(v) if v["count"].as_i64() == Some(confirmed) => {}
-        Ok(v) => {
-            let text = format!("The selection changed since the preview: it is now {} letters, not {confirmed}. Check it and confirm again.", text(&v["count"]));
-            return dry_run(&state_, &session, &f, Some(Banner::error(text))).await;
-        }
-        Err(r) => return render_index(&state_, &session, &f, Some(Banner::error(r.to_string())), r.status).await,
+    if non_empty(&f.selection_digest).is_none() {
+        let banner = Banner::error("A replay starts only from a confirmed dry run: check this preview, then confirm.");
+        return dry_run(&state_, &session, &f, Some(banner)).await;
     }
     match api::post(&state_, &session, "/ops/v1/replays", f.request(false)).await {
         Ok(run) => Redirect::to(&format!("/ops/replays/{}?done=start", urlencode(&text(&run["id"])))).into_response(),
+        Err(r) if r.code == "selection_changed" => {
+            let banner =
+                Banner::error(format!("Not started: {r}. This is the selection now; check it and confirm again."));
+            dry_run(&state_, &session, &f, Some(banner)).await
+        }
         Err(r) => render_index(&state_, &session, &f, Some(Banner::error(r.to_string())), r.status).await,
     }
 }
@@ -423,6 +420,7 @@ async fn render_run(
             h2 #h-progress { "Progress" }
             (progress(&r))
             @if live { p.hint { "This section refreshes every two seconds while the run is live." } }
+            p #refresh-note role="status" {}
         }
         @if live {
             section aria-labelledby="h-controls" {
@@ -462,22 +460,37 @@ async fn render_run(
     (code, views::page(session, "Replay", banner, body)).into_response()
 }
 
-/// Replaces the progress section with a fresh copy every two seconds while the run is live; when
-/// the run's status changes, reloads the page (its controls and items change with it). The page
-/// works without it (reload by hand).
+/// Refreshes the progress section's contents every two seconds while the run is live (the
+/// section is an `aria-live` region, so the change is announced). When the run's status changes
+/// the page reloads, unless a reason is being typed: then it says so and leaves the form alone.
+/// Any failure (a session that ended, say) stops the refresh with a message. The page works
+/// without it (reload by hand).
 pub(super) const REFRESH_SCRIPT: &str = r#"
 (function () {
-  var url = location.pathname + "?part=progress";
-  var shown = document.getElementById("progress").getAttribute("data-status");
+  var box = document.getElementById("progress");
+  var shown = box.getAttribute("data-status");
+  var note = document.getElementById("refresh-note");
   var timer = setInterval(function () {
-    fetch(url, { credentials: "same-origin" }).then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
-      if (!html) { return; }
-      document.getElementById("progress").outerHTML = html;
-      if (document.getElementById("progress").getAttribute("data-status") !== shown) {
+    fetch(location.pathname + "?part=progress", { credentials: "same-origin", redirect: "error" })
+      .then(function (r) { if (!r.ok) { throw new Error(r.status); } return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("progress");
+        box.innerHTML = fresh.innerHTML;
+        var status = fresh.getAttribute("data-status");
+        box.setAttribute("data-status", status);
+        if (status === shown) { return; }
         clearInterval(timer);
-        location.replace(location.pathname);
-      }
-    });
+        var typing = Array.prototype.some.call(document.querySelectorAll("textarea"), function (t) { return t.value.trim() !== ""; });
+        if (typing) {
+          note.textContent = "The run is now " + status + ": reload the page to see what you can do with it.";
+        } else {
+          location.replace(location.pathname);
+        }
+      })
+      .catch(function () {
+        clearInterval(timer);
+        note.textContent = "Live refresh stopped (your session may have ended): reload the page.";
+      });
   }, 2000);
 })();
 "#;

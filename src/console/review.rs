@@ -105,10 +105,17 @@ pub async fn withdrawal(
     Path(id): Path<String>,
     Query(d): Query<Done>,
 ) -> Response {
-    render(&state_, &session, &id, done_banner(d.done.as_deref()), StatusCode::OK).await
+    render(&state_, &session, &id, done_banner(d.done.as_deref()), StatusCode::OK, None).await
 }
 
-async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<Banner>, code: StatusCode) -> Response {
+async fn render(
+    state_: &AppState,
+    session: &Session,
+    id: &str,
+    banner: Option<Banner>,
+    code: StatusCode,
+    typed: Option<&ResolveForm>,
+) -> Response {
     let shown = match api::get(state_, session, &format!("/ops/v1/withdrawals/{}", urlencode(id))).await {
         Ok(v) => v,
         Err(r) => return views::refused(r.status, "Withdrawal", &r.to_string()),
@@ -120,7 +127,9 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
             dt { "State" } dd #withdrawal-state { (state(&w["status"])) " for " (age(&w["age_seconds"])) }
             dt { "Amount" } dd { (text(&w["amount"])) " " (text(&w["currency"])) }
             dt { "Account" } dd { code { (text(&w["account_id"])) } }
-            dt { "Destination" } dd { code { (text(&w["destination"])) } }
+            dt { "Destination" } dd {
+                @for (k, v) in w["destination"].as_object().cloned().unwrap_or_default() { (k) ": " code { (text(&v)) } " " }
+            }
             dt { "Customer reference" } dd { (text(&w["reference"])) }
             dt { "Failure code" } dd { (text(&w["failure_code"])) }
             dt { "Version" } dd #withdrawal-version { (text(&w["version"])) }
@@ -130,7 +139,7 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
             section aria-labelledby="h-resolve" {
                 h2 #h-resolve { "Resolve" }
                 (role_note(session, Role::Operator, "resolve withdrawals"))
-                @if session.can(Role::Operator) { (resolve_forms(session, w)) }
+                @if session.can(Role::Operator) { (resolve_forms(session, w, typed)) }
             }
         }
         section aria-labelledby="h-timeline" {
@@ -141,10 +150,14 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
     (code, views::page(session, "Withdrawal", banner, body)).into_response()
 }
 
-fn resolve_forms(session: &Session, w: &Value) -> Markup {
+/// `typed`: what the operator entered in a form that was refused, shown again in that form.
+fn resolve_forms(session: &Session, w: &Value, typed: Option<&ResolveForm>) -> Markup {
     let id = text(&w["id"]);
     let version = text(&w["version"]);
+    let typed_in = |action: &str| typed.filter(|t| t.action.as_deref() == Some(action));
+    let reference = typed_in("complete").and_then(|t| t.provider_reference.clone()).unwrap_or_default();
     let form = |action: &str, label: &str, help: &str, extra: Markup| {
+        let reason = typed_in(action).and_then(|t| t.reason.clone()).unwrap_or_default();
         html! {
             form method="post" action={ "/ops/withdrawals/" (id) "/resolve" } #{ "resolve-" (action) } aria-labelledby={ "h-" (action) } {
                 h3 #{ "h-" (action) } { (label) }
@@ -155,7 +168,7 @@ fn resolve_forms(session: &Session, w: &Value) -> Markup {
                 (extra)
                 p {
                     label for={ "reason-" (action) } { "Reason (required)" } br;
-                    textarea #{ "reason-" (action) } name="reason" rows="2" cols="50" required maxlength="500" {}
+                    textarea #{ "reason-" (action) } name="reason" rows="2" cols="50" required maxlength="500" { (reason) }
                 }
                 button type="submit" #{ "submit-" (action) } { (label) }
             }
@@ -165,7 +178,7 @@ fn resolve_forms(session: &Session, w: &Value) -> Markup {
         p.hint { "Each decision is checked against version " (version) ", the one shown here: if the withdrawal changed since, nothing happens and you are told." }
         div.actions {
             (form("complete", "Complete", "The provider paid: give its transfer id; it is checked with the provider first.", html! {
-                p { label for="provider_reference" { "Provider transfer id (required)" } br; input #provider_reference name="provider_reference" required size="30"; }
+                p { label for="provider_reference" { "Provider transfer id (required)" } br; input #provider_reference name="provider_reference" required size="30" value=(reference); }
             }))
             (form("fail", "Fail and release funds", "The payout will not happen: the held funds return to the customer's balance.", html! {}))
             (form("retry", "Retry the payout", "Send the payout again under the same provider key (only when nothing may have been paid).", html! {}))
@@ -255,14 +268,14 @@ pub async fn resolve(
     let action = form.action.clone().unwrap_or_default();
     let body = json!({
         "action": action,
-        "reason": form.reason.unwrap_or_default(),
+        "reason": form.reason.clone().unwrap_or_default(),
         "version": form.version.as_deref().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1),
-        "provider_reference": form.provider_reference.filter(|r| !r.trim().is_empty()),
+        "provider_reference": form.provider_reference.clone().filter(|r| !r.trim().is_empty()),
     });
     match api::post(&state_, &session, &format!("/ops/v1/withdrawals/{}/resolve", urlencode(&id)), body).await {
         Ok(_) => {
             Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), urlencode(&action))).into_response()
         }
-        Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status).await,
+        Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, Some(&form)).await,
     }
 }

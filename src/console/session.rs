@@ -78,6 +78,10 @@ fn safe_next(next: Option<&str>) -> String {
 }
 
 fn sign_in_redirect(parts: &Parts) -> Response {
+    // The run page's background refresh gets a plain 401, not a sign-in page to paste.
+    if parts.uri.query().is_some_and(|q| q.split('&').any(|p| p == "part=progress")) {
+        return (StatusCode::UNAUTHORIZED, "signed out").into_response();
+    }
     let next = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/ops/overview");
     let target = if parts.method == axum::http::Method::GET {
         format!("/ops/sign-in?next={}", urlencode(next))

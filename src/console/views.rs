@@ -20,7 +20,10 @@ header nav ul { list-style: none; display: flex; gap: 1rem; margin: 0; padding: 
 header .who { margin-left: auto; }
 header form { display: inline; }
 main { padding: 1rem; max-width: 80rem; }
-a:focus, button:focus, input:focus, select:focus, textarea:focus, summary:focus { outline: 3px solid #f5a623; outline-offset: 2px; }
+a:focus, button:focus, input:focus, select:focus, textarea:focus, summary:focus { outline: 3px solid #0b0c0c; outline-offset: 2px; box-shadow: 0 0 0 6px #ffdd00; }
+.sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+a.skip { position: absolute; left: -9999px; }
+a.skip:focus { left: 1rem; top: .5rem; background: #fff; color: #000; padding: .25rem .5rem; z-index: 1; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; }
 th, td { border: 1px solid #999; padding: .25rem .5rem; text-align: left; vertical-align: top; }
 th { background: #eef1f4; }
@@ -85,6 +88,7 @@ fn frame(title: &str, nav: Markup, banner_: Option<Banner>, body: Markup) -> Htm
                     style { (PreEscaped(CSS)) }
                 }
                 body {
+                    a.skip href="#main" { "Skip to content" }
                     header { strong { "withdrawals · operator console" } (nav) }
                     main #main {
                         @if let Some(b) = &banner_ { (banner(b)) }
@@ -164,7 +168,11 @@ pub fn when(v: &Value) -> Markup {
         Some(at) => {
             let at = at.with_timezone(&Utc);
             let exact = at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
-            html! { time datetime=(at.to_rfc3339()) title=(exact) { (age_words((Utc::now() - at).num_seconds())) " ago" } }
+            // The exact time on hover, and for screen readers and keyboards in hidden text.
+            html! {
+                time datetime=(at.to_rfc3339()) title=(exact) { (age_words((Utc::now() - at).num_seconds())) " ago" }
+                span.sr-only { " (" (exact) ")" }
+            }
         }
         None => html! { "-" },
     }

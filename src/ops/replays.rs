@@ -53,6 +53,22 @@ pub struct StartRequest {
     pub rate_per_second: Option<i64>,
     pub max_concurrency: Option<i64>,
     pub auto_pause_threshold: Option<i64>,
+    /// The `selection_digest` of the dry run the operator confirmed: if the selection is no
+    /// longer exactly those dead letters, the start is refused (409 `selection_changed`).
+    #[serde(default)]
+    pub expected_selection_digest: Option<String>,
+}
+
+/// A short fingerprint of exactly which dead letters a selection holds (order-independent).
+pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut ids: Vec<Uuid> = letters.iter().map(|d| d.id).collect();
+    ids.sort();
+    let mut hasher = Sha256::new();
+    for id in ids {
+        hasher.update(id.as_bytes());
+    }
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// Replay limits: gentler than normal traffic by default.
@@ -156,6 +172,17 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
             Ok(letters)
         }
         (None, Some(f)) => {
+            // Replay is deliberate, never "retry all" (SPEC §8.3): a filter must narrow.
+            let narrows = [&f.queue, &f.job_type, &f.error_code, &f.category].iter().any(|v| v.is_some())
+                || f.failed_after.is_some()
+                || f.failed_before.is_some();
+            if !narrows {
+                return Err(ApiError::unprocessable(
+                    "filter_required",
+                    "filter",
+                    "a filter must name at least one of queue, job_type, error_code, category, failed_after, failed_before",
+                ));
+            }
             let filter = DeadLetterFilter {
                 queue: f.queue.clone(),
                 job_type: f.job_type.clone(),
@@ -199,7 +226,8 @@ async fn start(
                            "expected_payload_version": req.expected_payload_version,
                            "destination_queue": req.destination_queue, "dry_run": req.dry_run,
                            "rate_per_second": req.rate_per_second, "max_concurrency": req.max_concurrency,
-                           "auto_pause_threshold": req.auto_pause_threshold}),
+                           "auto_pause_threshold": req.auto_pause_threshold,
+                           "expected_selection_digest": req.expected_selection_digest}),
     };
     if let Err(forbidden) = operator.require(Role::Operator) {
         return Err(audited.refuse(&state, &operator, forbidden).await);
@@ -281,8 +309,20 @@ async fn start_checked(
         return Ok((
             StatusCode::OK,
             Json(json!({"dry_run": true, "count": letters.len(), "sample": sample, "needs_approval": needs_approval,
-                        "payload_version_mismatches": mismatched})),
+                        "payload_version_mismatches": mismatched, "selection_digest": selection_digest(&letters)})),
         ));
+    }
+    if let Some(expected) = &req.expected_selection_digest {
+        if *expected != selection_digest(&letters) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "selection_changed",
+                format!(
+                    "the selection is no longer the one the dry run showed (it now holds {} dead letters); run the dry run again",
+                    letters.len()
+                ),
+            ));
+        }
     }
     for letter in &letters {
         if let Some(run) = replays::active_run_for(state.db(), letter.id).await? {

@@ -96,9 +96,10 @@ pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
 async fn list(
     State(state): State<AppState>,
     operator: Operator,
-    Query(q): Query<ListQuery>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))?;
     let status = q
         .status
         .as_deref()

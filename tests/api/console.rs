@@ -96,6 +96,20 @@ async fn an_operator_signs_in_fails_a_review_and_sees_the_funds_released(app: Te
     }
     browser.screenshot("withdrawal-timeline").await;
 
+    // A refused decision keeps what was typed: complete with a transfer the provider never made.
+    browser.fill("#provider_reference", "tr_made_up").await;
+    browser.fill("#reason-complete", "customer says it arrived").await;
+    browser.click("#submit-complete").await;
+    let refused = browser.wait_for_text("Not done.").await;
+    assert!(refused.contains("provider_reference_mismatch"), "{refused}");
+    let kept = |css: &'static str| {
+        let browser = &browser;
+        async move { browser.client.find(Locator::Css(css)).await.unwrap().prop("value").await.unwrap() }
+    };
+    assert_eq!(kept("#provider_reference").await.as_deref(), Some("tr_made_up"));
+    assert_eq!(kept("#reason-complete").await.as_deref(), Some("customer says it arrived"));
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview);
+
     browser.fill("#reason-fail", "account closed at the bank; customer told").await;
     browser.click("#submit-fail").await;
 
@@ -111,8 +125,9 @@ async fn an_operator_signs_in_fails_a_review_and_sees_the_funds_released(app: Te
     )
     .await
     .unwrap();
-    assert_eq!(rows.len(), 1);
+    assert_eq!(rows.len(), 2, "the refused complete and the fail");
     assert_eq!((rows[0].result.as_str(), rows[0].reason.as_str()), ("ok", "account closed at the bank; customer told"));
+    assert_eq!(rows[1].result, "provider_reference_mismatch");
     app.assert_ledger_invariant().await;
 }
 
@@ -180,6 +195,17 @@ async fn dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_ap
         Some("invalid_account"),
         "the filter form shows the group"
     );
+    // The filter is applied, not ignored: another error code lists nothing (and is no error).
+    browser.goto("/ops/dead-letters?category=dependency_rejected&error_code=http_503").await;
+    let other = browser.wait_for_text("0 shown, newest first.").await;
+    assert!(!other.contains("Not done."), "{other}");
+    // An unfiltered list (only the open/closed state) offers no replay: never "retry all".
+    browser.goto("/ops/dead-letters?state=open").await;
+    browser.wait_for_text("3 shown, newest first.").await;
+    assert!(!browser.exists("#replay-these").await);
+    browser.client.back().await.unwrap();
+    browser.client.back().await.unwrap();
+    browser.wait_for_text("(shown below)").await;
 
     browser.click("#replay-these").await;
     browser.wait_for_text("Start a replay").await;
@@ -243,6 +269,7 @@ async fn dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_ap
     browser.goto("/ops/audit?action=replay.approve").await;
     let audit_page = browser.wait_for_text("Audit log").await;
     assert!(audit_page.contains("checked the sample; provider confirmed the fix"), "{audit_page}");
+    assert!(!audit_page.contains("replay.start") && !audit_page.contains("console.sign_in"), "filtered: {audit_page}");
     browser.screenshot("audit-log").await;
     app.assert_ledger_invariant().await;
 }
@@ -306,6 +333,18 @@ async fn a_form_post_without_the_csrf_token_is_refused(app: TestApp) {
     assert!(refused.contains("did not carry this session's CSRF token, so nothing was changed"), "{refused}");
     assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview);
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "25.00".into(), "0.00".into()));
+    // A token, but not this session's (another session's, or a guess): refused the same way.
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    browser.wait_for_text("Evidence timeline").await;
+    browser
+        .client
+        .execute("document.querySelector('#resolve-fail input[name=csrf]').value = 'a'.repeat(64);", vec![])
+        .await
+        .unwrap();
+    browser.fill("#reason-fail", "wrong csrf").await;
+    browser.click("#submit-fail").await;
+    browser.wait_for_text("Form refused").await;
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview);
     let rows = audit::list(
         &app.db,
         &AuditFilter { action: Some("withdrawal.resolve".into()), limit: 10, ..Default::default() },
@@ -409,8 +448,20 @@ async fn sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should(a
     assert_eq!(headers["cache-control"], "no-store");
     assert!(page.text().await.unwrap().contains("Withdrawals by state"));
 
+    // The console's cookie is no credential for the API.
+    let api = plain.get(app.url("/ops/v1/overview")).header("cookie", &cookie_pair).send().await.unwrap();
+    assert_eq!(api.status(), 401);
+    // The run page's background refresh gets a plain 401 when signed out, not a sign-in page.
+    let fragment =
+        plain.get(app.url(&format!("/ops/replays/{}?part=progress", uuid::Uuid::now_v7()))).send().await.unwrap();
+    assert_eq!(fragment.status(), 401);
+
     let over_http = http_sign_in(&app.base_url, &token, "//evil.example/", false).await;
     assert_eq!(over_http.headers()["location"], "/ops/overview", "no redirect off the console");
+    for next in ["/ops/v1/overview", "/ops/\\evil.example", "https://evil.example/ops/"] {
+        let response = http_sign_in(&app.base_url, &token, next, false).await;
+        assert_eq!(response.headers()["location"], "/ops/overview", "{next}");
+    }
     assert!(!session_cookie(&over_http).contains("Secure"), "plain HTTP without a TLS proxy: no Secure flag");
 
     let bad = http_sign_in(&app.base_url, "wdo_00000000000000000000000000000000_nope", "/ops/overview", false).await;
@@ -446,7 +497,13 @@ async fn sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should(a
         audit::list(&app.db, &AuditFilter { action: Some("console.sign_in".into()), limit: 10, ..Default::default() })
             .await
             .unwrap();
-    assert_eq!(rows.len(), 3, "each sign-in is audited");
+    assert_eq!(rows.len(), 6, "each sign-in is audited");
+
+    // Disabling the operator ends their live session at once.
+    assert_eq!(plain.get(app.url("/ops/overview")).header("cookie", &cookie_pair).send().await.unwrap().status(), 200);
+    app.execute_raw("UPDATE operators SET disabled_at = created_at").await;
+    let disabled = plain.get(app.url("/ops/overview")).header("cookie", &cookie_pair).send().await.unwrap();
+    assert_eq!(disabled.status(), 303);
 }
 
 /// Clicks: the dead-letter list filtered by failure time (through the form's URL), a letter's
@@ -465,7 +522,8 @@ async fn one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_fi
 
     let hour_ago = (chrono::Utc::now() - chrono::TimeDelta::hours(1)).format("%Y-%m-%dT%H:%M").to_string();
     browser.goto(&format!("/ops/dead-letters?failed_before={hour_ago}")).await;
-    browser.wait_for_text("No dead letter matches.").await;
+    let none = browser.wait_for_text("No dead letter matches.").await;
+    assert!(!none.contains("Not done."), "an empty result, not an error: {none}");
     browser.goto(&format!("/ops/dead-letters?failed_after={hour_ago}")).await;
     browser.wait_for_text("2 shown, newest first.").await;
     browser.assert_accessible().await;

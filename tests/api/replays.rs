@@ -137,6 +137,26 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
         let letter = dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0);
         assert!(dead_letters::events(&app.db, letter.id).await.unwrap().is_empty());
     }
+
+    // The dry run names exactly which letters it selected; a start that expects another
+    // selection is refused, and a filter that narrows nothing is never "retry all".
+    let digest = body["selection_digest"].as_str().unwrap().to_owned();
+    assert_eq!(digest.len(), 32);
+    let start = |filter: Value, digest: &str| {
+        json!({"reason": "go", "filter": filter, "expected_payload_version": 2, "destination_queue": "payouts",
+               "expected_selection_digest": digest})
+    };
+    let stale =
+        post(&app, "/ops/v1/replays", &operator, start(json!({"category": "dependency_rejected"}), "00ff")).await;
+    let (status, code, _) = problem_code(stale).await;
+    assert_eq!((status, code.as_str()), (409, "selection_changed"));
+    let everything = post(&app, "/ops/v1/replays", &operator, start(json!({}), &digest)).await;
+    let (status, code, _) = problem_code(everything).await;
+    assert_eq!((status, code.as_str()), (422, "filter_required"));
+    assert!(withdrawals::storage::replays::list_runs(&app.db, None, 10).await.unwrap().is_empty(), "nothing started");
+    let started =
+        post(&app, "/ops/v1/replays", &operator, start(json!({"category": "dependency_rejected"}), &digest)).await;
+    assert_eq!(started.status(), 201, "the confirmed selection starts");
 }
 
 async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(app: TestApp) {
