@@ -6,6 +6,7 @@ mod harness;
 mod access;
 mod chaos;
 mod cli;
+mod dead_letter_summary;
 mod dead_letters;
 mod funds;
 mod idempotency;
