@@ -150,14 +150,17 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
         None => derived_side_effect(tx, job.withdrawal_id).await?,
     };
     let letter = envelope(job, failure, side_effect, &worker_host());
-    dead_letters::insert(tx, &letter).await?;
-    crate::metrics::dead_lettered(&letter.queue, &letter.job_type, &letter.category, &letter.error_code);
+    // The withdrawal first, the envelope last: inserting it locks its group's open-count row, and
+    // a settling transition takes the withdrawal row before that same counter row
+    // (`storage::dead_letters`), so both lock in one order.
     if let Some(id) = job.withdrawal_id {
         if let Some(w) = store::get_in_tx(tx, WithdrawalId(id)).await? {
             let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
             park_for_review(tx, &w, &Actor::Worker(worker_id.to_owned()), &reason, &job.correlation_id).await?;
         }
     }
+    dead_letters::insert(tx, &letter).await?;
+    crate::metrics::dead_lettered(&letter.queue, &letter.job_type, &letter.category, &letter.error_code);
     tracing::error!(
         event = "dead_lettered",
         dead_letter_id = %letter.id,

@@ -8,7 +8,7 @@ use provider_mocks::{TransferRecord, TransferStatus};
 use serde::Serialize;
 
 use super::load::Accepted;
-use crate::storage::{accounts, verify, Db};
+use crate::storage::{accounts, dead_letters, verify, Db};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Findings {
@@ -154,6 +154,12 @@ pub async fn check(
         if let Some(leak) = leak(&text, secrets) {
             violation(&mut f, format!("dead letter {} keeps {leak}", d.id));
         }
+    }
+    // The triage summary (the maintained open set) agrees with the events, through every kill.
+    let maintained = dead_letters::summary(db).await?;
+    let recomputed = verify::open_dead_letters_from_events(db).await?;
+    if maintained != recomputed {
+        violation(&mut f, format!("dead-letter summary {maintained:?} differs from the events: {recomputed:?}"));
     }
     for log in logs {
         let text = std::fs::read_to_string(log).unwrap_or_default();

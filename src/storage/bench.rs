@@ -61,9 +61,11 @@ pub struct SeedProfile {
 
 /// Seeds dead letters `from..to` (numbered rows) in one transaction, set-based: a temporary
 /// table of row numbers with fresh ids and failure times, then one `INSERT … SELECT` each into
-/// `jobs`, `dead_letters` and `dead_letter_events`. Row `i` takes its profile from a hash of `i`
-/// (so every chunk has the same mix), fails `(i · 2654435761) mod spread_us` microseconds before
-/// `newest`, and is closed (an event two hours later) when `i mod 10 < closed_tenths`.
+/// `jobs`, `dead_letters` and `dead_letter_events`, and into the open set (`open_dead_letters`,
+/// `dead_letter_open_counts`) that the service maintains letter by letter. Row `i` takes its
+/// profile from a hash of `i` (so every chunk has the same mix), fails `(i · 2654435761) mod
+/// spread_us` microseconds before `newest`, and is closed (an event two hours later) when
+/// `i mod 10 < closed_tenths`.
 pub async fn seed_dead_letters(
     db: &Db,
     profiles: &[SeedProfile],
@@ -175,6 +177,15 @@ pub async fn seed_dead_letters(
          FROM bench_dl_src s WHERE s.i % 10 < $1",
         at = time(&format!("s.failed_us + {}", 2 * hour_us)),
     );
+    // The open set, as `dead_letters::insert` and the close would have left it.
+    let open_rows = "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at)
+         SELECT d.id, d.category, d.error_code, d.failed_at
+         FROM bench_dl_src s JOIN dead_letters d ON d.id = s.dl_id WHERE s.i % 10 >= $1";
+    let open_counts = "INSERT INTO dead_letter_open_counts (category, error_code, open)
+         SELECT d.category, d.error_code, COUNT(*)
+         FROM bench_dl_src s JOIN dead_letters d ON d.id = s.dl_id WHERE s.i % 10 >= $1
+         GROUP BY d.category, d.error_code
+         ON CONFLICT (category, error_code) DO UPDATE SET open = dead_letter_open_counts.open + excluded.open";
 
     let newest_us = newest.0.timestamp_micros();
     with_conn!(&mut tx, |conn| {
@@ -210,7 +221,9 @@ pub async fn seed_dead_letters(
             }
             q.execute(&mut *conn).await?;
         }
-        sqlx::query(&events).bind(closed_tenths).execute(&mut *conn).await?;
+        for statement in [events.as_str(), open_rows, open_counts] {
+            sqlx::query(statement).bind(closed_tenths).execute(&mut *conn).await?;
+        }
         sqlx::query("DROP TABLE bench_dl_src").execute(&mut *conn).await?;
     });
     tx.commit().await
@@ -234,7 +247,11 @@ pub async fn dead_letter_counts(db: &Db) -> Result<(i64, i64)> {
 pub async fn refresh_statistics(db: &Db) -> Result<()> {
     match db {
         Db::Postgres(pool) => {
-            sqlx::query("VACUUM (ANALYZE) jobs, dead_letters, dead_letter_events").execute(pool).await?;
+            sqlx::query(
+                "VACUUM (ANALYZE) jobs, dead_letters, dead_letter_events, open_dead_letters, dead_letter_open_counts",
+            )
+            .execute(pool)
+            .await?;
         }
         Db::Sqlite(_) => {
             let mut tx = db.begin().await?;

@@ -1,6 +1,23 @@
 //! The dead-letter store (SPEC §6): envelopes are inserted once, in the transaction that kills
 //! their job, and never updated or deleted (triggers refuse it on both backends). Handling state
 //! goes to `dead_letter_events`.
+//!
+//! The open set (migration 0007) is kept here too, in Rust-issued SQL rather than triggers (the
+//! bench's set-based seeder must maintain it in bulk, and per-row triggers would make that one
+//! hot-row update per letter): `open_dead_letters` holds one row per open letter and
+//! `dead_letter_open_counts` the open count per (category, error_code). [`insert`] adds to both
+//! and the first `closed` event ([`add_event`], hence [`close_settled`]) removes from both, in the
+//! caller's transaction, so the triage [`summary`] reads one counter row and one index probe per
+//! group instead of anti-joining every letter with every event. Unlike the envelopes these rows
+//! are updated and deleted: they are a derived index of the events, which stay the truth
+//! (`storage::verify::open_dead_letters_from_events` recomputes it; the tests and `chaos` compare).
+//!
+//! A group's counter row is a hot row: every dead-lettering and every close in that group updates
+//! it, and holds its lock until commit. Dead-lettering is rare (a few per minute in a bad hour), so
+//! that serialisation costs nothing in practice. To keep it deadlock-free, every transaction locks
+//! a withdrawal's row before any counter row, and counter rows in (category, error_code) order:
+//! `bury` parks the withdrawal before inserting the envelope, the settling transition locks the
+//! withdrawal before [`close_settled`], which closes its letters in group order.
 
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -71,6 +88,24 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
         .bind(&d.category)
         .bind(&d.owner)
         .bind(&d.runbook)
+        .execute(&mut *conn)
+        .await?;
+        // A new dead letter is open.
+        sqlx::query(
+            "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(d.id)
+        .bind(&d.category)
+        .bind(&d.error_code)
+        .bind(d.failed_at)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(
+            "INSERT INTO dead_letter_open_counts (category, error_code, open) VALUES ($1, $2, 1)
+             ON CONFLICT (category, error_code) DO UPDATE SET open = dead_letter_open_counts.open + 1",
+        )
+        .bind(&d.category)
+        .bind(&d.error_code)
         .execute(&mut *conn)
         .await?;
     });
@@ -202,11 +237,16 @@ pub struct SummaryRow {
     pub oldest_open: Option<DbTime>,
 }
 
-const SUMMARY_SQL: &str = "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
-     FROM dead_letters d
-     WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
-     GROUP BY d.category, d.error_code
-     ORDER BY COUNT(*) DESC, d.category, d.error_code";
+/// Reads the maintained open set (see the module doc): one counter row per group, and each
+/// group's oldest open failure by one probe of `open_dead_letters_group_idx` (a `MIN` over an
+/// equality prefix of the index). The same answer as the anti-join of `dead_letters` with
+/// `closed` events, which `storage::verify::open_dead_letters_from_events` still computes.
+const SUMMARY_SQL: &str = "SELECT c.category, c.error_code, c.open,
+            (SELECT MIN(o.failed_at) FROM open_dead_letters o
+              WHERE o.category = c.category AND o.error_code = c.error_code) AS oldest_open
+     FROM dead_letter_open_counts c
+     WHERE c.open > 0
+     ORDER BY c.open DESC, c.category, c.error_code";
 
 pub async fn summary(db: &Db) -> Result<Vec<SummaryRow>> {
     Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, SummaryRow>(SUMMARY_SQL).fetch_all(&mut *conn).await?))
@@ -272,6 +312,7 @@ pub async fn events(db: &Db, dead_letter: Uuid) -> Result<Vec<Event>> {
 }
 
 /// Records a handling event. Returns false if it is a second `closed` (refused by a unique index).
+/// The first `closed` event takes the letter out of the open set, in `tx`.
 pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(
@@ -289,17 +330,44 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
         .await?
         .rows_affected()
     });
+    if inserted == 1 && event.action == "closed" {
+        leave_open_set(tx, event.dead_letter_id).await?;
+    }
     Ok(inserted == 1)
+}
+
+/// Removes a just-closed letter from `open_dead_letters` and its group's count. Driven by the
+/// deleted row, so the count can only drop for a letter that was counted.
+async fn leave_open_set(tx: &mut Tx, dead_letter: Uuid) -> Result<()> {
+    with_conn!(tx, |conn| {
+        let group = sqlx::query_as::<_, (String, String)>(
+            "DELETE FROM open_dead_letters WHERE dead_letter_id = $1 RETURNING category, error_code",
+        )
+        .bind(dead_letter)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some((category, error_code)) = group {
+            sqlx::query("UPDATE dead_letter_open_counts SET open = open - 1 WHERE category = $1 AND error_code = $2")
+                .bind(category)
+                .bind(error_code)
+                .execute(&mut *conn)
+                .await?;
+        }
+    });
+    Ok(())
 }
 
 /// Closes every open dead letter of a withdrawal that just reached a final state (`completed` or
 /// `failed`): its failure is settled, so it leaves the triage queue. The envelope stays; the
 /// `closed` event says who settled it and how. Called by the guarded transition, in its transaction.
+/// Letters close in (category, error_code) order, so two transactions settling letters of several
+/// groups lock the groups' counter rows in the same order.
 pub async fn close_settled(tx: &mut Tx, withdrawal: Uuid, actor: &str, reason: &str, status: &str) -> Result<u64> {
     let open: Vec<Uuid> = with_conn!(tx, |conn| {
         sqlx::query_scalar::<_, Uuid>(
             "SELECT d.id FROM dead_letters d WHERE d.withdrawal_id = $1
-               AND NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')",
+               AND NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+             ORDER BY d.category, d.error_code, d.id",
         )
         .bind(withdrawal)
         .fetch_all(&mut *conn)

@@ -26,15 +26,14 @@ pub struct OpenDeadLetters {
     pub oldest: Option<DbTime>,
 }
 
+/// All open dead letters and the oldest open failure: the triage summary's groups folded, so the
+/// gauge reads the maintained open set (one row per group) and agrees with the summary.
 pub async fn open_dead_letters(db: &Db) -> Result<OpenDeadLetters> {
-    Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, OpenDeadLetters>(
-            "SELECT COUNT(*) AS count, MIN(d.failed_at) AS oldest FROM dead_letters d
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')",
-        )
-        .fetch_one(&mut *conn)
-        .await?
-    }))
+    let groups = super::dead_letters::summary(db).await?;
+    Ok(OpenDeadLetters {
+        count: groups.iter().map(|g| g.open).sum(),
+        oldest: groups.iter().filter_map(|g| g.oldest_open).min(),
+    })
 }
 
 /// Live jobs of one queue in one status (`scheduled` or `running`), with how many of the

@@ -1,9 +1,11 @@
 //! Whole-database reads for verifying a run after the fact (the chaos run's checks): every
-//! withdrawal's final state, the evidence behind each `requires_review`, and the stored text of
-//! every dead letter (to prove nothing secret was kept).
+//! withdrawal's final state, the evidence behind each `requires_review`, the stored text of
+//! every dead letter (to prove nothing secret was kept), and the open dead letters recomputed
+//! from their events (to prove the maintained open set agrees).
 
 use uuid::Uuid;
 
+use super::dead_letters::SummaryRow;
 use super::{Db, Result};
 use crate::with_read_conn;
 
@@ -85,5 +87,22 @@ pub async fn live_jobs(db: &Db) -> Result<i64> {
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM jobs WHERE status IN ('scheduled', 'running')")
             .fetch_one(&mut *conn)
             .await?
+    }))
+}
+
+/// The triage summary recomputed from the truth, ignoring the maintained open set: dead letters
+/// with no `closed` event, grouped by category and error code, in the summary's order. What
+/// `dead_letters::summary` must always equal (it is the anti-join the summary used to run).
+pub async fn open_dead_letters_from_events(db: &Db) -> Result<Vec<SummaryRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, SummaryRow>(
+            "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
+             FROM dead_letters d
+             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+             GROUP BY d.category, d.error_code
+             ORDER BY COUNT(*) DESC, d.category, d.error_code",
+        )
+        .fetch_all(&mut *conn)
+        .await?
     }))
 }
