@@ -362,7 +362,7 @@ pub async fn list(
     customer: Customer,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<WithdrawalList>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))?;
+    let query = crate::http::error::query_params(query)?;
     let status = query
         .status
         .as_deref()

@@ -32,7 +32,7 @@ async fn list(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let Query(q) = query.map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))?;
+    let q = crate::http::error::query_params(query)?;
     let limit = page_limit(q.limit)?;
     let filter = AuditFilter {
         operator_id: q.operator_id,

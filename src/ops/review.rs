@@ -99,7 +99,7 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let Query(q) = query.map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))?;
+    let q = crate::http::error::query_params(query)?;
     let status = q
         .status
         .as_deref()

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use futures::future::join_all;
-use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use serde_json::json;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
@@ -44,24 +43,10 @@ async fn app(backend: Backend) -> TestApp {
     TestApp::spawn_with(backend, config).await
 }
 
-/// `n` withdrawals of 25.00 the provider rejected (`requires_review`, one dead letter each); the
-/// provider accepts again afterwards and the worker keeps running.
+/// `n` withdrawals of 25.00 from an account of 100.00, rejected by the provider (see
+/// `TestApp::rejected_withdrawals`).
 async fn rejected(app: &TestApp, n: usize) -> (Vec<WithdrawalId>, crate::harness::Customer) {
-    app.provider
-        .mock
-        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
-    app.start_default_worker();
-    let alice = app.customer("100.00").await;
-    let ids: Vec<WithdrawalId> = join_all((0..n).map(|i| {
-        let alice = &alice;
-        async move { app.create_withdrawal(alice, &format!("k{i}"), "25.00").await }
-    }))
-    .await;
-    for id in &ids {
-        app.wait_for_status(*id, WithdrawalStatus::RequiresReview, WAIT).await;
-    }
-    app.provider.mock.set_faults(FaultConfig::default());
-    (ids, alice)
+    app.rejected_withdrawals(n, "100.00", "25.00").await
 }
 
 async fn status_of(app: &TestApp, id: WithdrawalId) -> WithdrawalStatus {

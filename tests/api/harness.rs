@@ -287,6 +287,38 @@ impl TestApp {
         body["id"].as_str().unwrap().parse().unwrap()
     }
 
+    /// `n` withdrawals of `amount` USD from one account funded with `fund`, each rejected by the
+    /// provider (`requires_review`, one `dependency_rejected` dead letter); the provider accepts
+    /// again afterwards and the app's default worker keeps running (it releases replays).
+    pub async fn rejected_withdrawals(
+        &self,
+        n: usize,
+        fund: &str,
+        amount: &str,
+    ) -> (Vec<withdrawals::domain::WithdrawalId>, Customer) {
+        use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+        self.provider
+            .mock
+            .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+        self.start_default_worker();
+        let alice = self.customer(fund).await;
+        let ids: Vec<_> = futures::future::join_all((0..n).map(|i| {
+            let alice = &alice;
+            async move { self.create_withdrawal(alice, &format!("k{i}"), amount).await }
+        }))
+        .await;
+        for id in &ids {
+            self.wait_for_status(
+                *id,
+                withdrawals::domain::WithdrawalStatus::RequiresReview,
+                std::time::Duration::from_secs(30),
+            )
+            .await;
+        }
+        self.provider.mock.set_faults(FaultConfig::default());
+        (ids, alice)
+    }
+
     /// Polls until the withdrawal reaches `status` or the deadline passes.
     pub async fn wait_for_status(
         &self,

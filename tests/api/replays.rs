@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use futures::future::join_all;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -45,24 +44,9 @@ async fn app(backend: Backend) -> TestApp {
     TestApp::spawn_with(backend, config).await
 }
 
-/// `n` withdrawals the provider rejected, each with one `dependency_rejected` dead letter; the
-/// provider accepts again afterwards. The app's default worker keeps running (it releases replays).
+/// `n` withdrawals of 1.00 the provider rejected (see `TestApp::rejected_withdrawals`).
 async fn rejected(app: &TestApp, n: usize) -> Vec<WithdrawalId> {
-    app.provider
-        .mock
-        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
-    app.start_default_worker();
-    let alice = app.customer("100000.00").await;
-    let ids: Vec<WithdrawalId> = join_all((0..n).map(|i| {
-        let alice = &alice;
-        async move { app.create_withdrawal(alice, &format!("k{i}"), "1.00").await }
-    }))
-    .await;
-    for id in &ids {
-        app.wait_for_status(*id, WithdrawalStatus::RequiresReview, WAIT).await;
-    }
-    app.provider.mock.set_faults(FaultConfig::default());
-    ids
+    app.rejected_withdrawals(n, "100000.00", "1.00").await.0
 }
 
 async fn letters_of(app: &TestApp, ids: &[WithdrawalId]) -> Vec<Uuid> {
