@@ -136,6 +136,9 @@ pub struct ServeArgs {
     /// Jobs one worker process runs at once.
     #[arg(long, env = "WORKER_CONCURRENCY", default_value_t = 16)]
     pub worker_concurrency: usize,
+    /// Jobs one worker process claims per transaction (at most its concurrency).
+    #[arg(long, env = "WORKER_CLAIM_BATCH", default_value_t = 16)]
+    pub claim_batch: u32,
     /// Address to listen on.
     #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
@@ -374,6 +377,7 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     if let (true, Some(gateway)) = (args.role != Role::Api, gateway.clone()) {
         let mut worker_config = WorkerConfig::new(service::worker_id());
         worker_config.concurrency = args.worker_concurrency.max(1);
+        worker_config.batch_size = args.claim_batch.max(1);
         args.tuning.apply(&mut worker_config);
         let worker = Worker::new(db.clone(), gateway, worker_config);
         let stop = shutdown.clone();

@@ -47,6 +47,12 @@ pub struct BenchArgs {
     /// No-op jobs through the job queue.
     #[arg(long, default_value_t = 50_000)]
     pub jobs: u64,
+    /// Jobs the no-op phase's worker runs at once (`serve --worker-concurrency`).
+    #[arg(long, default_value_t = 256)]
+    pub queue_concurrency: usize,
+    /// Jobs the no-op phase's worker claims per transaction (`serve --claim-batch`).
+    #[arg(long, default_value_t = 128)]
+    pub queue_batch: u32,
     /// Dead letters seeded before timing the triage queries.
     #[arg(long, default_value_t = 1_000_000)]
     pub dead_letters: u64,
@@ -245,7 +251,7 @@ async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mu
     }
 
     progress(started, &format!("{name}: (4) {} no-op jobs through the job queue", args.jobs));
-    match queue::run(&db, &mock.url(), args.jobs).await {
+    match queue::run(&db, &mock.url(), args.jobs, args.queue_concurrency, args.queue_batch).await {
         Ok(q) => report.queue = Some(q),
         Err(err) => report.errors.push(format!("queue: {err:#}")),
     }

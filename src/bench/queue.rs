@@ -1,6 +1,7 @@
 //! (4) Raw job-queue throughput: no-op jobs through the real worker — the same claim (batched,
 //! leased, `SKIP LOCKED` on PostgreSQL), heartbeat and fenced finish as payouts, with a handler
-//! that only finishes its job in its own transaction.
+//! that has nothing to write, so its completion goes through the worker's group commit
+//! ([`crate::jobs::finisher`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +43,13 @@ fn noop<'a>(ctx: &'a JobContext) -> BoxFuture<'a, anyhow::Result<()>> {
     Box::pin(async move { ctx.finish_in_own_tx(&Finish::Succeeded).await })
 }
 
-pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<QueueReport> {
+pub async fn run(
+    db: &Db,
+    provider_url: &str,
+    jobs: u64,
+    concurrency: usize,
+    batch_size: u32,
+) -> anyhow::Result<QueueReport> {
     let enqueue_started = Instant::now();
     let mut enqueued = 0;
     while enqueued < jobs {
@@ -65,7 +72,8 @@ pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<Queue
     }
     let enqueue_seconds = enqueue_started.elapsed().as_secs_f64();
 
-    // The worker as `serve` builds it (default concurrency, batch and clocks), plus the no-op kind.
+    // The worker as `serve` builds it (its clocks), sized by `--queue-concurrency` and
+    // `--queue-batch`, plus the no-op kind.
     let (provider, _) = crate::service::provider_from(
         Some(provider_url.to_owned()),
         Some(super::PROVIDER_KEY.to_owned()),
@@ -73,8 +81,8 @@ pub async fn run(db: &Db, provider_url: &str, jobs: u64) -> anyhow::Result<Queue
         Duration::from_secs(10),
     )
     .await?;
-    let config = WorkerConfig::new(format!("bench-noop-{}", std::process::id()));
-    let (concurrency, batch_size) = (config.concurrency, config.batch_size);
+    let mut config = WorkerConfig::new(format!("bench-noop-{}", std::process::id()));
+    (config.concurrency, config.batch_size) = (concurrency.max(1), batch_size.max(1));
     let worker =
         Worker::new(db.clone(), crate::service::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
     let stop = CancellationToken::new();

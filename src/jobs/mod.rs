@@ -2,8 +2,10 @@
 //!
 //! Jobs are rows in the same database as the withdrawals, enqueued in the transaction that
 //! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
-//! ([`submit`]); [`retry`] is the retry policy as data.
+//! ([`submit`]); [`retry`] is the retry policy as data; [`finisher`] group-commits completions
+//! that carry no effects of their own.
 
+pub mod finisher;
 pub mod payload;
 pub mod reconcile;
 pub mod replay;

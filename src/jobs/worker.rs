@@ -127,6 +127,8 @@ pub struct Worker {
     gateway: Gateway,
     config: Arc<WorkerConfig>,
     extra: Arc<Vec<(&'static str, i64, Handler)>>,
+    /// Group commit of effect-free completions; started by [`Worker::run`].
+    finisher: Option<super::finisher::Finisher>,
 }
 
 /// What a handler gets: the leased job and the worker's services.
@@ -191,7 +193,15 @@ impl JobContext {
         Ok(())
     }
 
+    /// Finishes the job in a transaction of its own. A plain success has nothing to write beside
+    /// the job row, so it goes through the worker's group commit ([`super::finisher`]).
     pub async fn finish_in_own_tx(&self, how: &Finish<'_>) -> anyhow::Result<()> {
+        if let (Finish::Succeeded, Some(finisher)) = (how, &self.worker.finisher) {
+            if !finisher.succeed(self.job.id, self.job.lease_token).await? {
+                tracing::warn!(event = "lease_lost", "lease lost before finishing; another worker holds the job");
+            }
+            return Ok(());
+        }
         let tx = self.db().begin().await?;
         self.finish_or_rollback(tx, how).await
     }
@@ -210,7 +220,7 @@ impl JobContext {
 
 impl Worker {
     pub fn new(db: Db, gateway: Gateway, config: WorkerConfig) -> Self {
-        Self { db, gateway, config: Arc::new(config), extra: Arc::new(Vec::new()) }
+        Self { db, gateway, config: Arc::new(config), extra: Arc::new(Vec::new()), finisher: None }
     }
 
     /// Registers a handler for another job kind and payload version (the built-in kinds are
@@ -222,7 +232,8 @@ impl Worker {
 
     /// Runs until `shutdown` is cancelled, then stops claiming, gives in-flight jobs
     /// `shutdown_grace` to finish, and hands back those still running.
-    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.finisher = Some(super::finisher::Finisher::start(self.db.clone(), self.config.concurrency));
         self.config.validate()?;
         crate::metrics::install();
         let wake = Arc::new(Notify::new());
@@ -274,11 +285,13 @@ impl Worker {
         let start = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.config.queues.len().max(1);
         let rotated = self.config.queues.iter().cycle().skip(start).take(self.config.queues.len());
         for queue in rotated {
-            let free = permits.available_permits().min(self.config.batch_size as usize);
-            if free == 0 {
-                // Wait for a slot rather than claiming jobs nobody can run yet.
-                let permit = permits.clone().acquire_owned().await?;
-                drop(permit);
+            let batch = (self.config.batch_size as usize).min(self.config.concurrency);
+            let free = permits.available_permits().min(batch);
+            if free < batch.div_ceil(2) {
+                // Wait until half a batch of slots is free rather than claiming jobs nobody can
+                // run yet, or one job per freed slot (a claim transaction per job under load).
+                let slots = permits.clone().acquire_many_owned(batch.div_ceil(2) as u32).await?;
+                drop(slots);
                 return Ok(true);
             }
             let lease = TimeDelta::from_std(self.config.lease)?;

@@ -259,6 +259,45 @@ pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Re
     Ok(updated == 1)
 }
 
+/// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
+/// group commit of [`crate::jobs::finisher`]. Returns the ids whose lease still held; a run not
+/// among them was re-claimed by another worker and is left alone.
+pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid>> {
+    const SET: &str = "status = 'succeeded', locked_by = NULL, locked_until = NULL, lease_token = NULL,
+                       updated_at = $1, handler_errors = 0";
+    let now = DbTime::now();
+    Ok(match tx {
+        Tx::Postgres(t) => {
+            let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().copied().unzip();
+            sqlx::query_scalar(&format!(
+                "UPDATE jobs SET {SET} FROM UNNEST($2::uuid[], $3::uuid[]) AS f(id, token)
+                 WHERE jobs.id = f.id AND jobs.lease_token = f.token AND jobs.status = 'running'
+                 RETURNING jobs.id"
+            ))
+            .bind(now)
+            .bind(ids)
+            .bind(tokens)
+            .fetch_all(&mut **t)
+            .await?
+        }
+        Tx::Sqlite(t) => {
+            // No arrays in SQLite: one VALUES row of two parameters per run.
+            let rows: Vec<String> = (0..runs.len()).map(|i| format!("(${}, ${})", 2 * i + 2, 2 * i + 3)).collect();
+            let sql = format!(
+                "UPDATE jobs SET {SET} FROM (VALUES {}) AS f
+                 WHERE jobs.id = f.column1 AND jobs.lease_token = f.column2 AND jobs.status = 'running'
+                 RETURNING jobs.id",
+                rows.join(", ")
+            );
+            let mut query = sqlx::query_scalar(&sql).bind(now);
+            for (id, token) in runs {
+                query = query.bind(*id).bind(*token);
+            }
+            query.fetch_all(&mut **t).await?
+        }
+    })
+}
+
 /// Marks the first run of a job (the start of its `max_elapsed` budget), fenced by the lease.
 pub async fn mark_first_attempt(tx: &mut Tx, job: Uuid, token: Uuid) -> Result<DbTime> {
     let now = DbTime::now();

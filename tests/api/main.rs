@@ -16,6 +16,7 @@ mod metrics;
 mod ops;
 mod payouts;
 mod provider;
+mod queue;
 mod redaction;
 mod replays;
 mod runbooks;

@@ -1,0 +1,75 @@
+//! Group commit of job completions: runs that finish with nothing else to write (a handler whose
+//! effects live outside the jobs database, or none) are marked succeeded together, many per
+//! transaction, instead of one transaction each.
+//!
+//! One task per worker drains a channel: it takes every completion waiting (up to a batch),
+//! commits them with one fenced statement ([`job_store::succeed_many`]), answers each caller,
+//! and takes the next lot — which piled up while that commit was in flight. Under load a batch
+//! fills on its own; when idle a lone completion commits at once (no timer, no added latency).
+//! Each run is still fenced by its own lease token: a run whose lease was lost is answered
+//! `false` and its row left to the worker that holds it. Completions that carry their effects
+//! (a payout's outcome, a dead letter) keep their own transaction; batching them would let one
+//! run's failure roll back another's.
+
+use std::collections::HashSet;
+
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::storage::jobs as job_store;
+use crate::storage::Db;
+
+struct Completion {
+    job: Uuid,
+    token: Uuid,
+    reply: oneshot::Sender<Result<bool, String>>,
+}
+
+/// The sending side; cheap to clone. The committing task ends when every clone is dropped.
+#[derive(Clone)]
+pub struct Finisher {
+    sender: mpsc::UnboundedSender<Completion>,
+}
+
+impl Finisher {
+    /// Starts the committing task (inside a Tokio runtime); at most `max_batch` runs per commit.
+    pub fn start(db: Db, max_batch: usize) -> Self {
+        let (sender, mut receiver) = mpsc::unbounded_channel::<Completion>();
+        let max_batch = max_batch.max(1);
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(max_batch);
+            while receiver.recv_many(&mut batch, max_batch).await > 0 {
+                let runs: Vec<(Uuid, Uuid)> = batch.iter().map(|c| (c.job, c.token)).collect();
+                let result = commit(&db, &runs).await;
+                for completion in batch.drain(..) {
+                    let answer = match &result {
+                        Ok(held) => Ok(held.contains(&completion.job)),
+                        Err(err) => Err(err.clone()),
+                    };
+                    let _ = completion.reply.send(answer);
+                }
+            }
+        });
+        Self { sender }
+    }
+
+    /// Marks the run succeeded once its batch commits; false if its lease was lost.
+    pub async fn succeed(&self, job: Uuid, token: Uuid) -> anyhow::Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .send(Completion { job, token, reply })
+            .map_err(|_| anyhow::anyhow!("the job finisher has stopped"))?;
+        let answer = answer.await.map_err(|_| anyhow::anyhow!("the job finisher has stopped"))?;
+        answer.map_err(|err| anyhow::anyhow!("finishing jobs in a batch failed: {err}"))
+    }
+}
+
+async fn commit(db: &Db, runs: &[(Uuid, Uuid)]) -> Result<HashSet<Uuid>, String> {
+    let attempt = async {
+        let mut tx = db.begin().await?;
+        let held = job_store::succeed_many(&mut tx, runs).await?;
+        tx.commit().await?;
+        Ok::<_, crate::storage::StorageError>(held.into_iter().collect())
+    };
+    attempt.await.map_err(|err| format!("{:#}", anyhow::Error::from(err)))
+}

@@ -1,0 +1,121 @@
+//! The job queue's group commit (SPEC §5): effect-free completions are committed many per
+//! transaction, and every one of them is still fenced by its own lease token.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use withdrawals::jobs::finisher::Finisher;
+use withdrawals::jobs::worker::{JobContext, Worker};
+use withdrawals::provider::BoxFuture;
+use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
+use withdrawals::storage::DbTime;
+
+use crate::both_backends;
+use crate::harness::{worker_config, TestApp};
+
+both_backends!(
+    a_batch_of_completions_commits_each_run_only_under_its_own_lease,
+    a_worker_drives_effect_free_jobs_to_success_through_the_group_commit,
+);
+
+/// A queue no built-in worker claims from, so only the test's own claims and workers touch it.
+const QUEUE: &str = "test_group_commit";
+const KIND: &str = "test_effect_free";
+
+async fn enqueue(app: &TestApp, n: usize) -> HashSet<uuid::Uuid> {
+    let mut tx = app.db.begin().await.unwrap();
+    let mut ids = HashSet::new();
+    for i in 0..n {
+        let job = NewJob {
+            queue: QUEUE,
+            kind: KIND,
+            payload: format!("{{\"n\":{i}}}").into_bytes(),
+            payload_version: 1,
+            run_at: DbTime::now(),
+            correlation_id: format!("group-commit-{i}"),
+            withdrawal_id: None,
+        };
+        ids.insert(job_store::enqueue(&mut tx, &job).await.unwrap().0);
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: TestApp) {
+    enqueue(&app, 3).await;
+    let mut runs = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::zero()).await.unwrap();
+    assert_eq!(runs.len(), 3);
+    runs.sort_by_key(|r| r.id);
+    // Worker A's leases were zero-length: B re-claims all three, then A's first two are handed
+    // back to A (as if B lost them), so A holds two leases and B holds the third.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(job_store::expire_leases(&app.db, 5).await.unwrap().is_empty());
+    let mut retaken = job_store::claim(&app.db, QUEUE, "worker-b", 3, TimeDelta::seconds(30)).await.unwrap();
+    retaken.sort_by_key(|r| r.id);
+    assert_eq!(retaken.len(), 3);
+    let mut tx = app.db.begin().await.unwrap();
+    for r in &retaken[..2] {
+        assert!(job_store::finish(&mut tx, r.id, r.lease_token, &Finish::Release).await.unwrap());
+    }
+    tx.commit().await.unwrap();
+    let again = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::seconds(30)).await.unwrap();
+    assert_eq!(again.len(), 2);
+
+    // A finishes its two live runs and its stale third run together; B's lease fences the third.
+    let finisher = Finisher::start(app.db.clone(), 16);
+    let stale = &runs[2];
+    assert_eq!(stale.id, retaken[2].id);
+    let (first, second, third) = tokio::join!(
+        finisher.succeed(again[0].id, again[0].lease_token),
+        finisher.succeed(again[1].id, again[1].lease_token),
+        finisher.succeed(stale.id, stale.lease_token),
+    );
+    assert!(first.unwrap() && second.unwrap(), "the live leases finished");
+    assert!(!third.unwrap(), "the stale lease was refused");
+
+    for run in &again {
+        assert_eq!(job_store::job_status(&app.db, run.id).await.unwrap().as_deref(), Some("succeeded"));
+    }
+    let kept = job_store::job_row(&app.db, stale.id).await.unwrap().unwrap();
+    assert_eq!((kept.status.as_str(), kept.receives), ("running", 2), "still worker B's run");
+    let mut tx = app.db.begin().await.unwrap();
+    let ours = job_store::finish(&mut tx, retaken[2].id, retaken[2].lease_token, &Finish::Succeeded).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(ours, "B's lease still finishes its job");
+}
+
+fn effect_free<'a>(ctx: &'a JobContext) -> BoxFuture<'a, anyhow::Result<()>> {
+    Box::pin(async move { ctx.finish_in_own_tx(&Finish::Succeeded).await })
+}
+
+async fn a_worker_drives_effect_free_jobs_to_success_through_the_group_commit(app: TestApp) {
+    let ids = enqueue(&app, 120).await;
+    let mut config = worker_config("group-commit-worker");
+    config.queues = vec![QUEUE];
+    (config.concurrency, config.batch_size) = (32, 16);
+    let worker = Worker::new(app.db.clone(), app.gateway.clone(), config).with_handler(KIND, 1, Arc::new(effect_free));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(worker.run(stop.clone()));
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut done = 0;
+    while tokio::time::Instant::now() < deadline {
+        done = 0;
+        for id in &ids {
+            done += usize::from(job_store::job_status(&app.db, *id).await.unwrap().as_deref() == Some("succeeded"));
+        }
+        if done == ids.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(done, ids.len(), "every job succeeded");
+    for id in &ids {
+        let row = job_store::job_row(&app.db, *id).await.unwrap().unwrap();
+        assert_eq!((row.receives, row.attempts), (1, 0), "each job ran exactly once: {row:?}");
+    }
+}
