@@ -20,7 +20,7 @@ use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
 use crate::provider::{SubmitOutcome, TransferRequest, TransferStatus};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
-use crate::storage::jobs::{self as job_store, Finish};
+use crate::storage::jobs::Finish;
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::DbTime;
 
@@ -91,10 +91,13 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
 
     let attempt_no = last.as_ref().map_or(1, |a| a.attempt_no + 1);
     let attempt = attempts::start(&mut tx, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id).await?;
-    job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
-    let (attempts_in_budget, first) = attempts::budget(&mut tx, id).await?;
+    let (attempts_in_budget, first) = match &last {
+        // A first attempt is the whole budget so far: nothing to count.
+        None => (1, None),
+        Some(_) => attempts::budget(&mut tx, id).await?,
+    };
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
-    if !ctx.still_leased(&mut tx).await? {
+    if !ctx.still_leased_for_attempt(&mut tx).await? {
         return Ok(());
     }
     tx.commit().await?;

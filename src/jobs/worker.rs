@@ -206,11 +206,12 @@ impl JobContext {
         self.finish_or_rollback(tx, how).await
     }
 
-    /// Whether this run still holds its lease (checked inside `tx`, before committing work that
-    /// must only happen under the lease).
-    pub async fn still_leased(&self, tx: &mut Tx) -> anyhow::Result<bool> {
+    /// Whether this run still holds its lease, checked inside `tx` right before a provider call
+    /// (work that must only happen under the lease). In the same write the lease is extended and
+    /// the job's first attempt marked (the start of its `max_elapsed` budget).
+    pub async fn still_leased_for_attempt(&self, tx: &mut Tx) -> anyhow::Result<bool> {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
-        let held = job_store::extend_lease(tx, self.job.id, self.job.lease_token, lease).await?;
+        let held = job_store::extend_lease_for_attempt(tx, self.job.id, self.job.lease_token, lease).await?;
         if !held {
             tracing::warn!(event = "lease_lost", "lease lost before calling the provider; nothing sent");
         }

@@ -63,25 +63,42 @@ pub async fn begin(
     fingerprint: &[u8],
     settings: IdempotencySettings,
 ) -> Result<Begin> {
+    const CLAIM: &str = "INSERT INTO idempotency_records
+                             (account_id, key, fingerprint, state, locked_at, created_at, expires_at)
+                         VALUES ($1, $2, $3, 'in_progress', $4, $4, $5) ON CONFLICT (account_id, key) DO NOTHING";
     let now = DbTime::now();
+    let claimed = Begin::Proceed(Claim { account_id: account, locked_at: now });
+    if let Db::Postgres(pool) = db {
+        // The common case, a new key, is one statement in its own transaction (no BEGIN/COMMIT
+        // round trips); a key already present is decided below.
+        let inserted = sqlx::query(CLAIM)
+            .bind(account.0)
+            .bind(key.as_str())
+            .bind(fingerprint)
+            .bind(now)
+            .bind(now.plus(settings.retention))
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if inserted == 1 {
+            return Ok(claimed);
+        }
+    }
     let mut tx = db.begin().await?;
     let inserted = with_conn!(&mut tx, |conn| {
-        sqlx::query(
-            "INSERT INTO idempotency_records (account_id, key, fingerprint, state, locked_at, created_at, expires_at)
-             VALUES ($1, $2, $3, 'in_progress', $4, $4, $5) ON CONFLICT (account_id, key) DO NOTHING",
-        )
-        .bind(account.0)
-        .bind(key.as_str())
-        .bind(fingerprint)
-        .bind(now)
-        .bind(now.plus(settings.retention))
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
+        sqlx::query(CLAIM)
+            .bind(account.0)
+            .bind(key.as_str())
+            .bind(fingerprint)
+            .bind(now)
+            .bind(now.plus(settings.retention))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
     });
     if inserted == 1 {
         tx.commit().await?;
-        return Ok(Begin::Proceed(Claim { account_id: account, locked_at: now }));
+        return Ok(claimed);
     }
     let existing: RecordRow = with_conn!(&mut tx, |conn| {
         sqlx::query_as(

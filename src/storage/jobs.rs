@@ -27,27 +27,32 @@ pub struct NewJob {
 }
 
 pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
+    const INSERT: &str = "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at,
+                                           correlation_id, withdrawal_id, created_at, updated_at)
+                          VALUES ($1, $2, $3, $4, $5, 'scheduled', $6, $7, $8, $9, $9)";
     let id = JobId::new();
     let now = DbTime::now();
+    // On PostgreSQL the insert and its `NOTIFY` (delivered at commit to every process that
+    // listens, see [`listen`]) are one round trip.
+    let notifying = format!("WITH j AS ({INSERT} RETURNING queue) SELECT pg_notify($10, queue) FROM j");
+    let postgres = matches!(tx, Tx::Postgres(_));
+    let sql = if postgres { notifying.as_str() } else { INSERT };
     with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at,
-                               correlation_id, withdrawal_id, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, 'scheduled', $6, $7, $8, $9, $9)",
-        )
-        .bind(id.0)
-        .bind(job.queue)
-        .bind(job.kind)
-        .bind(&job.payload)
-        .bind(job.payload_version)
-        .bind(job.run_at)
-        .bind(&job.correlation_id)
-        .bind(job.withdrawal_id.map(|w| w.0))
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
+        let query = sqlx::query(sql)
+            .bind(id.0)
+            .bind(job.queue)
+            .bind(job.kind)
+            .bind(&job.payload)
+            .bind(job.payload_version)
+            .bind(job.run_at)
+            .bind(&job.correlation_id)
+            .bind(job.withdrawal_id.map(|w| w.0))
+            .bind(now);
+        let query = if postgres { query.bind(JOBS_CHANNEL) } else { query };
+        query.execute(&mut *conn).await?;
     });
-    notify_enqueued(tx, job.queue).await?;
+    // Workers of this process are woken at once.
+    local_wakeups().notify_one();
     Ok(id)
 }
 
@@ -56,19 +61,6 @@ pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
 pub fn local_wakeups() -> &'static tokio::sync::Notify {
     static WAKEUPS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
     WAKEUPS.get_or_init(tokio::sync::Notify::new)
-}
-
-/// Wakes workers: in this process at once; on PostgreSQL also a `NOTIFY`, delivered at commit to
-/// every process that listens ([`listen`]).
-async fn notify_enqueued(tx: &mut Tx, queue: &str) -> Result<()> {
-    local_wakeups().notify_one();
-    match tx {
-        Tx::Postgres(t) => {
-            sqlx::query("SELECT pg_notify($1, $2)").bind(JOBS_CHANNEL).bind(queue).execute(&mut **t).await?;
-        }
-        Tx::Sqlite(_) => {}
-    }
-    Ok(())
 }
 
 /// The PostgreSQL notification channel for new jobs.
@@ -367,6 +359,26 @@ pub async fn extend_lease(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta)
             .execute(&mut *conn)
             .await?
             .rows_affected()
+    });
+    Ok(updated == 1)
+}
+
+/// Extends the lease inside `tx` and marks the job's first attempt if it has none (one write
+/// before a provider call); false if the lease is no longer ours.
+pub async fn extend_lease_for_attempt(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
+    let now = DbTime::now();
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET locked_until = $1, first_attempt_at = COALESCE(first_attempt_at, $2)
+             WHERE id = $3 AND lease_token = $4 AND status = 'running'",
+        )
+        .bind(now.plus(lease))
+        .bind(now)
+        .bind(job)
+        .bind(token)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
     });
     Ok(updated == 1)
 }
