@@ -17,6 +17,7 @@ use super::correlation::CorrelationId;
 use super::error::ApiError;
 use super::AppState;
 use crate::domain::{Actor, Amount, Currency, Destination, IdempotencyKey, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::storage::batch::Writes;
 use crate::storage::idempotency::{self, Begin};
 use crate::storage::withdrawals::{self as store, CreateRejected, NewWithdrawal, PageCursor, TransitionOutcome};
 use crate::storage::DbTime;
@@ -282,20 +283,25 @@ enum CreateOutcome {
     ClaimLost,
 }
 
-/// Phase two: hold, insert, enqueue and store the response in one transaction.
+/// Phase two: hold, insert, enqueue and store the response in one transaction (one statement
+/// on PostgreSQL).
 async fn create_under_claim(
     state: &AppState,
     key: &IdempotencyKey,
     claim: idempotency::Claim,
     new: &NewWithdrawal,
 ) -> Result<CreateOutcome, ApiError> {
+    let withdrawal = store::prepare(new);
+    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
+    let mut also = Writes::new();
+    let completed =
+        idempotency::complete_in(&mut also, key, claim, StatusCode::CREATED.as_u16(), &body, Some(withdrawal.id));
     let mut tx = state.db().begin().await?;
-    let withdrawal = match store::create(&mut tx, new).await? {
-        Ok(withdrawal) => withdrawal,
+    let counts = match store::create(&mut tx, &withdrawal, also).await? {
+        Ok(counts) => counts,
         Err(CreateRejected::InsufficientFunds) => return Ok(CreateOutcome::InsufficientFunds),
     };
-    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
-    if !idempotency::complete(&mut tx, key, claim, StatusCode::CREATED.as_u16(), &body, Some(withdrawal.id)).await? {
+    if counts[completed] != 1 {
         return Ok(CreateOutcome::ClaimLost);
     }
     tx.commit().await?;

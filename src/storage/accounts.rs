@@ -5,6 +5,7 @@
 
 use uuid::Uuid;
 
+use super::batch::{Arg, Writes};
 use super::{DbTime, Result, Tx};
 use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
 use crate::{with_conn, with_read_conn};
@@ -66,108 +67,90 @@ pub async fn account_exists(tx: &mut Tx, id: AccountId) -> Result<bool> {
 /// Credits money from outside the system.
 pub async fn fund(tx: &mut Tx, account: AccountId, amount: Amount) -> Result<()> {
     let minor = amount.to_minor();
-    let currency = amount.currency().code();
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, 0, 0)
-             ON CONFLICT (account_id, currency) DO UPDATE SET available = balances.available + excluded.available",
-        )
-        .bind(account.0)
-        .bind(currency)
-        .bind(minor)
-        .execute(&mut *conn)
-        .await?;
-    });
-    record_entry(tx, account, amount.currency(), EntryKind::Funding, minor, None, None).await
+    let mut writes = Writes::new();
+    writes.push(
+        "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, 0, 0)
+         ON CONFLICT (account_id, currency) DO UPDATE SET available = balances.available + excluded.available",
+        vec![Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned()), Arg::I64(minor)],
+    );
+    entry_in(&mut writes, account, amount.currency(), EntryKind::Funding, minor, None, None);
+    writes.run(tx).await?;
+    Ok(())
 }
 
-/// Moves `amount` from available to held if the account has it. Returns false (and changes
-/// nothing) on insufficient funds. The conditional update takes the balance row's lock, so two
-/// concurrent holds can never overdraw.
-pub async fn hold(
-    tx: &mut Tx,
+/// Moves `amount` from available to held if the account has it, as writes of a larger batch:
+/// the conditional balance update (its count is the returned index; zero rows means
+/// insufficient funds, and the caller must then roll back) and the ledger entry. The update
+/// takes the balance row's lock, so two concurrent holds can never overdraw.
+pub fn hold_in(
+    writes: &mut Writes,
     account: AccountId,
     amount: Amount,
     withdrawal: WithdrawalId,
     transition: Uuid,
-) -> Result<bool> {
+) -> usize {
     let minor = amount.to_minor();
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE balances SET available = available - $1, held = held + $1
-             WHERE account_id = $2 AND currency = $3 AND available >= $1",
-        )
-        .bind(minor)
-        .bind(account.0)
-        .bind(amount.currency().code())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    if updated == 0 {
-        return Ok(false);
-    }
-    record_entry(tx, account, amount.currency(), EntryKind::Hold, minor, Some(withdrawal), Some(transition)).await?;
-    Ok(true)
+    let held = writes.push(
+        "UPDATE balances SET available = available - $1, held = held + $1
+         WHERE account_id = $2 AND currency = $3 AND available >= $1",
+        vec![Arg::I64(minor), Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned())],
+    );
+    entry_in(writes, account, amount.currency(), EntryKind::Hold, minor, Some(withdrawal), Some(transition));
+    held
 }
 
-/// Applies a settle or release of a held amount, with its ledger entry.
-pub async fn move_held(
-    tx: &mut Tx,
+/// A settle or release of a held amount with its ledger entry, as writes of a larger batch.
+pub fn move_held_in(
+    writes: &mut Writes,
     kind: EntryKind,
     account: AccountId,
-    currency: Currency,
-    minor: i64,
+    amount: Amount,
     withdrawal: WithdrawalId,
     transition: Uuid,
-) -> Result<()> {
+) {
+    let minor = amount.to_minor();
     let (available, held, paid_out) = kind.deltas(minor);
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE balances SET available = available + $1, held = held + $2, paid_out = paid_out + $3
-             WHERE account_id = $4 AND currency = $5",
-        )
-        .bind(available)
-        .bind(held)
-        .bind(paid_out)
-        .bind(account.0)
-        .bind(currency.code())
-        .execute(&mut *conn)
-        .await?;
-    });
-    record_entry(tx, account, currency, kind, minor, Some(withdrawal), Some(transition)).await
+    writes.push(
+        "UPDATE balances SET available = available + $1, held = held + $2, paid_out = paid_out + $3
+         WHERE account_id = $4 AND currency = $5",
+        vec![
+            Arg::I64(available),
+            Arg::I64(held),
+            Arg::I64(paid_out),
+            Arg::Uuid(account.0),
+            Arg::Text(amount.currency().code().to_owned()),
+        ],
+    );
+    entry_in(writes, account, amount.currency(), kind, minor, Some(withdrawal), Some(transition));
 }
 
-async fn record_entry(
-    tx: &mut Tx,
+fn entry_in(
+    writes: &mut Writes,
     account: AccountId,
     currency: Currency,
     kind: EntryKind,
     minor: i64,
     withdrawal: Option<WithdrawalId>,
     transition: Option<Uuid>,
-) -> Result<()> {
+) {
     let (available, held, paid_out) = kind.deltas(minor);
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
-                                         available_delta, held_delta, paid_out_delta, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(account.0)
-        .bind(currency.code())
-        .bind(kind.as_str())
-        .bind(withdrawal.map(|w| w.0))
-        .bind(transition)
-        .bind(available)
-        .bind(held)
-        .bind(paid_out)
-        .bind(DbTime::now())
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(())
+    writes.push(
+        "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
+                                     available_delta, held_delta, paid_out_delta, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        vec![
+            Arg::Uuid(Uuid::now_v7()),
+            Arg::Uuid(account.0),
+            Arg::Text(currency.code().to_owned()),
+            Arg::Text(kind.as_str().to_owned()),
+            Arg::OptUuid(withdrawal.map(|w| w.0)),
+            Arg::OptUuid(transition),
+            Arg::I64(available),
+            Arg::I64(held),
+            Arg::I64(paid_out),
+            Arg::Time(DbTime::now()),
+        ],
+    );
 }
 
 /// One currency's balance, in minor units.

@@ -9,6 +9,7 @@
 
 use chrono::TimeDelta;
 
+use super::batch::{Arg, Writes};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
 use crate::with_conn;
@@ -164,23 +165,34 @@ pub async fn complete(
     body: &[u8],
     withdrawal: Option<WithdrawalId>,
 ) -> Result<bool> {
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE idempotency_records
-             SET state = 'completed', response_status = $1, response_body = $2, withdrawal_id = $3
-             WHERE account_id = $4 AND key = $5 AND state = 'in_progress' AND locked_at = $6",
-        )
-        .bind(i64::from(status))
-        .bind(body)
-        .bind(withdrawal.map(|w| w.0))
-        .bind(claim.account_id.0)
-        .bind(key.as_str())
-        .bind(claim.locked_at)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    Ok(updated == 1)
+    let mut writes = Writes::new();
+    let completed = complete_in(&mut writes, key, claim, status, body, withdrawal);
+    Ok(writes.run(tx).await?[completed] == 1)
+}
+
+/// [`complete`] as a write of a larger batch; its count (the returned index) is 1, or 0 if the
+/// claim was lost and the caller must roll back.
+pub fn complete_in(
+    writes: &mut Writes,
+    key: &IdempotencyKey,
+    claim: Claim,
+    status: u16,
+    body: &[u8],
+    withdrawal: Option<WithdrawalId>,
+) -> usize {
+    writes.push(
+        "UPDATE idempotency_records
+         SET state = 'completed', response_status = $1, response_body = $2, withdrawal_id = $3
+         WHERE account_id = $4 AND key = $5 AND state = 'in_progress' AND locked_at = $6",
+        vec![
+            Arg::I64(i64::from(status)),
+            Arg::Bytes(body.to_vec()),
+            Arg::OptUuid(withdrawal.map(|w| w.0)),
+            Arg::Uuid(claim.account_id.0),
+            Arg::Text(key.as_str().to_owned()),
+            Arg::Time(claim.locked_at),
+        ],
+    )
 }
 
 /// Gives a key back after a request that changed nothing (e.g. insufficient funds), so the

@@ -9,6 +9,7 @@
 use chrono::TimeDelta;
 use uuid::Uuid;
 
+use super::batch::{Arg, Writes};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{JobId, WithdrawalId};
 use crate::with_conn;
@@ -27,33 +28,37 @@ pub struct NewJob {
 }
 
 pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
-    const INSERT: &str = "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at,
-                                           correlation_id, withdrawal_id, created_at, updated_at)
-                          VALUES ($1, $2, $3, $4, $5, 'scheduled', $6, $7, $8, $9, $9)";
+    let mut writes = Writes::new();
+    let id = enqueue_in(&mut writes, job);
+    writes.run(tx).await?;
+    Ok(id)
+}
+
+/// [`enqueue`] as a write of a larger batch. Workers of this process are woken at once; on
+/// PostgreSQL the batch also sends a `NOTIFY`, delivered at commit to every process that listens
+/// ([`listen`]).
+pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
     let id = JobId::new();
     let now = DbTime::now();
-    // On PostgreSQL the insert and its `NOTIFY` (delivered at commit to every process that
-    // listens, see [`listen`]) are one round trip.
-    let notifying = format!("WITH j AS ({INSERT} RETURNING queue) SELECT pg_notify($10, queue) FROM j");
-    let postgres = matches!(tx, Tx::Postgres(_));
-    let sql = if postgres { notifying.as_str() } else { INSERT };
-    with_conn!(tx, |conn| {
-        let query = sqlx::query(sql)
-            .bind(id.0)
-            .bind(job.queue)
-            .bind(job.kind)
-            .bind(&job.payload)
-            .bind(job.payload_version)
-            .bind(job.run_at)
-            .bind(&job.correlation_id)
-            .bind(job.withdrawal_id.map(|w| w.0))
-            .bind(now);
-        let query = if postgres { query.bind(JOBS_CHANNEL) } else { query };
-        query.execute(&mut *conn).await?;
-    });
-    // Workers of this process are woken at once.
+    writes.push(
+        "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at,
+                           correlation_id, withdrawal_id, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, 'scheduled', $6, $7, $8, $9, $9)",
+        vec![
+            Arg::Uuid(id.0),
+            Arg::Text(job.queue.to_owned()),
+            Arg::Text(job.kind.to_owned()),
+            Arg::Bytes(job.payload.clone()),
+            Arg::I64(job.payload_version),
+            Arg::Time(job.run_at),
+            Arg::Text(job.correlation_id.clone()),
+            Arg::OptUuid(job.withdrawal_id.map(|w| w.0)),
+            Arg::Time(now),
+        ],
+    );
+    writes.notify(JOBS_CHANNEL, job.queue);
     local_wakeups().notify_one();
-    Ok(id)
+    id
 }
 
 /// In-process wake-ups for workers of this process. On SQLite a worker woken before the

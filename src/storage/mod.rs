@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod attempts;
 pub mod audit;
+pub mod batch;
 pub mod bench;
 pub mod credentials;
 pub mod dead_letters;

@@ -9,6 +9,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::accounts::{self, EntryKind};
+use super::batch::{Arg, Writes};
 use super::jobs;
 use super::{DbTime, Result, StorageError, Tx};
 use crate::domain::{
@@ -75,37 +76,70 @@ pub enum CreateRejected {
     InsufficientFunds,
 }
 
-/// Creates a `pending` withdrawal with its funds held and its submit job enqueued. On
+/// The withdrawal `new` becomes, as [`create`] will store it (a fresh id, `pending`, version 1).
+pub fn prepare(new: &NewWithdrawal) -> Withdrawal {
+    let now = DbTime::now().0;
+    Withdrawal {
+        id: WithdrawalId::new(),
+        account_id: new.account_id,
+        status: WithdrawalStatus::Pending,
+        amount: new.amount,
+        destination: new.destination.clone(),
+        reference: new.reference.clone(),
+        failure_code: None,
+        version: 1,
+        idempotency_key: new.idempotency_key.clone(),
+        correlation_id: new.correlation_id.clone(),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Creates `withdrawal` (from [`prepare`]) with its funds held, its first transition recorded and
+/// its submit job enqueued, together with the caller's writes `also` — all in `tx`, as one
+/// statement on PostgreSQL ([`Writes`]). Returns the counts of `also`'s writes. On
 /// `Err(CreateRejected)` the transaction holds partial writes: the caller must drop it.
-pub async fn create(tx: &mut Tx, new: &NewWithdrawal) -> Result<std::result::Result<Withdrawal, CreateRejected>> {
-    let id = WithdrawalId::new();
-    let now = DbTime::now();
-    let row: WithdrawalRow = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!(
-            "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference, version,
-                                      idempotency_key, correlation_id, created_at, updated_at)
-             VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9) RETURNING {COLUMNS}"
-        ))
-        .bind(id.0)
-        .bind(new.account_id.0)
-        .bind(new.amount.to_minor())
-        .bind(new.amount.currency().code())
-        .bind(Json(&new.destination))
-        .bind(new.reference.as_deref())
-        .bind(&new.idempotency_key)
-        .bind(&new.correlation_id)
-        .bind(now)
-        .fetch_one(&mut *conn)
-        .await?
-    });
-    let transition =
-        record_transition(tx, id, None, WithdrawalStatus::Pending, &Actor::Customer, "created", &new.correlation_id)
-            .await?;
-    if !accounts::hold(tx, new.account_id, new.amount, id, transition).await? {
+pub async fn create(
+    tx: &mut Tx,
+    withdrawal: &Withdrawal,
+    also: Writes,
+) -> Result<std::result::Result<Vec<u64>, CreateRejected>> {
+    let w = withdrawal;
+    let now = DbTime::from(w.created_at);
+    let mut writes = Writes::new();
+    writes.push(
+        "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference, version,
+                                  idempotency_key, correlation_id, created_at, updated_at)
+         VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9)",
+        vec![
+            Arg::Uuid(w.id.0),
+            Arg::Uuid(w.account_id.0),
+            Arg::I64(w.amount.to_minor()),
+            Arg::Text(w.amount.currency().code().to_owned()),
+            Arg::Json(serde_json::to_value(&w.destination).map_err(StorageError::corrupt)?),
+            Arg::OptText(w.reference.clone()),
+            Arg::Text(w.idempotency_key.clone()),
+            Arg::Text(w.correlation_id.clone()),
+            Arg::Time(now),
+        ],
+    );
+    let transition = transition_in(
+        &mut writes,
+        w.id,
+        None,
+        WithdrawalStatus::Pending,
+        &Actor::Customer,
+        "created",
+        &w.correlation_id,
+    );
+    let held = accounts::hold_in(&mut writes, w.account_id, w.amount, w.id, transition);
+    jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
+    let theirs = writes.append(also);
+    let counts = writes.run(tx).await?;
+    if counts[held] != 1 {
         return Ok(Err(CreateRejected::InsufficientFunds));
     }
-    jobs::enqueue(tx, &SubmitPayout::new(id, None).job(&new.correlation_id, now)).await?;
-    Ok(Ok(row.try_into()?))
+    Ok(Ok(counts[theirs..].to_vec()))
 }
 
 /// Reads one withdrawal; with `account` set, another account's withdrawal reads as absent.
@@ -224,60 +258,58 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
     };
     let withdrawal = Withdrawal::try_from(row)?;
     crate::metrics::transition(req.from.as_str(), req.to.as_str());
+    // The transition row and the ledger entries of its effect: one round trip on PostgreSQL.
+    let mut writes = Writes::new();
     let transition_id =
-        record_transition(tx, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id).await?;
-    let amount = withdrawal.amount;
+        transition_in(&mut writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id);
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),
         LedgerEffect::ReleaseHold => Some(EntryKind::Release),
     };
     if let Some(kind) = kind {
-        accounts::move_held(
-            tx,
+        accounts::move_held_in(
+            &mut writes,
             kind,
             withdrawal.account_id,
-            amount.currency(),
-            amount.to_minor(),
+            withdrawal.amount,
             withdrawal.id,
             transition_id,
-        )
-        .await?;
+        );
     }
+    writes.run(tx).await?;
     if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
         super::dead_letters::close_settled(tx, req.id.0, &req.actor.to_string(), req.reason, req.to.as_str()).await?;
     }
     Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
 }
 
-async fn record_transition(
-    tx: &mut Tx,
+fn transition_in(
+    writes: &mut Writes,
     id: WithdrawalId,
     from: Option<WithdrawalStatus>,
     to: WithdrawalStatus,
     actor: &Actor,
     reason: &str,
     correlation_id: &str,
-) -> Result<Uuid> {
+) -> Uuid {
     let transition_id = Uuid::now_v7();
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(transition_id)
-        .bind(id.0)
-        .bind(from.map(WithdrawalStatus::as_str))
-        .bind(to.as_str())
-        .bind(actor.to_string())
-        // Reasons are free text from people and providers: redacted like everything stored.
-        .bind(crate::redact::text(reason))
-        .bind(correlation_id)
-        .bind(DbTime::now())
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(transition_id)
+    writes.push(
+        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        vec![
+            Arg::Uuid(transition_id),
+            Arg::Uuid(id.0),
+            Arg::OptText(from.map(|f| f.as_str().to_owned())),
+            Arg::Text(to.as_str().to_owned()),
+            Arg::Text(actor.to_string()),
+            // Reasons are free text from people and providers: redacted like everything stored.
+            Arg::Text(crate::redact::text(reason)),
+            Arg::Text(correlation_id.to_owned()),
+            Arg::Time(DbTime::now()),
+        ],
+    );
+    transition_id
 }
 
 /// One recorded state change, oldest first in [`transitions`].

@@ -1,5 +1,6 @@
 //! The job queue's group commit (SPEC §5): effect-free completions are committed many per
-//! transaction, and every one of them is still fenced by its own lease token.
+//! transaction, and every one of them is still fenced by its own lease token; and the storage
+//! batch the creation statement is built on.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::harness::{worker_config, TestApp};
 both_backends!(
     a_batch_of_completions_commits_each_run_only_under_its_own_lease,
     a_worker_drives_effect_free_jobs_to_success_through_the_group_commit,
+    writes_sent_together_report_their_own_counts_and_roll_back_together,
 );
 
 /// A queue no built-in worker claims from, so only the test's own claims and workers touch it.
@@ -118,4 +120,43 @@ async fn a_worker_drives_effect_free_jobs_to_success_through_the_group_commit(ap
         let row = job_store::job_row(&app.db, *id).await.unwrap().unwrap();
         assert_eq!((row.receives, row.attempts), (1, 0), "each job ran exactly once: {row:?}");
     }
+}
+
+/// The mechanism under the creation statement: writes sent together report their own row
+/// counts (the caller's check before committing), and roll back together.
+async fn writes_sent_together_report_their_own_counts_and_roll_back_together(app: TestApp) {
+    use withdrawals::domain::IdempotencyKey;
+    use withdrawals::storage::batch::Writes;
+    use withdrawals::storage::idempotency::{self, Begin, IdempotencySettings};
+    let alice = app.customer("100.00").await;
+    let keys: Vec<IdempotencyKey> =
+        ["k1", "k2", "never-claimed"].iter().map(|k| IdempotencyKey::parse(k).unwrap()).collect();
+    let settings = IdempotencySettings::default();
+    let begin = |key: &IdempotencyKey| {
+        let (db, key) = (app.db.clone(), key.clone());
+        async move { idempotency::begin(&db, alice.account_id, &key, b"fingerprint", settings).await.unwrap() }
+    };
+    let (Begin::Proceed(first), Begin::Proceed(second)) = (begin(&keys[0]).await, begin(&keys[1]).await) else {
+        panic!("new keys are claimed");
+    };
+    let writes = || {
+        let mut writes = Writes::new();
+        idempotency::complete_in(&mut writes, &keys[0], first, 201, b"{\"n\":1}", None);
+        // The same claim on a key nobody claimed matches no row.
+        idempotency::complete_in(&mut writes, &keys[2], first, 201, b"{}", None);
+        idempotency::complete_in(&mut writes, &keys[1], second, 201, b"{\"n\":2}", None);
+        writes
+    };
+
+    let mut tx = app.db.begin().await.unwrap();
+    assert_eq!(writes().run(&mut tx).await.unwrap(), vec![1, 0, 1]);
+    drop(tx);
+    assert_eq!(begin(&keys[0]).await, Begin::InProgress, "rolled back together");
+    assert_eq!(begin(&keys[1]).await, Begin::InProgress, "rolled back together");
+
+    let mut tx = app.db.begin().await.unwrap();
+    assert_eq!(writes().run(&mut tx).await.unwrap(), vec![1, 0, 1]);
+    tx.commit().await.unwrap();
+    assert_eq!(begin(&keys[0]).await, Begin::Replay { status: 201, body: b"{\"n\":1}".to_vec() });
+    assert_eq!(begin(&keys[1]).await, Begin::Replay { status: 201, body: b"{\"n\":2}".to_vec() });
 }
