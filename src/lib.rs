@@ -5,10 +5,11 @@
 //! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, ids, the withdrawal
 //!   state machine. Pure: no I/O.
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
-//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs.
+//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
+//!   [`storage::batch`] sends a transaction's independent writes as one statement.
 //! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health.
-//! - [`jobs`] — job kinds, queues and payloads; the durable worker; the submit-payout and
-//!   reconciliation handlers; retry policies.
+//! - [`jobs`] — job kinds, queues and payloads; the durable worker and its group commit of
+//!   completions; the submit-payout and reconciliation handlers; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
 //! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker.

@@ -45,13 +45,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
     /// No-op jobs through the job queue.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 200_000)]
     pub jobs: u64,
     /// Jobs the no-op phase's worker runs at once (`serve --worker-concurrency`).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 2048)]
     pub queue_concurrency: usize,
     /// Jobs the no-op phase's worker claims per transaction (`serve --claim-batch`).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 1024)]
     pub queue_batch: u32,
     /// Dead letters seeded before timing the triage queries.
     #[arg(long, default_value_t = 1_000_000)]

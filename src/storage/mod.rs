@@ -8,7 +8,8 @@
 //!
 //! Functions that change state take a `&mut Tx` so callers compose them into one transaction:
 //! a state change, its transition row, its ledger entries and the job it implies commit
-//! together (no dual writes). Reads that need no transaction take `&Db`.
+//! together (no dual writes). Reads that need no transaction take `&Db`. Writes that do not read
+//! each other's results can also be composed as [`batch::Writes`] and sent as one statement.
 
 pub mod accounts;
 pub mod attempts;
