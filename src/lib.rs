@@ -21,7 +21,7 @@
 //!   [`ops_cli`] — its operator commands (status, breakers, review, dlq, replay, audit), clients
 //!   of `/ops/v1`.
 //! - [`chaos`] — `withdrawals chaos`: processes, faults, load, and the invariant checks.
-//! - [`bench`] — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
+//! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
 //!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
 //! - [`ops`] — the operator API under `/ops/v1`: roles, audit, overview, review queue,

@@ -4,7 +4,7 @@
 //! is a plain form post carrying the session's CSRF token; a little inline script only refreshes
 //! a running replay's progress.
 //!
-//! Owns no data path of its own: [`api`] calls the ops API (`/ops/v1`) in process as the
+//! Owns no data path of its own: `api` calls the ops API (`/ops/v1`) in process as the
 //! signed-in operator, so roles, validation and audit are exactly the API's. [`session`] owns
 //! sign-in, the session cookie and CSRF.
 

@@ -225,7 +225,7 @@ impl Worker {
     }
 
     /// Registers a handler for another job kind and payload version (the built-in kinds are
-    /// dispatched in [`JobContext::dispatch`]).
+    /// dispatched in `JobContext::dispatch`).
     pub fn with_handler(mut self, kind: &'static str, version: i64, handler: Handler) -> Self {
         Arc::make_mut(&mut self.extra).push((kind, version, handler));
         self

@@ -2,7 +2,7 @@
 //!
 //! Two backends, one behaviour (SPEC §2): SQLite (the embedded default) and PostgreSQL. Each
 //! query is written once where the dialects agree (`$n` placeholders work on both) and the
-//! [`with_conn!`] macro runs it on whichever connection type the [`Tx`] or [`Db`] holds; the
+//! [`with_conn!`](crate::with_conn) macro runs it on whichever connection type the [`Tx`] or [`Db`] holds; the
 //! few dialect-specific statements sit side by side in the same function. Money is stored as
 //! integer minor units, ids as UUIDs, times as [`DbTime`].
 //!
@@ -110,7 +110,7 @@ macro_rules! with_conn {
     };
 }
 
-/// Like [`with_conn!`] for reads outside a transaction: borrows a pooled connection.
+/// Like [`with_conn!`](crate::with_conn) for reads outside a transaction: borrows a pooled connection.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! with_read_conn {
