@@ -71,6 +71,9 @@ pub async fn run(
         enqueued += batch;
     }
     let enqueue_seconds = enqueue_started.elapsed().as_secs_f64();
+    // As pgbench vacuums its tables before each run: the end-to-end phase before this one left
+    // dead job versions, and autovacuum would otherwise start on them in the middle of the drain.
+    bench_store::refresh_statistics(db).await?;
 
     // The worker as `serve` builds it (its clocks), sized by `--queue-concurrency` and
     // `--queue-batch`, plus the no-op kind.

@@ -3,7 +3,11 @@
 //!
 //! Every write after the claim is fenced by `lease_token`: a worker whose lease expired and was
 //! re-claimed by another finds its late write matching zero rows, and must roll back whatever
-//! it wrote beside it. PostgreSQL claims with `FOR UPDATE SKIP LOCKED`; SQLite's single writer
+//! it wrote beside it. A job has a lease token only while `running` (the claim sets it; every
+//! write that ends a run clears it), so the fenced writes match on `id` and the token alone:
+//! adding `status = 'running'` would let the planner, with statistics taken while few jobs
+//! ran, scan the whole `jobs_lease_idx` for each of them instead of probing the primary key
+//! (measured: no-op jobs 8 300/s after an `ANALYZE` with none running, against ~37 000/s). PostgreSQL claims with `FOR UPDATE SKIP LOCKED`; SQLite's single writer
 //! serialises claims.
 
 use chrono::TimeDelta;
@@ -239,7 +243,7 @@ pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Re
                              last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
                              lease_token = NULL, updated_at = $5,
                              handler_errors = CASE WHEN $8 THEN handler_errors + 1 ELSE 0 END
-             WHERE id = $6 AND lease_token = $7 AND status = 'running'",
+             WHERE id = $6 AND lease_token = $7",
         )
         .bind(status)
         .bind(run_at)
@@ -268,7 +272,7 @@ pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid
             let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().copied().unzip();
             sqlx::query_scalar(&format!(
                 "UPDATE jobs SET {SET} FROM UNNEST($2::uuid[], $3::uuid[]) AS f(id, token)
-                 WHERE jobs.id = f.id AND jobs.lease_token = f.token AND jobs.status = 'running'
+                 WHERE jobs.id = f.id AND jobs.lease_token = f.token
                  RETURNING jobs.id"
             ))
             .bind(now)
@@ -282,7 +286,7 @@ pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid
             let rows: Vec<String> = (0..runs.len()).map(|i| format!("(${}, ${})", 2 * i + 2, 2 * i + 3)).collect();
             let sql = format!(
                 "UPDATE jobs SET {SET} FROM (VALUES {}) AS f
-                 WHERE jobs.id = f.column1 AND jobs.lease_token = f.column2 AND jobs.status = 'running'
+                 WHERE jobs.id = f.column1 AND jobs.lease_token = f.column2
                  RETURNING jobs.id",
                 rows.join(", ")
             );
@@ -357,7 +361,7 @@ pub async fn listen(
 /// Extends the lease inside `tx`; false if it is no longer ours.
 pub async fn extend_lease(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
     let updated = with_conn!(tx, |conn| {
-        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3 AND status = 'running'")
+        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3")
             .bind(DbTime::now().plus(lease))
             .bind(job)
             .bind(token)
@@ -375,7 +379,7 @@ pub async fn extend_lease_for_attempt(tx: &mut Tx, job: Uuid, token: Uuid, lease
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE jobs SET locked_until = $1, first_attempt_at = COALESCE(first_attempt_at, $2)
-             WHERE id = $3 AND lease_token = $4 AND status = 'running'",
+             WHERE id = $3 AND lease_token = $4",
         )
         .bind(now.plus(lease))
         .bind(now)
