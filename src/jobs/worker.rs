@@ -211,7 +211,7 @@ impl JobContext {
     /// the job's first attempt marked (the start of its `max_elapsed` budget).
     pub async fn still_leased_for_attempt(&self, tx: &mut Tx) -> anyhow::Result<bool> {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
-        let held = job_store::extend_lease_for_attempt(tx, self.job.id, self.job.lease_token, lease).await?;
+        let held = job_store::extend_lease(tx, self.job.id, self.job.lease_token, lease, true).await?;
         if !held {
             tracing::warn!(event = "lease_lost", "lease lost before calling the provider; nothing sent");
         }

@@ -93,14 +93,6 @@ impl Writes {
     /// Runs the writes inside `tx`; returns the rows each one touched, in order.
     pub async fn run(&self, tx: &mut Tx) -> Result<Vec<u64>> {
         match tx {
-            Tx::Postgres(t) if self.writes.len() == 1 && self.notify.is_none() => {
-                let write = &self.writes[0];
-                let mut query = sqlx::query(write.sql);
-                for arg in &write.args {
-                    query = bind_arg!(query, arg);
-                }
-                Ok(vec![query.execute(&mut **t).await?.rows_affected()])
-            }
             Tx::Postgres(t) => {
                 let (sql, args) = self.as_one_statement();
                 let mut query = sqlx::query(&sql);

@@ -193,7 +193,7 @@ pub async fn expire_leases(db: &Db, max_expiries: i64) -> Result<Vec<ClaimedJob>
 /// Extends a lease in its own transaction (the heartbeat); false if the lease is no longer ours.
 pub async fn heartbeat(db: &Db, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
     let mut tx = db.begin().await?;
-    let held = extend_lease(&mut tx, job, token, lease).await?;
+    let held = extend_lease(&mut tx, job, token, lease, false).await?;
     tx.commit().await?;
     Ok(held)
 }
@@ -358,33 +358,27 @@ pub async fn listen(
     Ok(())
 }
 
-/// Extends the lease inside `tx`; false if it is no longer ours.
-pub async fn extend_lease(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query("UPDATE jobs SET locked_until = $1 WHERE id = $2 AND lease_token = $3")
-            .bind(DbTime::now().plus(lease))
-            .bind(job)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected()
-    });
-    Ok(updated == 1)
-}
-
-/// Extends the lease inside `tx` and marks the job's first attempt if it has none (one write
-/// before a provider call); false if the lease is no longer ours.
-pub async fn extend_lease_for_attempt(tx: &mut Tx, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
+/// Extends the lease inside `tx`; false if it is no longer ours. With `mark_first_attempt` (the
+/// one write before a provider call) it also marks the job's first attempt if it has none.
+pub async fn extend_lease(
+    tx: &mut Tx,
+    job: Uuid,
+    token: Uuid,
+    lease: TimeDelta,
+    mark_first_attempt: bool,
+) -> Result<bool> {
     let now = DbTime::now();
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
-            "UPDATE jobs SET locked_until = $1, first_attempt_at = COALESCE(first_attempt_at, $2)
+            "UPDATE jobs SET locked_until = $1,
+                             first_attempt_at = CASE WHEN $5 THEN COALESCE(first_attempt_at, $2) ELSE first_attempt_at END
              WHERE id = $3 AND lease_token = $4",
         )
         .bind(now.plus(lease))
         .bind(now)
         .bind(job)
         .bind(token)
+        .bind(mark_first_attempt)
         .execute(&mut *conn)
         .await?
         .rows_affected()
