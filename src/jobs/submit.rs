@@ -20,8 +20,9 @@ use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
 use crate::provider::{SubmitOutcome, TransferRequest, TransferStatus};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
+use crate::storage::batch::Writes;
 use crate::storage::jobs::Finish;
-use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use crate::storage::withdrawals::{self as store, TransitionRequest};
 use crate::storage::DbTime;
 
 pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<()> {
@@ -29,56 +30,76 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let job = &ctx.job;
     let actor = Actor::Worker(ctx.worker_id().to_owned());
     let mut tx = ctx.db().begin().await?;
-    let withdrawal = store::get_in_tx(&mut tx, id).await?.with_context(|| format!("withdrawal {id} not found"))?;
+    let (withdrawal, last) =
+        store::get_with_last_attempt(&mut tx, id).await?.with_context(|| format!("withdrawal {id} not found"))?;
 
-    match withdrawal.status {
-        WithdrawalStatus::Completed | WithdrawalStatus::Failed | WithdrawalStatus::RequiresReview => {
-            // Someone else decided (customer cancel, reconciliation, operator): nothing to send.
-            tracing::info!(status = %withdrawal.status, "submit skipped: withdrawal no longer awaits payout");
-            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
-        }
-        WithdrawalStatus::Pending => {
-            let claimed = store::transition(
-                &mut tx,
-                &TransitionRequest {
-                    id,
-                    from: WithdrawalStatus::Pending,
-                    to: WithdrawalStatus::Processing,
-                    expected_version: None,
-                    actor: &actor,
-                    reason: "worker claimed the submit job",
-                    correlation_id: &job.correlation_id,
-                    failure_code: None,
-                },
-            )
-            .await?;
-            if !matches!(claimed, TransitionOutcome::Applied(_)) {
-                // Cancelled or claimed in between: let the next run see the new state.
-                drop(tx);
-                return ctx
-                    .finish_in_own_tx(&Finish::Reschedule {
-                        run_at: DbTime::now(),
-                        consumed_attempt: false,
-                        error: "withdrawal moved while claiming",
-                    })
-                    .await;
-            }
-        }
-        WithdrawalStatus::Processing => {}
+    if matches!(
+        withdrawal.status,
+        WithdrawalStatus::Completed | WithdrawalStatus::Failed | WithdrawalStatus::RequiresReview
+    ) {
+        // Someone else decided (customer cancel, reconciliation, operator): nothing to send.
+        tracing::info!(status = %withdrawal.status, "submit skipped: withdrawal no longer awaits payout");
+        return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
-    let last = attempts::latest(&mut tx, id).await?;
-    if let Some(last) = &last {
-        if last.outcome.is_none() {
-            // A previous call may have happened: ask the provider, never resubmit blindly.
+    // The writes before the call go out as one batch: the guarded `pending → processing` and —
+    // when the call will be made — the lease check; then, if the move applied, its transition
+    // row with the attempt row (a retry, already `processing`, has the attempt in the first).
+    let claiming = TransitionRequest {
+        id,
+        from: WithdrawalStatus::Pending,
+        to: WithdrawalStatus::Processing,
+        expected_version: None,
+        actor: &actor,
+        reason: "worker claimed the submit job",
+        correlation_id: &job.correlation_id,
+        failure_code: None,
+    };
+    let (mut writes, mut after_claim) = (Writes::new(), Writes::new());
+    let claim = match withdrawal.status {
+        WithdrawalStatus::Pending => Some(store::transition_known_in(&mut writes, &claiming)?),
+        _ => None,
+    };
+    let step = if last.is_some_and(|l| !l.finished) {
+        // A previous call may have happened: ask the provider, never resubmit blindly.
+        Step::Reconcile
+    } else {
+        match ctx.gateway().breaker.try_acquire() {
+            Ok(permit) => {
+                let attempt_no = last.map_or(1, |a| a.attempt_no + 1);
+                let batch = if claim.is_some() { &mut after_claim } else { &mut writes };
+                let attempt = attempts::start_in(batch, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id);
+                Step::Call { permit, attempt_no, attempt, leased: ctx.lease_for_attempt_in(&mut writes) }
+            }
+            Err(rejected) => Step::Defer(rejected),
+        }
+    };
+    let counts = writes.run(&mut tx).await?;
+    if let Step::Call { leased, .. } = &step {
+        if !ctx.leased_for_attempt(counts[*leased] == 1) {
+            return Ok(());
+        }
+    }
+    if let Some(claim) = claim {
+        if claim.settle(&mut tx, &counts, &withdrawal, &claiming, after_claim).await?.is_none() {
+            // Cancelled or claimed in between: let the next run see the new state.
+            drop(tx);
+            return ctx
+                .finish_in_own_tx(&Finish::Reschedule {
+                    run_at: DbTime::now(),
+                    consumed_attempt: false,
+                    error: "withdrawal moved while claiming",
+                })
+                .await;
+        }
+    }
+    let (permit, attempt_no, attempt) = match step {
+        Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
+        Step::Reconcile => {
             enqueue_reconciliation(&mut tx, id, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
-    }
-
-    let permit = match ctx.gateway().breaker.try_acquire() {
-        Ok(permit) => permit,
-        Err(rejected) => {
+        Step::Defer(rejected) => {
             // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
             let jitter = rand::thread_rng().gen_range(0..=ctx.config().breaker_jitter.as_millis() as u64);
             let wait = rejected.retry_in.max(ctx.config().breaker_min_defer) + Duration::from_millis(jitter);
@@ -88,18 +109,12 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             return ctx.finish_or_rollback(tx, &how).await;
         }
     };
-
-    let attempt_no = last.as_ref().map_or(1, |a| a.attempt_no + 1);
-    let attempt = attempts::start(&mut tx, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id).await?;
     let (attempts_in_budget, first) = match &last {
         // A first attempt is the whole budget so far: nothing to count.
         None => (1, None),
         Some(_) => attempts::budget(&mut tx, id).await?,
     };
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
-    if !ctx.still_leased_for_attempt(&mut tx).await? {
-        return Ok(());
-    }
     tx.commit().await?;
 
     let request = transfer_request(&withdrawal);
@@ -109,50 +124,78 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
 
-    let mut tx = ctx.db().begin().await?;
     let (record, next) = decide(ctx, &outcome, attempts_in_budget.max(1), first_attempt_at);
-    attempts::record_outcome(&mut tx, attempt, &record).await?;
-    match &outcome {
+    // A provider that settled the transfer settles the withdrawal.
+    let settled = match &outcome {
         SubmitOutcome::Accepted { transfer, .. } => match transfer.status {
-            TransferStatus::Paid => {
-                move_to(
-                    &mut tx,
-                    &withdrawal,
-                    WithdrawalStatus::Completed,
-                    &actor,
-                    "provider confirmed paid",
-                    None,
-                    job,
-                )
-                .await?;
-            }
-            TransferStatus::Failed => {
-                let code = transfer.failure_code.as_deref().unwrap_or("provider_failed");
-                move_to(
-                    &mut tx,
-                    &withdrawal,
-                    WithdrawalStatus::Failed,
-                    &actor,
-                    "provider reported failed",
-                    Some(code),
-                    job,
-                )
-                .await?;
-            }
-            TransferStatus::Pending => {
-                let poll_at = DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default());
-                enqueue_reconciliation(&mut tx, id, "pending_transfer", &job.correlation_id, poll_at).await?;
-            }
+            TransferStatus::Paid => Some((WithdrawalStatus::Completed, "provider confirmed paid", None)),
+            TransferStatus::Failed => Some((
+                WithdrawalStatus::Failed,
+                "provider reported failed",
+                Some(transfer.failure_code.as_deref().unwrap_or("provider_failed")),
+            )),
+            TransferStatus::Pending => None,
         },
+        _ => None,
+    };
+    let settle = settled.map(|(to, reason, failure_code)| TransitionRequest {
+        id,
+        from: WithdrawalStatus::Processing,
+        to,
+        expected_version: None,
+        actor: &actor,
+        reason,
+        correlation_id: &job.correlation_id,
+        failure_code,
+    });
+
+    // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as
+    // one batch; then, if the move applied, its transition row and ledger entries.
+    let mut tx = ctx.db().begin().await?;
+    let mut writes = Writes::new();
+    attempts::record_outcome_in(&mut writes, attempt, &record);
+    let moved = settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?;
+    let finished = match &next {
+        Next::Finish(how) => Some((how, ctx.finish_in(&mut writes, how))),
+        Next::DeadLetter(_) => None,
+    };
+    let counts = writes.run(&mut tx).await?;
+    if let Some((how, finished)) = finished {
+        if counts[finished] != 1 {
+            return ctx.commit_if_finished(tx, false, how).await.map(drop);
+        }
+    }
+    if let (Some(moved), Some(req)) = (moved, &settle) {
+        // `None`: reconciliation or an operator already decided; the late worker changes nothing
+        // but its own records.
+        moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
+    }
+    match &outcome {
+        SubmitOutcome::Accepted { transfer, .. } if transfer.status == TransferStatus::Pending => {
+            let poll_at = DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default());
+            enqueue_reconciliation(&mut tx, id, "pending_transfer", &job.correlation_id, poll_at).await?;
+        }
         SubmitOutcome::Unknown(_) => {
             enqueue_reconciliation(&mut tx, id, "unknown_outcome", &job.correlation_id, DbTime::now()).await?;
         }
-        SubmitOutcome::Retryable(_) | SubmitOutcome::Permanent { .. } | SubmitOutcome::IdempotencyConflict(_) => {}
+        _ => {}
     }
-    match next {
-        Next::Finish(finish) => ctx.finish_or_rollback(tx, &finish).await,
-        Next::DeadLetter(failure) => ctx.dead_letter(tx, &failure).await,
+    match (&next, finished) {
+        (Next::DeadLetter(failure), _) => ctx.dead_letter(tx, failure).await,
+        (Next::Finish(_), Some((how, _))) => ctx.commit_if_finished(tx, true, how).await.map(drop),
+        (Next::Finish(how), None) => ctx.finish_or_rollback(tx, how).await,
     }
+}
+
+/// What the run does after its pre-call writes.
+enum Step {
+    /// The last attempt has no outcome: reconcile instead of calling.
+    Reconcile,
+    /// The breaker is open: reschedule.
+    Defer(crate::provider::breaker::Rejected),
+    /// Call the provider as attempt `attempt_no` (row `attempt`), if the lease (the count at
+    /// `leased`) still held.
+    Call { permit: crate::provider::breaker::Permit, attempt_no: i64, attempt: uuid::Uuid, leased: usize },
 }
 
 /// The outcome class a provider latency is recorded under.
@@ -275,32 +318,5 @@ fn error_record<'a>(
         error_code: Some(&error.code),
         error_message: Some(&error.message),
         ..AttemptOutcome::default()
-    }
-}
-
-async fn move_to(
-    tx: &mut crate::storage::Tx,
-    w: &Withdrawal,
-    to: WithdrawalStatus,
-    actor: &Actor,
-    reason: &str,
-    failure_code: Option<&str>,
-    job: &crate::storage::jobs::ClaimedJob,
-) -> anyhow::Result<()> {
-    let request = TransitionRequest {
-        id: w.id,
-        from: WithdrawalStatus::Processing,
-        to,
-        expected_version: None,
-        actor,
-        reason,
-        correlation_id: &job.correlation_id,
-        failure_code,
-    };
-    match store::transition(tx, &request).await? {
-        TransitionOutcome::Applied(_) => Ok(()),
-        // Reconciliation or an operator already decided: the late worker changes nothing.
-        TransitionOutcome::Stale => Ok(()),
-        TransitionOutcome::Forbidden(err) => Err(err.into()),
     }
 }

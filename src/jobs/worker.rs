@@ -26,6 +26,7 @@ use super::{
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::Gateway;
+use crate::storage::batch::Writes;
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{Db, DbTime, Tx};
@@ -160,25 +161,38 @@ impl JobContext {
     }
 
     /// Finishes the job inside `tx` and commits; if the lease was lost, rolls everything back.
-    /// Retries that consumed an attempt are counted here, once committed, for every job kind.
     pub async fn finish_or_rollback(&self, tx: Tx, how: &Finish<'_>) -> anyhow::Result<()> {
-        let committed = self.commit_finish(tx, how).await?;
-        if committed && matches!(how, Finish::Reschedule { consumed_attempt: true, .. }) {
-            crate::metrics::job_retry(&self.job.queue, &self.job.kind);
-        }
-        Ok(())
+        self.commit_finish(tx, how).await.map(drop)
     }
 
     /// Whether the finish committed (false: the lease was lost and everything rolled back).
     async fn commit_finish(&self, mut tx: Tx, how: &Finish<'_>) -> anyhow::Result<bool> {
-        if job_store::finish(&mut tx, self.job.id, self.job.lease_token, how).await? {
-            tx.commit().await?;
-            Ok(true)
-        } else {
+        let mut writes = Writes::new();
+        let finished = self.finish_in(&mut writes, how);
+        let counts = writes.run(&mut tx).await?;
+        self.commit_if_finished(tx, counts[finished] == 1, how).await
+    }
+
+    /// This run's fenced finish as a write of a larger batch (its count, at the returned index,
+    /// goes to [`JobContext::commit_if_finished`]).
+    pub fn finish_in(&self, writes: &mut Writes, how: &Finish<'_>) -> usize {
+        job_store::finish_in(writes, self.job.id, self.job.lease_token, how)
+    }
+
+    /// Commits `tx` if the batch's fenced finish held, or rolls all of it back if the lease was
+    /// lost. Retries that consumed an attempt are counted here, once committed, for every job
+    /// kind. Returns whether it committed.
+    pub async fn commit_if_finished(&self, tx: Tx, finished: bool, how: &Finish<'_>) -> anyhow::Result<bool> {
+        if !finished {
             drop(tx);
             tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's writes were rolled back");
-            Ok(false)
+            return Ok(false);
         }
+        tx.commit().await?;
+        if matches!(how, Finish::Reschedule { consumed_attempt: true, .. }) {
+            crate::metrics::job_retry(&self.job.queue, &self.job.kind);
+        }
+        Ok(true)
     }
 
     /// Dead-letters the job: envelope, withdrawal parked, job dead — one fenced transaction. An
@@ -210,12 +224,25 @@ impl JobContext {
     /// (work that must only happen under the lease). In the same write the lease is extended and
     /// the job's first attempt marked (the start of its `max_elapsed` budget).
     pub async fn still_leased_for_attempt(&self, tx: &mut Tx) -> anyhow::Result<bool> {
+        let mut writes = Writes::new();
+        let leased = self.lease_for_attempt_in(&mut writes);
+        let counts = writes.run(tx).await?;
+        Ok(self.leased_for_attempt(counts[leased] == 1))
+    }
+
+    /// [`JobContext::still_leased_for_attempt`]'s write in a larger batch; its count (at the
+    /// returned index) goes to [`JobContext::leased_for_attempt`].
+    pub fn lease_for_attempt_in(&self, writes: &mut Writes) -> usize {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
-        let held = job_store::extend_lease(tx, self.job.id, self.job.lease_token, lease, true).await?;
+        job_store::extend_lease_in(writes, self.job.id, self.job.lease_token, lease, true)
+    }
+
+    /// `held`, logged when the lease was lost (the caller must then roll back and send nothing).
+    pub fn leased_for_attempt(&self, held: bool) -> bool {
         if !held {
             tracing::warn!(event = "lease_lost", "lease lost before calling the provider; nothing sent");
         }
-        Ok(held)
+        held
     }
 }
 

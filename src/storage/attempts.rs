@@ -6,6 +6,7 @@
 
 use uuid::Uuid;
 
+use super::batch::{Arg, Writes};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::WithdrawalId;
 use crate::{with_conn, with_read_conn};
@@ -84,24 +85,37 @@ pub async fn start(
     worker: &str,
     correlation_id: &str,
 ) -> Result<Uuid> {
-    let id = Uuid::now_v7();
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
-                                            started_at, side_effect)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'unknown')",
-        )
-        .bind(id)
-        .bind(withdrawal.0)
-        .bind(job)
-        .bind(attempt_no)
-        .bind(worker)
-        .bind(correlation_id)
-        .bind(DbTime::now())
-        .execute(&mut *conn)
-        .await?;
-    });
+    let mut writes = Writes::new();
+    let id = start_in(&mut writes, withdrawal, job, attempt_no, worker, correlation_id);
+    writes.run(tx).await?;
     Ok(id)
+}
+
+/// [`start`] as a write of a larger batch; returns the attempt's id.
+pub fn start_in(
+    writes: &mut Writes,
+    withdrawal: WithdrawalId,
+    job: Uuid,
+    attempt_no: i64,
+    worker: &str,
+    correlation_id: &str,
+) -> Uuid {
+    let id = Uuid::now_v7();
+    writes.push(
+        "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
+                                        started_at, side_effect)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'unknown')",
+        vec![
+            Arg::Uuid(id),
+            Arg::Uuid(withdrawal.0),
+            Arg::Uuid(job),
+            Arg::I64(attempt_no),
+            Arg::Text(worker.to_owned()),
+            Arg::Text(correlation_id.to_owned()),
+            Arg::Time(DbTime::now()),
+        ],
+    );
+    id
 }
 
 /// What a call produced, for the attempt row.
@@ -117,26 +131,31 @@ pub struct AttemptOutcome<'a> {
 }
 
 pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> Result<()> {
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE provider_attempts
-             SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,
-                 failure_code = $6, error_code = $7, error_message = $8
-             WHERE id = $9",
-        )
-        .bind(DbTime::now())
-        .bind(outcome.outcome)
-        .bind(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str())
-        .bind(outcome.http_status.map(i64::from))
-        .bind(outcome.provider_transfer_id)
-        .bind(outcome.failure_code)
-        .bind(outcome.error_code.map(crate::redact::text))
-        .bind(outcome.error_message.map(crate::redact::text))
-        .bind(attempt)
-        .execute(&mut *conn)
-        .await?;
-    });
+    let mut writes = Writes::new();
+    record_outcome_in(&mut writes, attempt, outcome);
+    writes.run(tx).await?;
     Ok(())
+}
+
+/// [`record_outcome`] as a write of a larger batch. Provider texts are redacted before storage.
+pub fn record_outcome_in(writes: &mut Writes, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> usize {
+    writes.push(
+        "UPDATE provider_attempts
+         SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,
+             failure_code = $6, error_code = $7, error_message = $8
+         WHERE id = $9",
+        vec![
+            Arg::Time(DbTime::now()),
+            Arg::Text(outcome.outcome.to_owned()),
+            Arg::Text(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str().to_owned()),
+            Arg::OptI64(outcome.http_status.map(i64::from)),
+            Arg::OptText(outcome.provider_transfer_id.map(str::to_owned)),
+            Arg::OptText(outcome.failure_code.map(str::to_owned)),
+            Arg::OptText(outcome.error_code.map(crate::redact::text)),
+            Arg::OptText(outcome.error_message.map(crate::redact::text)),
+            Arg::Uuid(attempt),
+        ],
+    )
 }
 
 /// Once reconciliation proved the provider has no transfer under the operation key (and no call

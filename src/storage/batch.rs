@@ -28,10 +28,13 @@ macro_rules! bind_arg {
             Arg::Uuid(v) => $query.bind(*v),
             Arg::OptUuid(v) => $query.bind(*v),
             Arg::I64(v) => $query.bind(*v),
+            Arg::OptI64(v) => $query.bind(*v),
+            Arg::Bool(v) => $query.bind(*v),
             Arg::Text(v) => $query.bind(v.as_str()),
             Arg::OptText(v) => $query.bind(v.as_deref()),
             Arg::Bytes(v) => $query.bind(v.as_slice()),
             Arg::Time(v) => $query.bind(*v),
+            Arg::OptTime(v) => $query.bind(*v),
             Arg::Json(v) => $query.bind(sqlx::types::Json(v)),
         }
     };
@@ -43,10 +46,13 @@ pub enum Arg {
     Uuid(Uuid),
     OptUuid(Option<Uuid>),
     I64(i64),
+    OptI64(Option<i64>),
+    Bool(bool),
     Text(String),
     OptText(Option<String>),
     Bytes(Vec<u8>),
     Time(DbTime),
+    OptTime(Option<DbTime>),
     Json(Value),
 }
 
@@ -92,6 +98,9 @@ impl Writes {
 
     /// Runs the writes inside `tx`; returns the rows each one touched, in order.
     pub async fn run(&self, tx: &mut Tx) -> Result<Vec<u64>> {
+        if self.writes.is_empty() && self.notify.is_none() {
+            return Ok(Vec::new());
+        }
         match tx {
             Tx::Postgres(t) => {
                 let (sql, args) = self.as_one_statement();
@@ -131,7 +140,8 @@ impl Writes {
             counts.push(format!("pg_notify(${}, ${})", args.len() + 1, args.len() + 2));
             args.extend(notify);
         }
-        (format!("WITH {} SELECT {}", ctes.join(", "), counts.join(", ")), args)
+        let with = if ctes.is_empty() { String::new() } else { format!("WITH {} ", ctes.join(", ")) };
+        (format!("{with}SELECT {}", counts.join(", ")), args)
     }
 }
 
@@ -183,5 +193,12 @@ mod tests {
              SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1), pg_notify($4, $5)"
         );
         assert_eq!(args.len(), 5);
+    }
+
+    #[test]
+    fn a_notification_alone_is_a_plain_select() {
+        let mut writes = Writes::new();
+        writes.notify("chan", "payload");
+        assert_eq!(writes.as_one_statement().0, "SELECT pg_notify($1, $2)");
     }
 }

@@ -226,6 +226,14 @@ pub enum Finish<'a> {
 /// Ends a leased run inside `tx`, fenced by the lease token. Returns false when the lease was
 /// lost: the caller must then roll back `tx`, so nothing it wrote beside this survives.
 pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Result<bool> {
+    let mut writes = Writes::new();
+    let finished = finish_in(&mut writes, job, token, how);
+    Ok(writes.run(tx).await?[finished] == 1)
+}
+
+/// [`finish`] as a write of a larger batch; its count (the returned index) is 0 when the lease
+/// was lost, and the caller must then roll back.
+pub fn finish_in(writes: &mut Writes, job: Uuid, token: Uuid, how: &Finish<'_>) -> usize {
     let now = DbTime::now();
     // (status, run_at, attempts consumed, error, whether this run was a handler error)
     let (status, run_at, consumed, error, handler_error) = match how {
@@ -237,27 +245,23 @@ pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Re
         Finish::Release => ("scheduled", Some(now), 0, None, false),
         Finish::HandlerError { run_at, error } => ("scheduled", Some(*run_at), 0, Some(*error), true),
     };
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE jobs SET status = $1, run_at = COALESCE($2, run_at), attempts = attempts + $3,
-                             last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
-                             lease_token = NULL, updated_at = $5,
-                             handler_errors = CASE WHEN $8 THEN handler_errors + 1 ELSE 0 END
-             WHERE id = $6 AND lease_token = $7",
-        )
-        .bind(status)
-        .bind(run_at)
-        .bind(consumed)
-        .bind(error)
-        .bind(now)
-        .bind(job)
-        .bind(token)
-        .bind(handler_error)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    Ok(updated == 1)
+    writes.push(
+        "UPDATE jobs SET status = $1, run_at = COALESCE($2, run_at), attempts = attempts + $3,
+                         last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
+                         lease_token = NULL, updated_at = $5,
+                         handler_errors = CASE WHEN $8 THEN handler_errors + 1 ELSE 0 END
+         WHERE id = $6 AND lease_token = $7",
+        vec![
+            Arg::Text(status.to_owned()),
+            Arg::OptTime(run_at),
+            Arg::I64(consumed),
+            Arg::OptText(error.map(str::to_owned)),
+            Arg::Time(now),
+            Arg::Uuid(job),
+            Arg::Uuid(token),
+            Arg::Bool(handler_error),
+        ],
+    )
 }
 
 /// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
@@ -367,23 +371,33 @@ pub async fn extend_lease(
     lease: TimeDelta,
     mark_first_attempt: bool,
 ) -> Result<bool> {
+    let mut writes = Writes::new();
+    let extended = extend_lease_in(&mut writes, job, token, lease, mark_first_attempt);
+    Ok(writes.run(tx).await?[extended] == 1)
+}
+
+/// [`extend_lease`] as a write of a larger batch; its count (the returned index) is 0 when the
+/// lease is no longer ours, and the caller must then roll back.
+pub fn extend_lease_in(
+    writes: &mut Writes,
+    job: Uuid,
+    token: Uuid,
+    lease: TimeDelta,
+    mark_first_attempt: bool,
+) -> usize {
     let now = DbTime::now();
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE jobs SET locked_until = $1,
-                             first_attempt_at = CASE WHEN $5 THEN COALESCE(first_attempt_at, $2) ELSE first_attempt_at END
-             WHERE id = $3 AND lease_token = $4",
-        )
-        .bind(now.plus(lease))
-        .bind(now)
-        .bind(job)
-        .bind(token)
-        .bind(mark_first_attempt)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    Ok(updated == 1)
+    writes.push(
+        "UPDATE jobs SET locked_until = $1,
+                         first_attempt_at = CASE WHEN $5 THEN COALESCE(first_attempt_at, $2) ELSE first_attempt_at END
+         WHERE id = $3 AND lease_token = $4",
+        vec![
+            Arg::Time(now.plus(lease)),
+            Arg::Time(now),
+            Arg::Uuid(job),
+            Arg::Uuid(token),
+            Arg::Bool(mark_first_attempt),
+        ],
+    )
 }
 
 /// Kills a job whose lease expired (no live holder to fence against); false if someone

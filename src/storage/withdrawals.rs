@@ -165,6 +165,44 @@ pub async fn get_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawa
     row.map(Withdrawal::try_from).transpose()
 }
 
+/// The latest provider attempt of a withdrawal, as the payout handler needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastAttempt {
+    pub attempt_no: i64,
+    /// Whether it has an outcome (one without may have reached the provider).
+    pub finished: bool,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct WithLastAttemptRow {
+    #[sqlx(flatten)]
+    withdrawal: WithdrawalRow,
+    last_attempt_no: Option<i64>,
+    last_attempt_finished: Option<bool>,
+}
+
+/// [`get_in_tx`] with the withdrawal's latest provider attempt, in one query (the payout
+/// handler's first read).
+pub async fn get_with_last_attempt(tx: &mut Tx, id: WithdrawalId) -> Result<Option<(Withdrawal, Option<LastAttempt>)>> {
+    const LATEST: &str = "FROM provider_attempts a WHERE a.withdrawal_id = w.id ORDER BY a.attempt_no DESC LIMIT 1";
+    let row: Option<WithLastAttemptRow> = with_conn!(tx, |conn| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS}, (SELECT a.attempt_no {LATEST}) AS last_attempt_no,
+                    (SELECT a.outcome IS NOT NULL {LATEST}) AS last_attempt_finished
+             FROM withdrawals w WHERE w.id = $1"
+        ))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    let Some(row) = row else { return Ok(None) };
+    let last = match (row.last_attempt_no, row.last_attempt_finished) {
+        (Some(attempt_no), Some(finished)) => Some(LastAttempt { attempt_no, finished }),
+        _ => None,
+    };
+    Ok(Some((Withdrawal::try_from(row.withdrawal)?, last)))
+}
+
 /// Position in a newest-first listing: the last item's creation time and id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageCursor {
@@ -221,6 +259,11 @@ pub enum TransitionOutcome {
     Forbidden(TransitionError),
 }
 
+/// The compare-and-set of every transition: on status, and on version when one is expected.
+const GUARDED: &str = "UPDATE withdrawals SET status = $1, version = version + 1, updated_at = $2,
+                                           failure_code = COALESCE($3, failure_code)
+                       WHERE id = $4 AND status = $5 AND ($6 IS NULL OR version = $6)";
+
 /// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
 /// row and the ledger entries of its effect, all in `tx`.
 pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<TransitionOutcome> {
@@ -229,59 +272,123 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         Err(err) => return Ok(TransitionOutcome::Forbidden(err)),
     };
     let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!(
-            "UPDATE withdrawals SET status = $1, version = version + 1, updated_at = $2,
-                                    failure_code = COALESCE($3, failure_code)
-             WHERE id = $4 AND status = $5 AND ($6 IS NULL OR version = $6)
-             RETURNING {COLUMNS}"
-        ))
-        .bind(req.to.as_str())
-        .bind(DbTime::now())
-        .bind(req.failure_code)
-        .bind(req.id.0)
-        .bind(req.from.as_str())
-        .bind(req.expected_version)
-        .fetch_optional(&mut *conn)
-        .await?
+        sqlx::query_as(&format!("{GUARDED} RETURNING {COLUMNS}"))
+            .bind(req.to.as_str())
+            .bind(DbTime::now())
+            .bind(req.failure_code)
+            .bind(req.id.0)
+            .bind(req.from.as_str())
+            .bind(req.expected_version)
+            .fetch_optional(&mut *conn)
+            .await?
     });
     let Some(row) = row else {
-        tracing::warn!(
-            event = "stale_transition",
-            withdrawal_id = %req.id,
-            from = %req.from,
-            to = %req.to,
-            expected_version = ?req.expected_version,
-            actor = %req.actor,
-            "stale_transition: the withdrawal was moved by someone else first; nothing changed"
-        );
+        stale(req);
         return Ok(TransitionOutcome::Stale);
     };
     let withdrawal = Withdrawal::try_from(row)?;
-    crate::metrics::transition(req.from.as_str(), req.to.as_str());
     // The transition row and the ledger entries of its effect: one round trip on PostgreSQL.
     let mut writes = Writes::new();
+    effect_in(&mut writes, &withdrawal, req, effect);
+    writes.run(tx).await?;
+    applied(tx, req).await?;
+    Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
+}
+
+/// [`transition`] of a withdrawal the caller has already read (so its account and amount are
+/// known), in two batches: the guarded update goes into the caller's batch `writes`; once that
+/// ran, [`KnownTransition::settle`] says whether it applied and, if so, writes the transition
+/// row and the ledger entries of its effect. (They cannot share the guard's batch: the writes of
+/// a batch do not see each other's results, and a stale move's ledger write could break a balance
+/// constraint before the caller sees the guard's count.) `Err` when the state machine has no
+/// such move (nothing was added).
+pub fn transition_known_in(
+    writes: &mut Writes,
+    req: &TransitionRequest<'_>,
+) -> std::result::Result<KnownTransition, TransitionError> {
+    let effect = check_transition(req.from, req.to)?;
+    let guarded = writes.push(
+        GUARDED,
+        vec![
+            Arg::Text(req.to.as_str().to_owned()),
+            Arg::Time(DbTime::now()),
+            Arg::OptText(req.failure_code.map(str::to_owned)),
+            Arg::Uuid(req.id.0),
+            Arg::Text(req.from.as_str().to_owned()),
+            Arg::OptI64(req.expected_version),
+        ],
+    );
+    Ok(KnownTransition { guarded, effect })
+}
+
+/// A [`transition_known_in`] whose guarded update is in a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownTransition {
+    guarded: usize,
+    effect: LedgerEffect,
+}
+
+impl KnownTransition {
+    /// After the guard's batch ran in `tx` with `counts`: `None` if someone moved the withdrawal
+    /// first (nothing of the move was written). Otherwise writes the transition row, the ledger
+    /// entries of its effect and the caller's writes `also` as one batch, finishes as
+    /// [`transition`] does (a settled withdrawal's open dead letters are closed), and returns the
+    /// counts of `also`.
+    pub async fn settle(
+        &self,
+        tx: &mut Tx,
+        counts: &[u64],
+        withdrawal: &Withdrawal,
+        req: &TransitionRequest<'_>,
+        also: Writes,
+    ) -> Result<Option<Vec<u64>>> {
+        if counts[self.guarded] != 1 {
+            stale(req);
+            return Ok(None);
+        }
+        let mut writes = Writes::new();
+        effect_in(&mut writes, withdrawal, req, self.effect);
+        let theirs = writes.append(also);
+        let counts = writes.run(tx).await?;
+        applied(tx, req).await?;
+        Ok(Some(counts[theirs..].to_vec()))
+    }
+}
+
+/// The transition row and, for a move with a ledger effect, the balance change and its entry.
+fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionRequest<'_>, effect: LedgerEffect) {
     let transition_id =
-        transition_in(&mut writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id);
+        transition_in(writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id);
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),
         LedgerEffect::ReleaseHold => Some(EntryKind::Release),
     };
     if let Some(kind) = kind {
-        accounts::move_held_in(
-            &mut writes,
-            kind,
-            withdrawal.account_id,
-            withdrawal.amount,
-            withdrawal.id,
-            transition_id,
-        );
+        accounts::move_held_in(writes, kind, withdrawal.account_id, withdrawal.amount, withdrawal.id, transition_id);
     }
-    writes.run(tx).await?;
+}
+
+/// What follows every applied transition: its metric and, once settled, closing the
+/// withdrawal's open dead letters.
+async fn applied(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<()> {
+    crate::metrics::transition(req.from.as_str(), req.to.as_str());
     if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
         super::dead_letters::close_settled(tx, req.id.0, &req.actor.to_string(), req.reason, req.to.as_str()).await?;
     }
-    Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
+    Ok(())
+}
+
+fn stale(req: &TransitionRequest<'_>) {
+    tracing::warn!(
+        event = "stale_transition",
+        withdrawal_id = %req.id,
+        from = %req.from,
+        to = %req.to,
+        expected_version = ?req.expected_version,
+        actor = %req.actor,
+        "stale_transition: the withdrawal was moved by someone else first; nothing changed"
+    );
 }
 
 fn transition_in(

@@ -3,6 +3,7 @@
 use futures::future::join_all;
 use serde_json::Value;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use withdrawals::storage::batch::Writes;
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 
 use crate::both_backends;
@@ -13,6 +14,7 @@ both_backends!(
     a_stale_version_changes_nothing,
     a_forbidden_transition_changes_nothing,
     completing_settles_the_hold_and_failing_releases_it,
+    a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_writes_nothing,
 );
 
 async fn pending_withdrawal(app: &TestApp) -> WithdrawalId {
@@ -112,5 +114,37 @@ async fn completing_settles_the_hold_and_failing_releases_it(app: TestApp) {
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
     let failed = store::get(&app.db, None, ids[1]).await.unwrap().unwrap();
     assert_eq!(failed.failure_code.as_deref(), Some("rejected_by_bank"));
+    app.assert_ledger_invariant().await;
+}
+
+/// The payout handler's path: the guarded update in the caller's batch, the transition row and
+/// ledger entries only once it applied. The loser read the same withdrawal and tries to settle
+/// it the other way: its ledger write (a release of a hold already settled) must never run.
+async fn a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_writes_nothing(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let body: Value =
+        app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap().json().await.unwrap();
+    let id: WithdrawalId = body["id"].as_str().unwrap().parse().unwrap();
+    let worker = Actor::Worker("w".into());
+    apply(&app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await;
+    let read = store::get(&app.db, None, id).await.unwrap().unwrap();
+
+    let mut settled = Vec::new();
+    for to in [WithdrawalStatus::Completed, WithdrawalStatus::Failed] {
+        let req = request(id, WithdrawalStatus::Processing, to, &worker);
+        let mut tx = app.db.begin().await.unwrap();
+        let mut writes = Writes::new();
+        let known = store::transition_known_in(&mut writes, &req).unwrap();
+        let counts = writes.run(&mut tx).await.unwrap();
+        settled.push(known.settle(&mut tx, &counts, &read, &req, Writes::new()).await.unwrap().is_some());
+        tx.commit().await.unwrap();
+    }
+
+    assert_eq!(settled, [true, false], "the first settles, the second finds it moved");
+    let now = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!((now.status, now.version), (WithdrawalStatus::Completed, 3));
+    let transitions = store::transitions(&app.db, id).await.unwrap();
+    assert_eq!(transitions.len(), 3, "created, processing, completed: nothing from the stale move");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
 }
