@@ -128,37 +128,41 @@ const CLAIMED_COLUMNS: &str = "id, queue, kind, payload, payload_version, attemp
                                lease_token, correlation_id, withdrawal_id, lease_expiries, handler_errors";
 
 /// Claims up to `limit` runnable jobs of `queue`: scheduled and due. Each claimed job gets the
-/// lease `lease_token` until `now + lease`, and its receive count goes up by one.
+/// lease `lease_token` until `now + lease`, and its receive count goes up by one. One statement:
+/// on PostgreSQL it runs in its own implicit transaction (no `BEGIN`/`COMMIT` round trips).
 pub async fn claim(db: &Db, queue: &str, worker: &str, limit: u32, lease: TimeDelta) -> Result<Vec<ClaimedJob>> {
+    const CLAIM: &str = "UPDATE jobs SET status = 'running', locked_by = $2, locked_until = $3, lease_token = $6,
+                                         receives = receives + 1, updated_at = $1
+                         WHERE id IN (SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1
+                                      ORDER BY run_at LIMIT $5";
     let now = DbTime::now();
     let token = Uuid::new_v4();
-    let mut tx = db.begin().await?;
-    let pick = match &tx {
-        Tx::Postgres(_) => {
-            "SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1
-             ORDER BY run_at LIMIT $5 FOR UPDATE SKIP LOCKED"
+    macro_rules! claim_on {
+        ($sql:expr, $conn:expr) => {
+            sqlx::query_as::<_, ClaimedJob>($sql)
+                .bind(now)
+                .bind(worker)
+                .bind(now.plus(lease))
+                .bind(queue)
+                .bind(i64::from(limit))
+                .bind(token)
+                .fetch_all($conn)
+                .await?
+        };
+    }
+    Ok(match db {
+        Db::Postgres(pool) => {
+            claim_on!(&format!("{CLAIM} FOR UPDATE SKIP LOCKED) RETURNING {CLAIMED_COLUMNS}"), pool)
         }
-        Tx::Sqlite(_) => {
-            "SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $5"
+        Db::Sqlite(_) => {
+            // The one writer: no row locks to skip.
+            let mut tx = db.begin().await?;
+            let jobs =
+                with_conn!(&mut tx, |conn| { claim_on!(&format!("{CLAIM}) RETURNING {CLAIMED_COLUMNS}"), &mut *conn) });
+            tx.commit().await?;
+            jobs
         }
-    };
-    let jobs: Vec<ClaimedJob> = with_conn!(&mut tx, |conn| {
-        sqlx::query_as(&format!(
-            "UPDATE jobs SET status = 'running', locked_by = $2, locked_until = $3, lease_token = $6,
-                             receives = receives + 1, updated_at = $1
-             WHERE id IN ({pick}) RETURNING {CLAIMED_COLUMNS}"
-        ))
-        .bind(now)
-        .bind(worker)
-        .bind(now.plus(lease))
-        .bind(queue)
-        .bind(i64::from(limit))
-        .bind(token)
-        .fetch_all(&mut *conn)
-        .await?
-    });
-    tx.commit().await?;
-    Ok(jobs)
+    })
 }
 
 /// Jobs whose lease ran out: their worker died or stalled. Those whose lease has now expired
