@@ -91,7 +91,8 @@ impl Writes {
         first
     }
 
-    /// Also sends `NOTIFY channel, payload` on PostgreSQL (nothing on SQLite).
+    /// Also sends `NOTIFY channel, payload` on PostgreSQL; on SQLite, wakes this process's
+    /// workers instead ([`super::jobs::local_wakeups`]).
     pub fn notify(&mut self, channel: &'static str, payload: &str) {
         self.notify = Some([Arg::Text(channel.to_owned()), Arg::Text(payload.to_owned())]);
     }
@@ -112,6 +113,10 @@ impl Writes {
                 (0..self.writes.len()).map(|i| Ok(row.try_get::<i64, _>(i)? as u64)).collect()
             }
             Tx::Sqlite(t) => {
+                if self.notify.is_some() {
+                    // No NOTIFY on SQLite: wake this process's workers (see `jobs::local_wakeups`).
+                    super::jobs::local_wakeups().notify_one();
+                }
                 let mut counts = Vec::with_capacity(self.writes.len());
                 for write in &self.writes {
                     let mut query = sqlx::query(write.sql);

@@ -38,9 +38,9 @@ pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
     Ok(id)
 }
 
-/// [`enqueue`] as a write of a larger batch. Workers of this process are woken at once; on
-/// PostgreSQL the batch also sends a `NOTIFY`, delivered at commit to every process that listens
-/// ([`listen`]).
+/// [`enqueue`] as a write of a larger batch. On PostgreSQL the batch also sends a `NOTIFY`,
+/// delivered at commit to every process that listens ([`listen`]); on SQLite it wakes this
+/// process's workers ([`local_wakeups`]).
 pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
     let id = JobId::new();
     let now = DbTime::now();
@@ -61,12 +61,13 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
         ],
     );
     writes.notify(JOBS_CHANNEL, job.queue);
-    local_wakeups().notify_one();
     id
 }
 
-/// In-process wake-ups for workers of this process. On SQLite a worker woken before the
-/// enqueuing transaction commits still sees the job: its claim waits for the one writer.
+/// In-process wake-ups for workers of this process, SQLite's stand-in for `NOTIFY` (sent by
+/// [`Writes::run`]). A worker woken before the enqueuing transaction commits still sees the job:
+/// its claim waits for the one writer. Not used on PostgreSQL, where a claim before the commit
+/// would find nothing and the `NOTIFY` at commit wakes the workers anyway.
 pub fn local_wakeups() -> &'static tokio::sync::Notify {
     static WAKEUPS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
     WAKEUPS.get_or_init(tokio::sync::Notify::new)
@@ -156,9 +157,9 @@ pub async fn claim(db: &Db, queue: &str, worker: &str, limit: u32, lease: TimeDe
         }
         Db::Sqlite(_) => {
             // The one writer: no row locks to skip.
+            let sql = format!("{CLAIM}) RETURNING {CLAIMED_COLUMNS}");
             let mut tx = db.begin().await?;
-            let jobs =
-                with_conn!(&mut tx, |conn| { claim_on!(&format!("{CLAIM}) RETURNING {CLAIMED_COLUMNS}"), &mut *conn) });
+            let jobs = with_conn!(&mut tx, |conn| claim_on!(&sql, &mut *conn));
             tx.commit().await?;
             jobs
         }
