@@ -16,6 +16,7 @@ pub mod withdrawals;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -90,7 +91,14 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish.
+/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish. Accepted
+/// connections get `TCP_NODELAY`: an answer is sent at once, not held back by Nagle's algorithm
+/// waiting for the client's (possibly delayed) acknowledgement.
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, app(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
