@@ -62,6 +62,8 @@ pub struct LatencyReport {
     pub error_samples: Vec<String>,
     /// How late the generator itself was sending (its own scheduling lag), worst case, ms.
     pub max_send_lag_ms: f64,
+    /// p99 of the requests sent in each second of the phase, in order, ms.
+    pub p99_by_second_ms: Vec<f64>,
 }
 
 pub async fn wait_ready(url: &str, within: Duration, process: &mut Proc) -> anyhow::Result<()> {
@@ -368,6 +370,20 @@ pub async fn open_loop(
         results.push(task.await?);
     }
     client.shutdown_background();
+    // Per second of scheduled send time, so a burst (say, an autovacuum round) shows where it
+    // was instead of only raising the percentiles.
+    let mut by_second: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+    for (ms, _, done) in &results {
+        let sent_ms = ((*done - t0).as_secs_f64() * 1e3 - ms).max(0.0);
+        by_second.entry((sent_ms / 1e3) as u64).or_default().push(*ms);
+    }
+    let p99_by_second_ms = by_second
+        .into_values()
+        .map(|mut v| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            percentile(&v, 0.99)
+        })
+        .collect();
     let mut latencies: Vec<f64> = results.iter().map(|(ms, _, _)| *ms).collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let ok = results.iter().filter(|(_, o, _)| matches!(o, Ok(201))).count() as u64;
@@ -388,6 +404,7 @@ pub async fn open_loop(
         errors: errors.len() as u64,
         error_samples: errors.into_iter().take(10).collect(),
         max_send_lag_ms: max_lag.as_secs_f64() * 1e3,
+        p99_by_second_ms,
     })
 }
 

@@ -187,14 +187,19 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
                 Ok(p) => report.pgbench = Some(p),
                 Err(err) => report.errors.push(format!("pgbench: {err:#}")),
             }
+            // Measured: drop pgbench's tables now, or autovacuum working off their dead rows
+            // would land in the service's phases (unless kept for inspection).
+            if !args.keep {
+                if let Err(err) = server::drop_database(&server_url, &pgbench_db).await {
+                    eprintln!("bench: could not drop database {pgbench_db}: {err:#}");
+                }
+            }
             run_service_phases(args, dir, &service_url, &mut report, started).await;
         }
     }
     if args.postgres_url.is_some() && !args.keep {
-        for name in [&pgbench_db, &service_db] {
-            if let Err(err) = server::drop_database(&server_url, name).await {
-                eprintln!("bench: could not drop database {name}: {err:#}");
-            }
+        if let Err(err) = server::drop_database(&server_url, &service_db).await {
+            eprintln!("bench: could not drop database {service_db}: {err:#}");
         }
     }
     if let Some(c) = cluster {
@@ -342,6 +347,12 @@ async fn serve_phases(
         );
         report.end_to_end = Some(e2e);
 
+        // On PostgreSQL, as pgbench vacuums before each run (and as the no-op phase does): the
+        // end-to-end phase left dead row versions in every table it wrote, and autovacuum
+        // working them off would otherwise land in the middle of the latency phase.
+        if matches!(db, Db::Postgres(_)) {
+            bench_store::refresh_statistics(db).await?;
+        }
         progress(started, &format!("{name}: (3) open-loop POSTs at {rate:.1}/s for {} s", args.latency_seconds));
         let latency = load::open_loop(&base_url, &keys, rate, Duration::from_secs(args.latency_seconds)).await?;
         progress(

@@ -233,6 +233,27 @@ fn rows() -> Vec<Row> {
         row("latency_p95_ms", "  p95", "ms", |r| r.latency.as_ref().map(|l| l.p95_ms), None),
         row("latency_p99_ms", "  p99", "ms", |r| r.latency.as_ref().map(|l| l.p99_ms), Some("create_p99_ms")),
         row("latency_max_ms", "  max", "ms", |r| r.latency.as_ref().map(|l| l.max_ms), None),
+        row(
+            "latency_p99_median_second_ms",
+            "  p99 of each second: median",
+            "ms",
+            |r| r.latency.as_ref().map(|l| median(&l.p99_by_second_ms)),
+            None,
+        ),
+        row(
+            "latency_p99_worst_second_ms",
+            "  p99 of each second: worst",
+            "ms",
+            |r| r.latency.as_ref().map(|l| l.p99_by_second_ms.iter().copied().fold(0.0, f64::max)),
+            None,
+        ),
+        row(
+            "latency_send_lag_ms",
+            "  generator's worst send lag",
+            "ms",
+            |r| r.latency.as_ref().map(|l| l.max_send_lag_ms),
+            None,
+        ),
         row("latency_errors", "  errors", "", |r| r.latency.as_ref().map(|l| l.errors as f64), None),
         row(
             "noop_jobs_per_second",
@@ -406,4 +427,11 @@ pub fn table(reports: &[BackendReport]) -> String {
         }
     }
     out
+}
+
+/// The median of unsorted values (0 when empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    super::load::percentile(&sorted, 0.5)
 }
