@@ -177,3 +177,66 @@ impl Meter {
         (cpu, work)
     }
 }
+
+/// How much runnable work waited for a core during a phase: what tail latency is made of on a
+/// saturated machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Contention {
+    /// Share of the phase during which at least one task of the machine was runnable but had no
+    /// core (Linux pressure stall information, `/proc/pressure/cpu`, `some`).
+    pub cpu_pressure_share: Option<f64>,
+    /// `serve`'s threads: time spent waiting on a run queue, and running, per unit (a request of
+    /// the phase, with its payout), in ms (`/proc/PID/task/*/schedstat`).
+    pub serve_runqueue_wait_ms_per_unit: Option<f64>,
+    pub serve_running_ms_per_unit: Option<f64>,
+}
+
+/// The `some` stall total of `/proc/pressure/cpu`, in microseconds.
+fn cpu_pressure_total_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace().find_map(|f| f.strip_prefix("total="))?.parse().ok()
+}
+
+/// (running, waiting on a run queue) nanoseconds summed over a process's live threads.
+fn thread_schedstat(pid: u32) -> Option<(u64, u64)> {
+    let mut sum = (0, 0);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else { continue };
+        let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().unwrap_or(0));
+        sum.0 += fields.next().unwrap_or(0);
+        sum.1 += fields.next().unwrap_or(0);
+    }
+    Some(sum)
+}
+
+/// [`Contention`] from the start of a phase.
+pub struct ContentionMeter {
+    at: std::time::Instant,
+    pressure: Option<u64>,
+    serve: Option<(u32, (u64, u64))>,
+}
+
+impl ContentionMeter {
+    pub fn start(serve: Option<u32>) -> Self {
+        Self {
+            at: std::time::Instant::now(),
+            pressure: cpu_pressure_total_us(),
+            serve: serve.and_then(|pid| Some((pid, thread_schedstat(pid)?))),
+        }
+    }
+
+    pub fn finish(self, units: u64) -> Contention {
+        let wall_us = self.at.elapsed().as_secs_f64() * 1e6;
+        let per = |ns: u64| ns as f64 / 1e6 / units.max(1) as f64;
+        let serve = self.serve.and_then(|(pid, a)| Some((a, thread_schedstat(pid)?)));
+        Contention {
+            cpu_pressure_share: self
+                .pressure
+                .zip(cpu_pressure_total_us())
+                .map(|(a, b)| b.saturating_sub(a) as f64 / wall_us.max(1.0)),
+            serve_runqueue_wait_ms_per_unit: serve.map(|(a, b)| per(b.1.saturating_sub(a.1))),
+            serve_running_ms_per_unit: serve.map(|(a, b)| per(b.0.saturating_sub(a.0))),
+        }
+    }
+}

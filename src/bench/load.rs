@@ -64,6 +64,8 @@ pub struct LatencyReport {
     pub max_send_lag_ms: f64,
     /// p99 of the requests sent in each second of the phase, in order, ms.
     pub p99_by_second_ms: Vec<f64>,
+    /// How much waited for a core meanwhile (filled in by the caller).
+    pub contention: Option<super::cpu::Contention>,
 }
 
 pub async fn wait_ready(url: &str, within: Duration, process: &mut Proc) -> anyhow::Result<()> {
@@ -405,6 +407,7 @@ pub async fn open_loop(
         error_samples: errors.into_iter().take(10).collect(),
         max_send_lag_ms: max_lag.as_secs_f64() * 1e3,
         p99_by_second_ms,
+        contention: None,
     })
 }
 

@@ -354,7 +354,9 @@ async fn serve_phases(
             bench_store::refresh_statistics(db).await?;
         }
         progress(started, &format!("{name}: (3) open-loop POSTs at {rate:.1}/s for {} s", args.latency_seconds));
-        let latency = load::open_loop(&base_url, &keys, rate, Duration::from_secs(args.latency_seconds)).await?;
+        let contention = cpu::ContentionMeter::start(Some(pid));
+        let mut latency = load::open_loop(&base_url, &keys, rate, Duration::from_secs(args.latency_seconds)).await?;
+        latency.contention = Some(contention.finish(latency.requests));
         progress(
             started,
             &format!(

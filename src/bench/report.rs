@@ -248,6 +248,27 @@ fn rows() -> Vec<Row> {
             None,
         ),
         row(
+            "latency_cpu_pressure_percent",
+            "  time some task waited for a core (PSI)",
+            "%",
+            |r| r.latency.as_ref()?.contention.as_ref()?.cpu_pressure_share.map(|s| s * 100.0),
+            None,
+        ),
+        row(
+            "latency_serve_runqueue_wait_ms",
+            "  serve: waiting for a core, per request",
+            "ms",
+            |r| r.latency.as_ref()?.contention.as_ref()?.serve_runqueue_wait_ms_per_unit,
+            None,
+        ),
+        row(
+            "latency_serve_running_ms",
+            "  serve: running, per request",
+            "ms",
+            |r| r.latency.as_ref()?.contention.as_ref()?.serve_running_ms_per_unit,
+            None,
+        ),
+        row(
             "latency_send_lag_ms",
             "  generator's worst send lag",
             "ms",
