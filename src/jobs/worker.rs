@@ -220,18 +220,10 @@ impl JobContext {
         self.finish_or_rollback(tx, how).await
     }
 
-    /// Whether this run still holds its lease, checked inside `tx` right before a provider call
-    /// (work that must only happen under the lease). In the same write the lease is extended and
-    /// the job's first attempt marked (the start of its `max_elapsed` budget).
-    pub async fn still_leased_for_attempt(&self, tx: &mut Tx) -> anyhow::Result<bool> {
-        let mut writes = Writes::new();
-        let leased = self.lease_for_attempt_in(&mut writes);
-        let counts = writes.run(tx).await?;
-        Ok(self.leased_for_attempt(counts[leased] == 1))
-    }
-
-    /// [`JobContext::still_leased_for_attempt`]'s write in a larger batch; its count (at the
-    /// returned index) goes to [`JobContext::leased_for_attempt`].
+    /// Whether this run still holds its lease, checked right before a provider call (work that
+    /// must only happen under the lease), as a write of a larger batch: in the same write the
+    /// lease is extended and the job's first attempt marked (the start of its `max_elapsed`
+    /// budget). Its count (at the returned index) goes to [`JobContext::leased_for_attempt`].
     pub fn lease_for_attempt_in(&self, writes: &mut Writes) -> usize {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
         job_store::extend_lease_in(writes, self.job.id, self.job.lease_token, lease, true)

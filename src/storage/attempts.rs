@@ -1,8 +1,8 @@
 //! Provider attempts (SPEC §4): the evidence of every call to the payout provider.
 //!
-//! [`start`] is committed before the call; [`record_outcome`] fills in what came back. An attempt
-//! left without an outcome means the call may have happened, so the withdrawal must be reconciled,
-//! never blindly resubmitted.
+//! [`start_in`] is committed before the call; [`record_outcome_in`] fills in what came back. An
+//! attempt left without an outcome means the call may have happened, so the withdrawal must be
+//! reconciled, never blindly resubmitted.
 
 use uuid::Uuid;
 
@@ -75,8 +75,7 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Att
     }))
 }
 
-/// Records that attempt `attempt_no` is about to call the provider. A unique index on
-/// (withdrawal, attempt_no) makes a racing second start fail instead of calling twice.
+/// [`start_in`] on its own, in `tx`.
 pub async fn start(
     tx: &mut Tx,
     withdrawal: WithdrawalId,
@@ -91,7 +90,9 @@ pub async fn start(
     Ok(id)
 }
 
-/// [`start`] as a write of a larger batch; returns the attempt's id.
+/// Records that attempt `attempt_no` is about to call the provider, as a write of a larger
+/// batch; returns the attempt's id. A unique index on (withdrawal, attempt_no) makes a racing
+/// second start fail instead of calling twice.
 pub fn start_in(
     writes: &mut Writes,
     withdrawal: WithdrawalId,
@@ -130,14 +131,8 @@ pub struct AttemptOutcome<'a> {
     pub error_message: Option<&'a str>,
 }
 
-pub async fn record_outcome(tx: &mut Tx, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> Result<()> {
-    let mut writes = Writes::new();
-    record_outcome_in(&mut writes, attempt, outcome);
-    writes.run(tx).await?;
-    Ok(())
-}
-
-/// [`record_outcome`] as a write of a larger batch. Provider texts are redacted before storage.
+/// What the call produced, as a write of a larger batch. Provider texts are redacted before
+/// storage.
 pub fn record_outcome_in(writes: &mut Writes, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> usize {
     writes.push(
         "UPDATE provider_attempts
