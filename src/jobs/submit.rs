@@ -81,7 +81,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         }
     }
     if let Some(claim) = claim {
-        if claim.settle(&mut tx, &counts, &withdrawal, &claiming, after_claim).await?.is_none() {
+        if !claim.settle(&mut tx, &counts, &withdrawal, &claiming, after_claim).await? {
             // Cancelled or claimed in between: let the next run see the new state.
             drop(tx);
             return ctx
@@ -156,18 +156,18 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     attempts::record_outcome_in(&mut writes, attempt, &record);
     let moved = settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?;
     let finished = match &next {
-        Next::Finish(how) => Some((how, ctx.finish_in(&mut writes, how))),
+        Next::Finish(how) => Some(ctx.finish_in(&mut writes, how)),
         Next::DeadLetter(_) => None,
     };
     let counts = writes.run(&mut tx).await?;
-    if let Some((how, finished)) = finished {
+    if let (Next::Finish(how), Some(finished)) = (&next, finished) {
         if counts[finished] != 1 {
             return ctx.commit_if_finished(tx, false, how).await.map(drop);
         }
     }
     if let (Some(moved), Some(req)) = (moved, &settle) {
-        // `None`: reconciliation or an operator already decided; the late worker changes nothing
-        // but its own records.
+        // Not applied: reconciliation or an operator already decided; the late worker changes
+        // nothing but its own records.
         moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
     }
     match &outcome {
@@ -180,10 +180,10 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         }
         _ => {}
     }
-    match (&next, finished) {
-        (Next::DeadLetter(failure), _) => ctx.dead_letter(tx, failure).await,
-        (Next::Finish(_), Some((how, _))) => ctx.commit_if_finished(tx, true, how).await.map(drop),
-        (Next::Finish(how), None) => ctx.finish_or_rollback(tx, how).await,
+    match &next {
+        Next::DeadLetter(failure) => ctx.dead_letter(tx, failure).await,
+        // Its fenced finish held (checked above).
+        Next::Finish(how) => ctx.commit_if_finished(tx, true, how).await.map(drop),
     }
 }
 

@@ -329,11 +329,10 @@ pub struct KnownTransition {
 }
 
 impl KnownTransition {
-    /// After the guard's batch ran in `tx` with `counts`: `None` if someone moved the withdrawal
+    /// After the guard's batch ran in `tx` with `counts`: false if someone moved the withdrawal
     /// first (nothing of the move was written). Otherwise writes the transition row, the ledger
     /// entries of its effect and the caller's writes `also` as one batch, finishes as
-    /// [`transition`] does (a settled withdrawal's open dead letters are closed), and returns the
-    /// counts of `also`.
+    /// [`transition`] does (a settled withdrawal's open dead letters are closed), and is true.
     pub async fn settle(
         &self,
         tx: &mut Tx,
@@ -341,17 +340,17 @@ impl KnownTransition {
         withdrawal: &Withdrawal,
         req: &TransitionRequest<'_>,
         also: Writes,
-    ) -> Result<Option<Vec<u64>>> {
+    ) -> Result<bool> {
         if counts[self.guarded] != 1 {
             stale(req);
-            return Ok(None);
+            return Ok(false);
         }
         let mut writes = Writes::new();
         effect_in(&mut writes, withdrawal, req, self.effect);
-        let theirs = writes.append(also);
-        let counts = writes.run(tx).await?;
+        writes.append(also);
+        writes.run(tx).await?;
         applied(tx, req).await?;
-        Ok(Some(counts[theirs..].to_vec()))
+        Ok(true)
     }
 }
 

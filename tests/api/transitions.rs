@@ -136,7 +136,7 @@ async fn a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_
         let mut writes = Writes::new();
         let known = store::transition_known_in(&mut writes, &req).unwrap();
         let counts = writes.run(&mut tx).await.unwrap();
-        settled.push(known.settle(&mut tx, &counts, &read, &req, Writes::new()).await.unwrap().is_some());
+        settled.push(known.settle(&mut tx, &counts, &read, &req, Writes::new()).await.unwrap());
         tx.commit().await.unwrap();
     }
 
