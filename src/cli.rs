@@ -163,6 +163,13 @@ pub struct ServeArgs {
     /// Replays of more dead letters than this wait for a second operator's approval.
     #[arg(long, env = "REPLAY_APPROVAL_THRESHOLD", default_value_t = 100)]
     pub replay_approval_threshold: i64,
+    /// Review decisions (`complete`, `fail`) at or above this amount need a second operator, per
+    /// currency, e.g. `USD=10000,JPY=1000000`.
+    #[arg(long, env = "REVIEW_APPROVAL_THRESHOLD", default_value = "")]
+    pub review_approval_threshold: String,
+    /// The two-person threshold for currencies not named in `--review-approval-threshold`.
+    #[arg(long, env = "REVIEW_APPROVAL_DEFAULT", default_value = "10000")]
+    pub review_approval_default: Decimal,
     /// How long an operator console sign-in lasts, in hours.
     #[arg(long, env = "CONSOLE_SESSION_HOURS", default_value_t = 8)]
     pub console_session_hours: i64,
@@ -210,6 +217,25 @@ pub struct WorkerTuning {
     /// Largest delay between reconciliation attempts.
     #[arg(long, env = "RECONCILE_MAX_DELAY_MS", default_value_t = 600_000)]
     pub reconcile_max_delay_ms: u64,
+    /// The reconciliation window: how long an unknown or `pending` outcome is asked about before
+    /// it goes to review (default 24 h).
+    #[arg(long, env = "RECONCILE_MAX_ELAPSED_MS", default_value_t = 86_400_000)]
+    pub reconcile_max_elapsed_ms: u64,
+    /// Unanswered lookups allowed in the window (`pending` answers are not capped).
+    #[arg(long, env = "RECONCILE_MAX_ATTEMPTS", default_value_t = 300)]
+    pub reconcile_max_attempts: u32,
+    /// Provider attempts per withdrawal before `retries_exhausted`, the first included.
+    #[arg(long, env = "SUBMIT_MAX_ATTEMPTS", default_value_t = 8)]
+    pub submit_max_attempts: u32,
+    /// Largest delay between submit retries.
+    #[arg(long, env = "SUBMIT_MAX_DELAY_MS", default_value_t = 300_000)]
+    pub submit_max_delay_ms: u64,
+    /// Time budget of a withdrawal's submit retries, from its first attempt.
+    #[arg(long, env = "SUBMIT_MAX_ELAPSED_MS", default_value_t = 3_600_000)]
+    pub submit_max_elapsed_ms: u64,
+    /// A provider's `Retry-After` is honoured up to this.
+    #[arg(long, env = "MAX_RETRY_AFTER_MS", default_value_t = 600_000)]
+    pub max_retry_after_ms: u64,
     /// How long the provider breaker stays open before letting trial calls through.
     #[arg(long, env = "BREAKER_WAIT_OPEN_MS", default_value_t = 30_000)]
     pub breaker_wait_open_ms: u64,
@@ -228,6 +254,13 @@ impl WorkerTuning {
         config.submit_policy.base_delay = Duration::from_millis(self.submit_base_delay_ms);
         config.reconcile_policy.base_delay = Duration::from_millis(self.reconcile_base_delay_ms);
         config.reconcile_policy.max_delay = Duration::from_millis(self.reconcile_max_delay_ms);
+        config.reconcile_policy.max_elapsed = Duration::from_millis(self.reconcile_max_elapsed_ms);
+        config.reconcile_policy.max_attempts = self.reconcile_max_attempts;
+        config.reconcile_policy.max_retry_after = Duration::from_millis(self.max_retry_after_ms);
+        config.submit_policy.max_attempts = self.submit_max_attempts;
+        config.submit_policy.max_delay = Duration::from_millis(self.submit_max_delay_ms);
+        config.submit_policy.max_elapsed = Duration::from_millis(self.submit_max_elapsed_ms);
+        config.submit_policy.max_retry_after = Duration::from_millis(self.max_retry_after_ms);
     }
 
     pub fn breaker(&self) -> crate::provider::breaker::BreakerConfig {
@@ -352,6 +385,10 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     config.replay.approval_threshold = args.replay_approval_threshold.max(1);
     config.console.session_ttl = chrono::TimeDelta::hours(args.console_session_hours.clamp(1, 24 * 7));
     config.console.secure_cookie = args.console_secure_cookie;
+    config.review.approval_thresholds =
+        AmountLimits::parse(&args.review_approval_threshold, args.review_approval_default)
+            .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;
+    config.review.in_flight_grace = std::time::Duration::from_millis(args.tuning.reconcile_grace_ms);
     let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
     let db = open(url, settings).await?;
     let shutdown = CancellationToken::new();

@@ -16,6 +16,34 @@ pub struct AppConfig {
     pub replay: crate::ops::ReplaySettings,
     /// Operator console sessions.
     pub console: ConsoleSettings,
+    /// Operator review decisions (SPEC §8.1).
+    pub review: ReviewSettings,
+}
+
+/// The two-person rule's thresholds and how review decisions judge the provider's answer.
+#[derive(Debug, Clone)]
+pub struct ReviewSettings {
+    /// `complete` and `fail` of an amount at or above the currency's threshold need a second
+    /// operator (`REVIEW_APPROVAL_THRESHOLD`, per currency; `REVIEW_APPROVAL_DEFAULT` otherwise).
+    pub approval_thresholds: AmountLimits,
+    /// An empty lookup is not "no transfer" while an attempt may still reach the provider
+    /// (`RECONCILE_GRACE_MS`, as for reconciliation).
+    pub in_flight_grace: std::time::Duration,
+}
+
+impl ReviewSettings {
+    pub fn needs_approval(&self, amount: &crate::domain::Amount) -> bool {
+        amount.value() >= self.approval_thresholds.max_for(amount.currency())
+    }
+}
+
+impl Default for ReviewSettings {
+    fn default() -> Self {
+        Self {
+            approval_thresholds: AmountLimits { default_max: Decimal::from(10_000), ..AmountLimits::default() },
+            in_flight_grace: std::time::Duration::from_secs(15),
+        }
+    }
 }
 
 /// How long a console sign-in lasts, and whether its cookie is `Secure` regardless of what the
@@ -40,6 +68,7 @@ impl Default for AppConfig {
             max_body_bytes: 16 * 1024,
             replay: crate::ops::ReplaySettings::default(),
             console: ConsoleSettings::default(),
+            review: ReviewSettings::default(),
         }
     }
 }

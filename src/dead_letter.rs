@@ -26,16 +26,20 @@ pub enum Category {
     CodeBug,
     RetriesExhausted,
     Crashed,
+    /// The provider's record differs from ours (amount, currency, reference): never completed
+    /// automatically.
+    ProviderMismatch,
 }
 
 impl Category {
-    pub const ALL: [Category; 6] = [
+    pub const ALL: [Category; 7] = [
         Category::BadPayload,
         Category::DependencyRejected,
         Category::SideEffectUnknown,
         Category::CodeBug,
         Category::RetriesExhausted,
         Category::Crashed,
+        Category::ProviderMismatch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +50,7 @@ impl Category {
             Category::CodeBug => "code_bug",
             Category::RetriesExhausted => "retries_exhausted",
             Category::Crashed => "crashed",
+            Category::ProviderMismatch => "provider_mismatch",
         }
     }
 
@@ -55,6 +60,7 @@ impl Category {
             Category::DependencyRejected | Category::RetriesExhausted => "integration owner",
             Category::SideEffectUnknown => "operator",
             Category::CodeBug | Category::Crashed => "service team",
+            Category::ProviderMismatch => "finance operations",
         }
     }
 
@@ -67,6 +73,7 @@ impl Category {
             Category::CodeBug => "runbooks/dead-letter-code-bug.md",
             Category::RetriesExhausted => "runbooks/dead-letter-retries-exhausted.md",
             Category::Crashed => "runbooks/dead-letter-crashed.md",
+            Category::ProviderMismatch => "runbooks/dead-letter-provider-mismatch.md",
         }
     }
 }
@@ -156,7 +163,8 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     if let Some(id) = job.withdrawal_id {
         if let Some(w) = store::get_in_tx(tx, WithdrawalId(id)).await? {
             let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
-            park_for_review(tx, &w, &Actor::Worker(worker_id.to_owned()), &reason, &job.correlation_id).await?;
+            let actor = Actor::Worker(worker_id.to_owned());
+            park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
         }
     }
     dead_letters::insert(tx, &letter).await?;

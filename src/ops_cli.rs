@@ -46,6 +46,21 @@ pub enum ReviewCommand {
         #[arg(long)]
         provider_reference: Option<String>,
     },
+    /// Decisions waiting for a second operator (the two-person rule), oldest first.
+    Decisions,
+    /// Approve the decision waiting on withdrawal ID (you must not be its requester); it is
+    /// checked against the provider again and applied.
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Reject the decision waiting on withdrawal ID; nothing moves.
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// The dead-letter triage filters, shared by `dlq list` and `replay start`.
@@ -180,6 +195,13 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
             let request = json!({"action": action, "reason": reason, "version": version, "provider_reference": provider_reference});
             client.post(&format!("/ops/v1/withdrawals/{id}/resolve"), &request).await?
         }
+        ReviewCommand::Decisions => client.get("/ops/v1/review-decisions", &[]).await?,
+        ReviewCommand::Approve { id, reason } => {
+            client.post(&format!("/ops/v1/withdrawals/{id}/decision/approve"), &json!({"reason": reason})).await?
+        }
+        ReviewCommand::Reject { id, reason } => {
+            client.post(&format!("/ops/v1/withdrawals/{id}/decision/reject"), &json!({"reason": reason})).await?
+        }
     };
     if conn.json {
         println!("{body}");
@@ -211,6 +233,17 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
                 s(&w["version"]),
                 age(&w["age_seconds"])
             );
+            for d in body["review_decisions"].as_array().into_iter().flatten() {
+                println!(
+                    "  decision {} {} {} requested by {} ({}): {}",
+                    s(&d["id"]),
+                    s(&d["action"]),
+                    s(&d["status"]),
+                    s(&d["requested_by"]),
+                    s(&d["requested_at"]),
+                    s(&d["reason"])
+                );
+            }
             for t in body["transitions"].as_array().into_iter().flatten() {
                 println!(
                     "  transition  {} → {}  by {}: {}  ({})",
@@ -220,6 +253,10 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
                     s(&t["reason"]),
                     s(&t["at"])
                 );
+                if let Some(verdict) = t["evidence"]["verdict"].as_str() {
+                    let transfer = t["evidence"]["transfer"]["id"].as_str().unwrap_or("none");
+                    println!("    provider said: {verdict} (transfer {transfer}) at {}", s(&t["evidence"]["asked_at"]));
+                }
             }
             for a in body["provider_attempts"].as_array().into_iter().flatten() {
                 println!(
@@ -256,8 +293,28 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         }
         ReviewCommand::Resolve { action, .. } => {
             let w = &body["withdrawal"];
-            println!("{action}: {} is now {} (version {})", s(&w["id"]), s(&w["status"]), s(&w["version"]));
+            if body["status"] == "pending_approval" {
+                println!(
+                    "{action}: decision {} on {} waits for a second operator (withdrawals review approve {} --reason …)",
+                    s(&body["decision"]["id"]),
+                    s(&w["id"]),
+                    s(&w["id"])
+                );
+            } else {
+                println!("{action}: {} is now {} (version {})", s(&w["id"]), s(&w["status"]), s(&w["version"]));
+            }
         }
+        ReviewCommand::Decisions => {
+            println!("{:<38} {:<9} {:<38}  reason", "withdrawal", "action", "requested by");
+            for d in body["data"].as_array().into_iter().flatten() {
+                println!("{:<38} {:<9} {:<38}  {}", s(&d["withdrawal_id"]), s(&d["action"]), s(&d["requested_by"]), s(&d["reason"]));
+            }
+        }
+        ReviewCommand::Approve { id, .. } => {
+            let w = &body["withdrawal"];
+            println!("approved: {id} is now {} (version {})", s(&w["status"]), s(&w["version"]));
+        }
+        ReviewCommand::Reject { id, .. } => println!("rejected: the decision on {id} is dropped; nothing moved"),
     }
     Ok(())
 }

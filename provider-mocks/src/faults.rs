@@ -113,6 +113,13 @@ pub enum FaultEffect {
     SettleFailed { failure_code: String },
     /// Answer 503 without looking anything up (lookup and get only).
     LookupUnavailable,
+    /// The amount is off by `add` (a provider bug, SPEC §4 "mismatch"): on
+    /// create the transfer is executed for the requested amount plus `add`;
+    /// on lookup and get the answer shows its amount plus `add`.
+    WrongAmount {
+        #[serde(with = "rust_decimal::serde::str")]
+        add: rust_decimal::Decimal,
+    },
 }
 
 impl FaultEffect {

@@ -97,6 +97,12 @@ impl RunningMock {
         self.shared.lock().transfers()
     }
 
+    /// A bank return of the paid transfer under `idempotency_key` (SPEC §14.3);
+    /// false if there is none.
+    pub fn return_transfer(&self, idempotency_key: &str, return_code: &str) -> bool {
+        self.shared.lock().return_transfer(idempotency_key, return_code)
+    }
+
     /// Every request received on the provider routes, in arrival order.
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.lock().requests()

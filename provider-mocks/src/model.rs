@@ -51,6 +51,8 @@ pub enum TransferStatus {
     Pending,
     Paid,
     Failed,
+    /// Paid, then the bank sent the money back (SPEC §4, §14.3).
+    Returned,
 }
 
 /// A transfer as the provider API shows it to clients.
@@ -63,6 +65,13 @@ pub struct TransferView {
     pub status: TransferStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_code: Option<String>,
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub created_at: DateTime<Utc>,
+    /// When the status last changed (a lazily settled transfer: when it settled).
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub updated_at: DateTime<Utc>,
 }
 
 /// A transfer as the mock knows it: everything a test may need to decide
@@ -77,11 +86,15 @@ pub struct TransferRecord {
     pub destination: Destination,
     pub status: TransferStatus,
     pub failure_code: Option<String>,
+    #[serde(default)]
+    pub return_code: Option<String>,
     /// How many POSTs for this key really created a transfer. Anything but 1
     /// means the provider paid more than once for one key.
     pub executions: u32,
     #[serde(serialize_with = "rfc3339_millis")]
     pub created_at: DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub updated_at: DateTime<Utc>,
 }
 
 /// Which provider route a request hit.
@@ -146,6 +159,7 @@ impl Transfer {
             self.settles_at = None;
             self.record.status = self.final_status;
             self.record.failure_code = self.final_failure_code.clone();
+            self.record.updated_at = Utc::now();
         }
     }
 
@@ -157,6 +171,9 @@ impl Transfer {
             currency: self.record.currency.clone(),
             status: self.record.status,
             failure_code: self.record.failure_code.clone(),
+            return_code: self.record.return_code.clone(),
+            created_at: self.record.created_at,
+            updated_at: self.record.updated_at,
         }
     }
 }

@@ -191,6 +191,14 @@ async fn after_work(
     }
 }
 
+/// The amount a `wrong_amount` fault adds, if one applies to this request.
+fn wrong_amount(plan: &FaultPlan) -> Option<rust_decimal::Decimal> {
+    match &plan.terminal {
+        Some(FaultEffect::WrongAmount { add }) => Some(*add),
+        _ => None,
+    }
+}
+
 async fn create(
     State(shared): State<Shared>,
     Extension(ctl): Extension<ConnControl>,
@@ -229,7 +237,8 @@ async fn create(
         _ => None,
     };
     let forced = forced_failure.is_some();
-    let outcome = shared.lock().create(&key, &request, forced_failure);
+    let executed_amount = wrong_amount(&plan).map(|add| request.amount + add);
+    let outcome = shared.lock().create(&key, &request, forced_failure, executed_amount);
     let (label, response) = match outcome {
         CreateOutcome::Created(view) => {
             (if forced { "settle_failed" } else { "created" }, (StatusCode::CREATED, Json(view)).into_response())
@@ -265,7 +274,10 @@ async fn lookup(
     if let Some(response) = before_work(&shared, slot, &ctl, &plan).await {
         return response;
     }
-    let data = shared.lock().lookup_by_key(&key);
+    let mut data = shared.lock().lookup_by_key(&key);
+    if let Some(add) = wrong_amount(&plan) {
+        data.iter_mut().for_each(|t| t.amount += add);
+    }
     let label = if data.is_empty() { "empty" } else { "found" };
     let response = Json(json!({ "data": data })).into_response();
     after_work(&shared, slot, &ctl, &plan, label, response).await
@@ -291,7 +303,10 @@ async fn get_by_id(
     if let Some(response) = before_work(&shared, slot, &ctl, &plan).await {
         return response;
     }
-    let found = shared.lock().get_by_id(&id);
+    let mut found = shared.lock().get_by_id(&id);
+    if let (Some(view), Some(add)) = (found.as_mut(), wrong_amount(&plan)) {
+        view.amount += add;
+    }
     let (label, response) = match found {
         Some(view) => ("found", Json(view).into_response()),
         None => ("not_found", error(StatusCode::NOT_FOUND, "not_found")),

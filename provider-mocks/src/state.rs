@@ -91,8 +91,16 @@ impl State {
     }
 
     /// Executes a new key, replays a known key with the same body, or
-    /// reports a conflict. `forced_failure` comes from a `settle_failed` fault.
-    pub fn create(&mut self, key: &str, request: &CreateTransfer, forced_failure: Option<String>) -> CreateOutcome {
+    /// reports a conflict. `forced_failure` comes from a `settle_failed` fault;
+    /// `executed_amount`, from a `wrong_amount` fault, is what the transfer
+    /// really pays instead of the requested amount.
+    pub fn create(
+        &mut self,
+        key: &str,
+        request: &CreateTransfer,
+        forced_failure: Option<String>,
+        executed_amount: Option<rust_decimal::Decimal>,
+    ) -> CreateOutcome {
         let now = Instant::now();
         if let Some(&i) = self.by_key.get(key) {
             let transfer = &mut self.transfers[i];
@@ -128,13 +136,15 @@ impl State {
             id: format!("tr_{}", uuid::Uuid::new_v4()),
             idempotency_key: key.to_string(),
             reference: request.reference.clone(),
-            amount: request.amount,
+            amount: executed_amount.unwrap_or(request.amount),
             currency: request.currency.clone(),
             destination: request.destination.clone(),
             status,
             failure_code,
+            return_code: None,
             executions: 1,
             created_at: Utc::now(),
+            updated_at: Utc::now(),
         };
         let transfer = Transfer { record, request: request.clone(), settles_at, final_status, final_failure_code };
         let view = transfer.view();
@@ -172,6 +182,21 @@ impl State {
                 t.record.clone()
             })
             .collect()
+    }
+
+    /// A bank return: the paid transfer under `key` becomes `returned` with
+    /// `return_code`. False if there is no such paid transfer.
+    pub fn return_transfer(&mut self, key: &str, return_code: &str) -> bool {
+        let Some(&i) = self.by_key.get(key) else { return false };
+        let transfer = &mut self.transfers[i];
+        transfer.settle(Instant::now());
+        if transfer.record.status != TransferStatus::Paid {
+            return false;
+        }
+        transfer.record.status = TransferStatus::Returned;
+        transfer.record.return_code = Some(return_code.to_string());
+        transfer.record.updated_at = Utc::now();
+        true
     }
 
     pub fn requests(&self) -> Vec<RequestRecord> {

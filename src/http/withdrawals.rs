@@ -433,6 +433,7 @@ pub async fn cancel(
         reason: "cancelled by the customer",
         correlation_id: &correlation.0,
         failure_code: Some("cancelled_by_customer"),
+        evidence: None,
     };
     match store::transition(&mut tx, &request).await? {
         TransitionOutcome::Applied(withdrawal) => {

@@ -110,12 +110,14 @@ pub async fn enqueue_reconciliation(
     Ok(Some(job))
 }
 
-/// True when the withdrawal's last provider attempt may have executed and no later
-/// reconciliation proved it did not: a resubmission could pay twice, so only reconciliation may
-/// follow.
+/// True when the withdrawal's last provider attempt may have paid (its side effect unknown, or
+/// accepted as `pending` or `paid`: [`AttemptRow::may_have_paid`]) and no later reconciliation
+/// proved it did not: a resubmission could pay twice, so only reconciliation may follow.
+///
+/// [`AttemptRow::may_have_paid`]: crate::storage::attempts::AttemptRow::may_have_paid
 pub async fn side_effect_unreconciled(db: &crate::storage::Db, id: WithdrawalId) -> Result<bool> {
     let Some(last) = crate::storage::attempts::for_withdrawal(db, id).await?.pop() else { return Ok(false) };
-    if last.side_effect != "unknown" {
+    if !last.may_have_paid() {
         return Ok(false);
     }
     let settled = crate::storage::reconciliations::for_withdrawal(db, id)

@@ -20,7 +20,7 @@ use super::worker::JobContext;
 use super::{ReconcilePayout, SubmitPayout, SUBMIT_PAYOUT};
 use crate::dead_letter::{Category, Failure};
 use crate::domain::{Actor, WithdrawalStatus};
-use crate::provider::{LookupOutcome, TransferStatus};
+use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::attempts::{self, SideEffect};
 use crate::storage::jobs::{self as job_store, Finish};
 use crate::storage::reconciliations::{self, ReconciliationResult};
@@ -72,65 +72,63 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     };
     let mut tx = ctx.db().begin().await?;
     let first_attempt_at = job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
-    let (result, detail) = match &answer {
-        LookupOutcome::Found(transfers) => {
-            let reference = id.to_string();
-            let transfer =
-                transfers.iter().find(|t| t.reference.as_deref() == Some(&reference)).unwrap_or(&transfers[0]);
-            match transfer.status {
-                TransferStatus::Paid => {
-                    decide(&mut tx, ctx, from, WithdrawalStatus::Completed, "reconciliation found it paid", None)
-                        .await?;
-                    record(&mut tx, ctx, "paid", Some(&transfer.id), None, "provider reports paid", None).await?;
-                    return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
-                }
-                TransferStatus::Failed => {
-                    let code = transfer.failure_code.as_deref().unwrap_or("provider_failed");
-                    decide(&mut tx, ctx, from, WithdrawalStatus::Failed, "reconciliation found it failed", Some(code))
-                        .await?;
-                    record(&mut tx, ctx, "failed", Some(&transfer.id), Some(code), "provider reports failed", None)
-                        .await?;
-                    return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
-                }
-                TransferStatus::Pending => {
-                    ("pending", format!("transfer {} still pending at the provider", transfer.id))
-                }
-            }
+    // "Not found" is only definitive once no attempt can still be on its way: a request we
+    // stopped waiting for may yet be executed by the provider.
+    let in_flight = match &answer {
+        LookupOutcome::NotFound => in_flight_until(ctx.db(), id, ctx.config().in_flight_grace).await?,
+        _ => None,
+    };
+    // Every transfer the provider shows is checked against the withdrawal first (SPEC §7).
+    let verdict = Verdict::of_lookup(&withdrawal, &answer, in_flight.is_some());
+    let evidence = verdict.evidence(&withdrawal, chrono::Utc::now());
+    let (result, detail) = match &verdict {
+        Verdict::Paid(t) | Verdict::Returned(t) => {
+            // A returned transfer was paid first: the withdrawal completes; the return's
+            // re-credit is settlement's (SPEC §14.3).
+            let name = verdict.name();
+            let to = WithdrawalStatus::Completed;
+            decide(&mut tx, ctx, from, to, "reconciliation found it paid", None, Some(&evidence)).await?;
+            record(&mut tx, ctx, name, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
+            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
-        LookupOutcome::NotFound => {
-            // "Not found" is only definitive once no attempt can still be on its way: a request
-            // we stopped waiting for may yet be executed by the provider.
-            let grace = TimeDelta::from_std(ctx.config().in_flight_grace).unwrap_or(TimeDelta::seconds(15));
-            let latest = attempts::latest(&mut tx, id).await?.filter(|a| a.side_effect == SideEffect::Unknown.as_str());
-            let mut in_flight =
-                latest.as_ref().map(|a| a.started_at.plus(grace)).filter(|settled| *settled > DbTime::now());
-            if let Some(a) = &latest {
-                // A call whose job still runs under a live lease may still be on its way.
-                if in_flight.is_none() && job_store::job_status(ctx.db(), a.job_id).await?.as_deref() == Some("running")
-                {
-                    in_flight = Some(DbTime::now().plus(grace));
-                }
-            }
-            if let Some(settled) = in_flight {
-                let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
-                record(&mut tx, ctx, "not_found", None, None, detail, None).await?;
-                let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
-                return ctx.finish_or_rollback(tx, &how).await;
-            }
-            return controlled_retry(tx, ctx, from).await;
+        Verdict::Failed(t) => {
+            let code = t.failure_code.as_deref().unwrap_or("provider_failed");
+            let to = WithdrawalStatus::Failed;
+            decide(&mut tx, ctx, from, to, "reconciliation found it failed", Some(code), Some(&evidence)).await?;
+            record(&mut tx, ctx, "failed", Some(&t.id), Some(code), "provider reports failed", None).await?;
+            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
-        LookupOutcome::Unavailable(error) => ("unavailable", format!("{}: {}", error.code, error.message)),
+        Verdict::Mismatch(t, m) => {
+            let failure = super::submit::mismatch_failure(&withdrawal, t, m);
+            record(&mut tx, ctx, "mismatch", Some(&t.id), None, &failure.message, None).await?;
+            return ctx.dead_letter(tx, &failure).await;
+        }
+        Verdict::InFlight => {
+            let settled = in_flight.unwrap_or_else(DbTime::now);
+            let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
+            record(&mut tx, ctx, "not_found", None, None, detail, None).await?;
+            let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
+            return ctx.finish_or_rollback(tx, &how).await;
+        }
+        Verdict::NoTransfer => return controlled_retry(tx, ctx, from).await,
+        Verdict::Pending(t) => ("pending", format!("transfer {} still pending at the provider", t.id)),
+        Verdict::Unavailable(why) => ("unavailable", why.clone()),
     };
 
-    // Undecided: ask again later, within the window.
+    // Undecided: ask again later, within the window. A pending transfer is known to be on its
+    // way, so only the window (`max_elapsed`) bounds how long it is polled; an unanswered lookup
+    // also counts against the attempt cap.
     let policy = &ctx.config().reconcile_policy;
     let attempts_made = u32::try_from(job.attempts + 1).unwrap_or(u32::MAX);
     let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
-    let retry_after = match &answer {
-        LookupOutcome::Unavailable(error) => error.retry_after,
-        LookupOutcome::Found(_) | LookupOutcome::NotFound => None,
+    let decision = match &answer {
+        LookupOutcome::Unavailable(error) => {
+            policy.next_delay(attempts_made, elapsed, error.retry_after, &mut rand::thread_rng())
+        }
+        LookupOutcome::Found(_) | LookupOutcome::NotFound => {
+            policy.next_poll(attempts_made, elapsed, &mut rand::thread_rng())
+        }
     };
-    let decision = policy.next_delay(attempts_made, elapsed, retry_after, &mut rand::thread_rng());
     match decision {
         RetryDecision::RetryAfter(delay) => {
             record(&mut tx, ctx, result, None, None, &detail, None).await?;
@@ -151,6 +149,28 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             ctx.dead_letter(tx, &failure).await
         }
     }
+}
+
+/// Until when an attempt of ours may still reach the provider, if one may: the last attempt's
+/// side effect is unknown and it started less than `grace` ago, or its job still runs under a
+/// live lease. Until then an empty lookup is not a definitive "no such transfer".
+pub async fn in_flight_until(
+    db: &crate::storage::Db,
+    id: crate::domain::WithdrawalId,
+    grace: std::time::Duration,
+) -> crate::storage::Result<Option<DbTime>> {
+    let grace = TimeDelta::from_std(grace).unwrap_or(TimeDelta::seconds(15));
+    let latest = attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown.as_str());
+    let Some(a) = latest else { return Ok(None) };
+    let settled = a.started_at.plus(grace);
+    if settled > DbTime::now() {
+        return Ok(Some(settled));
+    }
+    // A call whose job still runs under a live lease may still be on its way.
+    if job_store::job_status(db, a.job_id).await?.as_deref() == Some("running") {
+        return Ok(Some(DbTime::now().plus(grace)));
+    }
+    Ok(None)
 }
 
 /// The provider definitively has no transfer under this key: a new submit job with the same
@@ -190,7 +210,9 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
         }
     };
     if from == WithdrawalStatus::RequiresReview {
-        decide(&mut tx, ctx, from, WithdrawalStatus::Processing, "controlled retry after reconciliation", None).await?;
+        let reason = "controlled retry after reconciliation";
+        let evidence = serde_json::json!({"source": "provider_lookup", "verdict": "no_transfer", "asked_at": chrono::Utc::now()});
+        decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(&evidence)).await?;
     }
     let result_id = Uuid::now_v7();
     let follow_up = if job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await? {
@@ -212,6 +234,7 @@ async fn decide(
     to: WithdrawalStatus,
     reason: &str,
     failure_code: Option<&str>,
+    evidence: Option<&serde_json::Value>,
 ) -> anyhow::Result<()> {
     let request = TransitionRequest {
         id: ctx.payload_withdrawal()?,
@@ -222,6 +245,7 @@ async fn decide(
         reason,
         correlation_id: &ctx.job.correlation_id,
         failure_code,
+        evidence,
     };
     match store::transition(tx, &request).await? {
         TransitionOutcome::Applied(_) | TransitionOutcome::Stale => Ok(()),

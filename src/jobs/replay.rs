@@ -213,6 +213,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
             reason: &format!("replay run {}: {}", run.id, run.reason),
             correlation_id: &correlation,
             failure_code: None,
+            evidence: None,
         },
     )
     .await?;

@@ -78,7 +78,9 @@ impl RetryPolicy {
         Self {
             base_delay: Duration::from_secs(5),
             max_delay: Duration::from_secs(10 * 60),
-            max_attempts: 20,
+            // Sized to the window: at the 10 min cap full jitter averages 5 min, so about 290
+            // unanswered lookups fill 24 h (pending answers have no cap: `next_poll`).
+            max_attempts: 300,
             max_elapsed: Duration::from_secs(24 * 60 * 60),
             max_retry_after: Duration::from_secs(10 * 60),
         }
@@ -147,6 +149,15 @@ impl RetryPolicy {
             return RetryDecision::Exhausted(Exhausted::Elapsed);
         }
         RetryDecision::RetryAfter(delay)
+    }
+}
+
+impl RetryPolicy {
+    /// Waiting on something known to be under way (a transfer the provider reports `pending`):
+    /// the same backoff and window as [`next_delay`](Self::next_delay), but no attempt cap — a
+    /// bank transfer may stay pending for days, and only `max_elapsed` decides when to stop.
+    pub fn next_poll(&self, polls_made: u32, elapsed: Duration, rng: &mut impl Rng) -> RetryDecision {
+        RetryPolicy { max_attempts: u32::MAX, ..self.clone() }.next_delay(polls_made, elapsed, None, rng)
     }
 }
 

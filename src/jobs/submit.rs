@@ -18,7 +18,7 @@ use super::worker::JobContext;
 use super::{enqueue_reconciliation, SubmitPayout};
 use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
-use crate::provider::{SubmitOutcome, TransferRequest, TransferStatus};
+use crate::provider::{Mismatch, SubmitOutcome, TransferRequest, TransferStatus, Verdict};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
 use crate::storage::batch::Writes;
 use crate::storage::jobs::Finish;
@@ -54,6 +54,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         reason: "worker claimed the submit job",
         correlation_id: &job.correlation_id,
         failure_code: None,
+        evidence: None,
     };
     let (mut writes, mut after_claim) = (Writes::new(), Writes::new());
     let claim = match withdrawal.status {
@@ -124,18 +125,21 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
 
-    let (record, next) = decide(ctx, &outcome, attempts_in_budget.max(1), first_attempt_at);
+    // Every transfer the provider shows is checked against the withdrawal before it settles
+    // anything: a mismatch is never completed (SPEC §4).
+    let verdict = match &outcome {
+        SubmitOutcome::Accepted { transfer, .. } => Some(Verdict::of_transfer(&withdrawal, transfer)),
+        _ => None,
+    };
+    let (record, next) = decide(ctx, &outcome, verdict.as_ref(), &withdrawal, attempts_in_budget.max(1), first_attempt_at);
     // A provider that settled the transfer settles the withdrawal.
-    let settled = match &outcome {
-        SubmitOutcome::Accepted { transfer, .. } => match transfer.status {
-            TransferStatus::Paid => Some((WithdrawalStatus::Completed, "provider confirmed paid", None)),
-            TransferStatus::Failed => Some((
-                WithdrawalStatus::Failed,
-                "provider reported failed",
-                Some(transfer.failure_code.as_deref().unwrap_or("provider_failed")),
-            )),
-            TransferStatus::Pending => None,
-        },
+    let settled = match &verdict {
+        Some(Verdict::Paid(_) | Verdict::Returned(_)) => Some((WithdrawalStatus::Completed, "provider confirmed paid", None)),
+        Some(Verdict::Failed(t)) => Some((
+            WithdrawalStatus::Failed,
+            "provider reported failed",
+            Some(t.failure_code.as_deref().unwrap_or("provider_failed")),
+        )),
         _ => None,
     };
     let settle = settled.map(|(to, reason, failure_code)| TransitionRequest {
@@ -147,6 +151,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         reason,
         correlation_id: &job.correlation_id,
         failure_code,
+        evidence: None,
     });
 
     // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as
@@ -170,12 +175,12 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         // nothing but its own records.
         moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
     }
-    match &outcome {
-        SubmitOutcome::Accepted { transfer, .. } if transfer.status == TransferStatus::Pending => {
+    match (&outcome, &verdict) {
+        (_, Some(Verdict::Pending(_))) => {
             let poll_at = DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default());
             enqueue_reconciliation(&mut tx, id, "pending_transfer", &job.correlation_id, poll_at).await?;
         }
-        SubmitOutcome::Unknown(_) => {
+        (SubmitOutcome::Unknown(_), _) => {
             enqueue_reconciliation(&mut tx, id, "unknown_outcome", &job.correlation_id, DbTime::now()).await?;
         }
         _ => {}
@@ -232,25 +237,30 @@ fn transfer_request(w: &Withdrawal) -> TransferRequest {
 fn decide<'a>(
     ctx: &JobContext,
     outcome: &'a SubmitOutcome,
+    verdict: Option<&Verdict>,
+    withdrawal: &Withdrawal,
     attempts_made: i64,
     first_attempt_at: DbTime,
 ) -> (AttemptOutcome<'a>, Next<'a>) {
     match outcome {
         SubmitOutcome::Accepted { transfer, http_status } => {
-            let name = match transfer.status {
-                TransferStatus::Paid => "paid",
-                TransferStatus::Pending => "pending",
-                TransferStatus::Failed => "failed",
+            let mismatch = match verdict {
+                Some(Verdict::Mismatch(_, m)) => Some(m),
+                _ => None,
             };
             let record = AttemptOutcome {
-                outcome: name,
+                outcome: if mismatch.is_some() { "mismatch" } else { transfer.status.as_str() },
                 side_effect: Some(SideEffect::Confirmed),
                 http_status: Some(*http_status),
                 provider_transfer_id: Some(&transfer.id),
                 failure_code: transfer.failure_code.as_deref(),
                 ..AttemptOutcome::default()
             };
-            (record, Next::Finish(Finish::Succeeded))
+            let next = match mismatch {
+                None => Next::Finish(Finish::Succeeded),
+                Some(m) => Next::DeadLetter(mismatch_failure(withdrawal, transfer, m)),
+            };
+            (record, next)
         }
         SubmitOutcome::Retryable(error) => {
             let record = error_record("retryable", SideEffect::NotStarted, error);
@@ -303,6 +313,19 @@ fn decide<'a>(
             };
             (error_record("conflict", SideEffect::Unknown, error), Next::DeadLetter(failure))
         }
+    }
+}
+
+/// The dead letter of a transfer that does not match the withdrawal, with both records.
+pub fn mismatch_failure(withdrawal: &Withdrawal, transfer: &crate::provider::Transfer, m: &Mismatch) -> Failure {
+    let records = crate::provider::truth::both_records(withdrawal, transfer);
+    Failure {
+        category: Category::ProviderMismatch,
+        error_code: m.code(),
+        error_class: "mismatch",
+        message: format!("the provider's transfer differs from the withdrawal in {}: {records}", m.fields.join(", ")),
+        stack: None,
+        side_effect: Some(SideEffect::Confirmed),
     }
 }
 

@@ -567,13 +567,15 @@ fn capture_panic_backtraces() {
 }
 
 /// Moves a withdrawal automation gave up on to `requires_review` (through `processing` if it
-/// was still `pending`, so every move is one the state machine allows and is recorded).
+/// was still `pending`, so every move is one the state machine allows and is recorded), with
+/// `failure_code` saying why it waits there (the dead-letter category).
 pub async fn park_for_review(
     tx: &mut Tx,
     w: &Withdrawal,
     actor: &Actor,
     reason: &str,
     correlation_id: &str,
+    failure_code: &str,
 ) -> anyhow::Result<()> {
     let mut path = Vec::new();
     match w.status {
@@ -593,7 +595,8 @@ pub async fn park_for_review(
             actor,
             reason,
             correlation_id,
-            failure_code: None,
+            failure_code: (to == WithdrawalStatus::RequiresReview).then_some(failure_code),
+            evidence: None,
         };
         match store::transition(tx, &request).await? {
             TransitionOutcome::Applied(_) | TransitionOutcome::Stale => {}

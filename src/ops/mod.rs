@@ -7,6 +7,7 @@
 mod audit;
 mod auth;
 mod dead_letters;
+mod decisions;
 mod overview;
 mod replays;
 mod review;
@@ -27,6 +28,7 @@ use crate::storage::{DbTime, Tx};
 pub fn router() -> Router<AppState> {
     Router::new()
         .merge(review::router())
+        .merge(decisions::router())
         .merge(dead_letters::router())
         .merge(replays::router())
         .merge(audit::router())
@@ -54,7 +56,7 @@ impl Audited<'_> {
         }
     }
 
-    fn row(&self, operator: &Operator, result: &str) -> AuditRow {
+    pub(crate) fn row(&self, operator: &Operator, result: &str) -> AuditRow {
         AuditRow {
             id: Uuid::now_v7(),
             operator_id: operator.id.0,

@@ -15,8 +15,9 @@ use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalId, WithdrawalSta
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::jobs::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
-use crate::provider::{LookupOutcome, TransferStatus};
+use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::jobs as job_store;
+use crate::storage::review_decisions;
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{accounts, attempts, dead_letters, reconciliations, DbTime};
 
@@ -120,7 +121,7 @@ async fn list(
     Ok(Json(json!({"data": data, "next_cursor": next})))
 }
 
-fn parse_id(raw: &str) -> Result<WithdrawalId, ApiError> {
+pub(super) fn parse_id(raw: &str) -> Result<WithdrawalId, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found())
 }
 
@@ -140,7 +141,8 @@ async fn show(
         .into_iter()
         .map(|t| {
             json!({"from": t.from_status, "to": t.to_status, "actor": t.actor, "reason": t.reason,
-                        "correlation_id": t.correlation_id, "at": t.at.0})
+                        "correlation_id": t.correlation_id, "at": t.at.0,
+                        "evidence": t.evidence.map(|e| e.0)})
         })
         .collect();
     let attempts: Vec<Value> = attempts::for_withdrawal(db, id)
@@ -181,8 +183,11 @@ async fn show(
                         "paid_out": format_minor(e.paid_out_delta, currency), "at": e.created_at.0})
         })
         .collect();
+    let decisions: Vec<Value> =
+        review_decisions::for_withdrawal(db, id).await?.iter().map(super::decisions::decision_json).collect();
     Ok(Json(json!({
         "withdrawal": OpsWithdrawal::from(&w),
+        "review_decisions": decisions,
         "transitions": transitions,
         "provider_attempts": attempts,
         "reconciliation_results": reconciliations,
@@ -208,7 +213,7 @@ async fn resolve(
     operator: Operator,
     Path(id): Path<String>,
     body: Result<Json<ResolveRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     let id = parse_id(&id)?;
     let req = super::body(body)?;
     let audited = Audited {
@@ -227,17 +232,102 @@ async fn resolve(
     }
 }
 
+/// What an operator may decide about a withdrawal in review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Complete,
+    Fail,
+    Retry,
+    Reconcile,
+}
+
+impl Action {
+    pub fn parse(raw: &str) -> Result<Action, ApiError> {
+        match raw {
+            "complete" => Ok(Action::Complete),
+            "fail" => Ok(Action::Fail),
+            "retry" => Ok(Action::Retry),
+            "reconcile" => Ok(Action::Reconcile),
+            other => Err(ApiError::unprocessable(
+                "invalid_action",
+                "action",
+                format!("unknown action `{other}`: use complete, fail, retry or reconcile"),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Complete => "complete",
+            Action::Fail => "fail",
+            Action::Retry => "retry",
+            Action::Reconcile => "reconcile",
+        }
+    }
+}
+
 async fn resolve_checked(
     state: &AppState,
     operator: &Operator,
     id: WithdrawalId,
     req: &ResolveRequest,
     audited: &Audited<'_>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let action = Action::parse(&req.action)?;
     let reason = require_reason(&req.reason)?;
     let db = state.db();
-    let current = store::get(db, None, id).await?.ok_or_else(ApiError::not_found)?;
-    if current.version != req.version {
+    let current = in_review(state, id, req.version).await?;
+    let correlation = format!("ops-{}", Uuid::new_v4());
+    if action == Action::Reconcile {
+        let mut tx = db.begin().await?;
+        enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?;
+        audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        let body = json!({"withdrawal": OpsWithdrawal::from(&current), "action": action.as_str()});
+        return Ok((StatusCode::OK, Json(body)));
+    }
+    if let Some(pending) = review_decisions::pending_for(db, id).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "decision_pending",
+            format!(
+                "decision {} ({}) waits for a second operator: approve or reject it first",
+                pending.id, pending.action
+            ),
+        ));
+    }
+    let reference = match action {
+        Action::Complete => Some(
+            req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
+                ApiError::unprocessable(
+                    "provider_reference_required",
+                    "provider_reference",
+                    "complete needs the provider's transfer id",
+                )
+            })?,
+        ),
+        Action::Fail | Action::Retry | Action::Reconcile => None,
+    };
+    // Asked before any transaction opens: a slow provider must not hold a writer.
+    let evidence = check_with_provider(state, &current, action, reference).await?;
+    if matches!(action, Action::Complete | Action::Fail) && state.config().review.needs_approval(&current.amount) {
+        let decision = super::decisions::request(state, operator, &current, action, reference, reason, &evidence, audited)
+            .await?;
+        let body = json!({"withdrawal": OpsWithdrawal::from(&current), "action": action.as_str(),
+                          "status": "pending_approval", "decision": decision});
+        return Ok((StatusCode::ACCEPTED, Json(body)));
+    }
+    let mut tx = db.begin().await?;
+    let withdrawal = apply(&mut tx, operator, &current, action, req.version, reason, &evidence, &correlation).await?;
+    audited.record_ok(&mut tx, operator).await?;
+    tx.commit().await?;
+    Ok((StatusCode::OK, Json(json!({"withdrawal": OpsWithdrawal::from(&withdrawal), "action": action.as_str()}))))
+}
+
+/// The withdrawal, if it is in review at the version the operator looked at.
+pub(super) async fn in_review(state: &AppState, id: WithdrawalId, version: i64) -> Result<Withdrawal, ApiError> {
+    let current = store::get(state.db(), None, id).await?.ok_or_else(ApiError::not_found)?;
+    if current.version != version {
         return Err(stale(current.version));
     }
     if current.status != WithdrawalStatus::RequiresReview {
@@ -247,85 +337,65 @@ async fn resolve_checked(
             format!("only a requires_review withdrawal can be resolved; this one is {}", current.status),
         ));
     }
-    let actor = Actor::Operator(operator.id.to_string());
-    let correlation = format!("ops-{}", Uuid::new_v4());
-    // Decisions that end the withdrawal or resubmit it need a known side effect: the provider
-    // may have paid, and releasing or resending the money then would pay twice.
-    if matches!(req.action.as_str(), "fail" | "retry") && crate::jobs::side_effect_unreconciled(db, id).await? {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "side_effect_unknown",
-            "the last provider attempt may have paid and no reconciliation has settled it: use action reconcile first",
-        ));
-    }
-    if req.action == "complete" {
-        // Ask the provider before opening the transaction: a slow provider must not hold a writer.
-        let reference =
-            req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
-                ApiError::unprocessable(
-                    "provider_reference_required",
-                    "provider_reference",
-                    "complete needs the provider's transfer id",
-                )
-            })?;
-        check_paid_at_provider(state, id, reference).await?;
-    }
-    let mut tx = db.begin().await?;
-    if req.action != "reconcile" && job_store::has_live_job(&mut tx, id, crate::jobs::RECONCILE_PAYOUT).await? {
+    Ok(current)
+}
+
+/// Applies a checked decision in `tx`: the guarded move from `requires_review` at `version`,
+/// with the provider's answer stored on the transition (and, for `retry`, the new submit job).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn apply(
+    tx: &mut crate::storage::Tx,
+    operator: &Operator,
+    current: &Withdrawal,
+    action: Action,
+    version: i64,
+    reason: &str,
+    evidence: &Value,
+    correlation: &str,
+) -> Result<Withdrawal, ApiError> {
+    let id = current.id;
+    if job_store::has_live_job(tx, id, crate::jobs::RECONCILE_PAYOUT).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "reconciliation_in_progress",
             "a reconciliation of this withdrawal is running; wait for its result",
         ));
     }
-    let transition = |to, failure_code| TransitionRequest {
+    let actor = Actor::Operator(operator.id.to_string());
+    let (to, failure_code) = match action {
+        Action::Complete => (WithdrawalStatus::Completed, None),
+        Action::Fail => (WithdrawalStatus::Failed, Some("rejected_by_operator")),
+        Action::Retry => (WithdrawalStatus::Processing, None),
+        Action::Reconcile => return Err(ApiError::Internal(anyhow::anyhow!("reconcile is not a transition"))),
+    };
+    let transition = TransitionRequest {
         id,
         from: WithdrawalStatus::RequiresReview,
         to,
-        expected_version: Some(req.version),
+        expected_version: Some(version),
         actor: &actor,
         reason,
-        correlation_id: &correlation,
+        correlation_id: correlation,
         failure_code,
+        evidence: Some(evidence),
     };
-    let outcome = match req.action.as_str() {
-        // Checked against the provider above, before the transaction opened.
-        "complete" => store::transition(&mut tx, &transition(WithdrawalStatus::Completed, None)).await?,
-        "fail" => {
-            store::transition(&mut tx, &transition(WithdrawalStatus::Failed, Some("rejected_by_operator"))).await?
-        }
-        "retry" => {
-            let outcome = store::transition(&mut tx, &transition(WithdrawalStatus::Processing, None)).await?;
-            if matches!(outcome, TransitionOutcome::Applied(_))
-                && !job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await?
-            {
-                job_store::enqueue(&mut tx, &SubmitPayout::new(id, None).job(&correlation, DbTime::now())).await?;
-            }
-            outcome
-        }
-        "reconcile" => {
-            enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?;
-            TransitionOutcome::Applied(Box::new(current.clone()))
-        }
-        other => {
-            return Err(ApiError::unprocessable(
-                "invalid_action",
-                "action",
-                format!("unknown action `{other}`: use complete, fail, retry or reconcile"),
-            ))
-        }
-    };
-    let withdrawal = match outcome {
-        TransitionOutcome::Applied(w) => w,
-        TransitionOutcome::Stale => {
-            let now = store::get(db, None, id).await?.ok_or_else(ApiError::not_found)?;
-            return Err(stale(now.version));
-        }
-        TransitionOutcome::Forbidden(err) => return Err(ApiError::Internal(err.into())),
-    };
-    audited.record_ok(&mut tx, operator).await?;
-    tx.commit().await?;
-    Ok(Json(json!({"withdrawal": OpsWithdrawal::from(withdrawal.as_ref()), "action": req.action})))
+    let outcome = store::transition(tx, &transition).await?;
+    if action == Action::Retry
+        && matches!(outcome, TransitionOutcome::Applied(_))
+        && !job_store::has_live_job(tx, id, SUBMIT_PAYOUT).await?
+    {
+        job_store::enqueue(tx, &SubmitPayout::new(id, None).job(correlation, DbTime::now())).await?;
+    }
+    match outcome {
+        TransitionOutcome::Applied(w) => Ok(*w),
+        TransitionOutcome::Stale => Err(stale_now(tx, id).await?),
+        TransitionOutcome::Forbidden(err) => Err(ApiError::Internal(err.into())),
+    }
+}
+
+async fn stale_now(tx: &mut crate::storage::Tx, id: WithdrawalId) -> Result<ApiError, ApiError> {
+    let now = store::get_in_tx(tx, id).await?.ok_or_else(ApiError::not_found)?;
+    Ok(stale(now.version))
 }
 
 fn stale(current: i64) -> ApiError {
@@ -337,30 +407,88 @@ fn stale(current: i64) -> ApiError {
     .with_field("version")
 }
 
-/// `complete` needs the provider's word: a transfer under this withdrawal's key, with this id, paid.
-async fn check_paid_at_provider(state: &AppState, id: WithdrawalId, reference: &str) -> Result<(), ApiError> {
-    let gateway = state.gateway().ok_or_else(|| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", "this process cannot reach the provider")
-    })?;
-    let answer = gateway.lookup(&id.to_string(), &format!("ops-check-{id}")).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "provider_unavailable",
-            "the provider breaker is open; try later",
-        )
-    })?;
-    let refused = |detail: String| ApiError::unprocessable("provider_reference_mismatch", "provider_reference", detail);
-    match answer {
-        LookupOutcome::Found(transfers) => match transfers.iter().find(|t| t.id == reference) {
-            Some(t) if t.status == TransferStatus::Paid => Ok(()),
-            Some(t) => Err(refused(format!("the provider reports transfer {reference} as {:?}, not paid", t.status))),
-            None => Err(refused(format!("the provider has no transfer {reference} for this withdrawal"))),
-        },
-        LookupOutcome::NotFound => Err(refused("the provider has no transfer for this withdrawal".into())),
-        LookupOutcome::Unavailable(_) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "provider_unavailable",
-            "the provider did not answer; try later",
+fn unavailable(detail: &str) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", detail.to_owned())
+}
+
+/// SPEC §8.1: asks the provider now, by the operation key, and says whether `action` may move
+/// money on its answer. On yes, returns the evidence to store with the decision.
+///
+/// | the provider shows | complete | fail, retry |
+/// |---|---|---|
+/// | a matching `paid` (or `returned`) transfer | yes, with its id as the reference | 409 `transfer_paid_at_provider` |
+/// | a `pending` transfer | 422 `provider_reference_mismatch` | 409 `transfer_pending_at_provider` |
+/// | a `failed` transfer, or definitively none | 422 `provider_reference_mismatch` | yes |
+/// | none yet, but an attempt may still arrive | 422 `provider_reference_mismatch` | 409 `attempt_in_flight` |
+/// | a transfer whose amount, currency or reference differ | 422 `provider_reference_mismatch` | 409 `provider_mismatch` |
+/// | no answer (or the breaker is open) | 503 `provider_unavailable` | 503 `provider_unavailable` |
+pub(super) async fn check_with_provider(
+    state: &AppState,
+    w: &Withdrawal,
+    action: Action,
+    reference: Option<&str>,
+) -> Result<Value, ApiError> {
+    let gateway = state.gateway().ok_or_else(|| unavailable("this process cannot reach the provider"))?;
+    let answer = gateway
+        .lookup(&w.id.to_string(), &format!("ops-check-{}", w.id))
+        .await
+        .map_err(|_| unavailable("the provider breaker is open; try later"))?;
+    let in_flight = match answer {
+        LookupOutcome::NotFound => {
+            crate::jobs::reconcile::in_flight_until(state.db(), w.id, state.config().review.in_flight_grace)
+                .await?
+                .is_some()
+        }
+        _ => false,
+    };
+    let verdict = Verdict::of_lookup(w, &answer, in_flight);
+    let mut evidence = verdict.evidence(w, Utc::now());
+    evidence["action"] = json!(action.as_str());
+    let refused_complete =
+        |detail: String| ApiError::unprocessable("provider_reference_mismatch", "provider_reference", detail);
+    let conflict = |code: &str, detail: String| ApiError::new(StatusCode::CONFLICT, code, detail);
+    match (action, &verdict) {
+        (_, Verdict::Unavailable(_)) => Err(unavailable("the provider did not answer; try later")),
+        (Action::Complete, Verdict::Paid(t) | Verdict::Returned(t)) => {
+            let reference = reference.unwrap_or_default();
+            if t.id != reference {
+                return Err(refused_complete(format!(
+                    "the provider's transfer for this withdrawal is {}, not {reference}",
+                    t.id
+                )));
+            }
+            evidence["provider_reference"] = json!(reference);
+            Ok(evidence)
+        }
+        (Action::Complete, Verdict::Mismatch(t, m)) => Err(refused_complete(format!(
+            "the provider's transfer {} differs from the withdrawal in {}: never completed",
+            t.id,
+            m.fields.join(", ")
+        ))),
+        (Action::Complete, other) => Err(refused_complete(match other.transfer() {
+            Some(t) => format!("the provider reports transfer {} as {}, not paid", t.id, t.status.as_str()),
+            None => "the provider has no transfer for this withdrawal".to_owned(),
+        })),
+        (_, Verdict::NoTransfer | Verdict::Failed(_)) => Ok(evidence),
+        (_, Verdict::Pending(t)) => Err(conflict(
+            "transfer_pending_at_provider",
+            format!("the provider's transfer {} is still pending: it may yet pay; wait, or reconcile later", t.id),
+        )),
+        (_, Verdict::Paid(t) | Verdict::Returned(t)) => Err(conflict(
+            "transfer_paid_at_provider",
+            format!("the provider paid this withdrawal (transfer {}): use complete with that reference", t.id),
+        )),
+        (_, Verdict::InFlight) => Err(conflict(
+            "attempt_in_flight",
+            "no transfer yet, but the last attempt may still reach the provider: try again shortly".to_owned(),
+        )),
+        (_, Verdict::Mismatch(t, m)) => Err(conflict(
+            "provider_mismatch",
+            format!(
+                "the provider's transfer {} differs from the withdrawal in {}: compare with the settlement report",
+                t.id,
+                m.fields.join(", ")
+            ),
         )),
     }
 }

@@ -8,6 +8,7 @@
 pub mod breaker;
 mod classify;
 mod client;
+pub mod truth;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use classify::{classify_error, classify_response};
 pub use client::{HttpProvider, ProviderConfig};
+pub use truth::{Mismatch, Verdict};
 
 use crate::storage::attempts::SideEffect;
 use breaker::{CallOutcome, CircuitBreaker};
@@ -37,17 +39,40 @@ pub enum TransferStatus {
     Pending,
     Paid,
     Failed,
+    /// Paid, then sent back by the bank: the money did go out (SPEC §4, §14.3).
+    Returned,
 }
 
-/// A transfer as the provider reports it.
+impl TransferStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferStatus::Pending => "pending",
+            TransferStatus::Paid => "paid",
+            TransferStatus::Failed => "failed",
+            TransferStatus::Returned => "returned",
+        }
+    }
+}
+
+/// A transfer as the provider reports it. `amount` and `currency` are required: an answer
+/// without them cannot be checked against the withdrawal, so it decides nothing (SPEC §4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
     pub id: String,
     #[serde(default)]
     pub reference: Option<String>,
+    #[serde(with = "rust_decimal::serde::str")]
+    pub amount: rust_decimal::Decimal,
+    pub currency: String,
     pub status: TransferStatus,
     #[serde(default)]
     pub failure_code: Option<String>,
+    #[serde(default)]
+    pub return_code: Option<String>,
+    #[serde(default)]
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default)]
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Why a call did not produce a transfer, in terms operators can act on.

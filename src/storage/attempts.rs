@@ -48,6 +48,17 @@ pub struct AttemptRow {
     pub error_message: Option<String>,
 }
 
+impl AttemptRow {
+    /// May this attempt have moved money? Its side effect is unknown (no outcome, a timeout, a
+    /// 5xx), or the provider accepted it (`pending`, `paid`, or a transfer that did not match).
+    /// Only a refusal before execution, a `failed` transfer or a later definitive "no such
+    /// transfer" rules a payment out.
+    pub fn may_have_paid(&self) -> bool {
+        self.side_effect == SideEffect::Unknown.as_str()
+            || matches!(self.outcome.as_deref(), Some("pending" | "paid" | "returned" | "mismatch"))
+    }
+}
+
 const COLUMNS: &str = "id, job_id, attempt_no, worker_id, correlation_id, started_at, finished_at, outcome, \
                        side_effect, http_status, provider_transfer_id, failure_code, error_code, error_message";
 

@@ -36,6 +36,7 @@ macro_rules! bind_arg {
             Arg::Time(v) => $query.bind(*v),
             Arg::OptTime(v) => $query.bind(*v),
             Arg::Json(v) => $query.bind(sqlx::types::Json(v)),
+            Arg::OptJson(v) => $query.bind(v.as_ref().map(sqlx::types::Json)),
         }
     };
 }
@@ -54,6 +55,7 @@ pub enum Arg {
     Time(DbTime),
     OptTime(Option<DbTime>),
     Json(Value),
+    OptJson(Option<Value>),
 }
 
 #[derive(Debug, Clone)]

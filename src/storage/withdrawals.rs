@@ -131,6 +131,7 @@ pub async fn create(
         &Actor::Customer,
         "created",
         &w.correlation_id,
+        None,
     );
     let held = accounts::hold_in(&mut writes, w.account_id, w.amount, w.id, transition);
     jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
@@ -247,7 +248,12 @@ pub struct TransitionRequest<'a> {
     pub actor: &'a Actor,
     pub reason: &'a str,
     pub correlation_id: &'a str,
+    /// The withdrawal's `failure_code` after the move: why it failed, or why it waits in
+    /// `requires_review`; `None` clears it (a retry, a completion).
     pub failure_code: Option<&'a str>,
+    /// What the decision rested on (the provider's answer at that moment), stored with the
+    /// transition row.
+    pub evidence: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,8 +266,9 @@ pub enum TransitionOutcome {
 }
 
 /// The compare-and-set of every transition: on status, and on version when one is expected.
+/// Each move sets `failure_code` to what it says (none clears it).
 const GUARDED: &str = "UPDATE withdrawals SET status = $1, version = version + 1, updated_at = $2,
-                                           failure_code = COALESCE($3, failure_code)
+                                           failure_code = $3
                        WHERE id = $4 AND status = $5 AND ($6 IS NULL OR version = $6)";
 
 /// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
@@ -356,8 +363,16 @@ impl KnownTransition {
 
 /// The transition row and, for a move with a ledger effect, the balance change and its entry.
 fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionRequest<'_>, effect: LedgerEffect) {
-    let transition_id =
-        transition_in(writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id);
+    let transition_id = transition_in(
+        writes,
+        req.id,
+        Some(req.from),
+        req.to,
+        req.actor,
+        req.reason,
+        req.correlation_id,
+        req.evidence,
+    );
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),
@@ -390,6 +405,7 @@ fn stale(req: &TransitionRequest<'_>) {
     );
 }
 
+#[allow(clippy::too_many_arguments)]
 fn transition_in(
     writes: &mut Writes,
     id: WithdrawalId,
@@ -398,11 +414,13 @@ fn transition_in(
     actor: &Actor,
     reason: &str,
     correlation_id: &str,
+    evidence: Option<&serde_json::Value>,
 ) -> Uuid {
     let transition_id = Uuid::now_v7();
     writes.push(
-        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at,
+                                             evidence)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         vec![
             Arg::Uuid(transition_id),
             Arg::Uuid(id.0),
@@ -413,6 +431,8 @@ fn transition_in(
             Arg::Text(crate::redact::text(reason)),
             Arg::Text(correlation_id.to_owned()),
             Arg::Time(DbTime::now()),
+            // Provider answers carry no account numbers, but evidence is redacted like the rest.
+            Arg::OptJson(evidence.map(crate::redact::json)),
         ],
     );
     transition_id
@@ -427,12 +447,13 @@ pub struct TransitionRow {
     pub reason: String,
     pub correlation_id: String,
     pub at: DbTime,
+    pub evidence: Option<Json<serde_json::Value>>,
 }
 
 pub async fn transitions(db: &super::Db, id: WithdrawalId) -> Result<Vec<TransitionRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, TransitionRow>(
-            "SELECT from_status, to_status, actor, reason, correlation_id, at
+            "SELECT from_status, to_status, actor, reason, correlation_id, at, evidence
              FROM withdrawal_transitions WHERE withdrawal_id = $1 ORDER BY at, id",
         )
         .bind(id.0)

@@ -286,6 +286,7 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
             reason: "reconciliation found it paid",
             correlation_id: "recon",
             failure_code: None,
+            evidence: None,
         },
     )
     .await
@@ -351,6 +352,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
             reason: "claimed",
             correlation_id: "c",
             failure_code: None,
+            evidence: None,
         },
     )
     .await

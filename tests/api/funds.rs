@@ -88,6 +88,7 @@ async fn cancelling_a_withdrawal_that_is_no_longer_pending_is_a_409(app: TestApp
             reason: "claimed",
             correlation_id: "c",
             failure_code: None,
+            evidence: None,
         },
     )
     .await

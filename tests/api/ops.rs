@@ -19,7 +19,7 @@ both_backends!(
     every_action_writes_exactly_one_audit_row_with_its_reason,
     complete_is_checked_against_the_providers_record,
     fail_releases_the_funds_and_the_ledger_holds,
-    retry_is_refused_while_the_side_effect_is_unknown_and_reconcile_settles_it,
+    retry_and_fail_are_refused_when_the_provider_paid_and_reconcile_settles_it,
     a_stale_version_is_a_409,
     retry_after_a_known_unexecuted_failure_pays_out_once,
     dead_letters_are_listed_summarised_shown_and_closed,
@@ -266,20 +266,22 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     app.assert_ledger_invariant().await;
 }
 
-async fn retry_is_refused_while_the_side_effect_is_unknown_and_reconcile_settles_it(app: TestApp) {
-    let (unknown, _) = paid_but_unknown(&app).await;
+async fn retry_and_fail_are_refused_when_the_provider_paid_and_reconcile_settles_it(app: TestApp) {
+    let (unknown, alice) = paid_but_unknown(&app).await;
     let operator = app.operator("operator").await;
     let version = version_of(&app, unknown, &operator).await;
+    // Asked live, the provider shows the transfer paid: resending would pay twice.
     let refused =
         resolve(&app, unknown, &operator, json!({"action": "retry", "reason": "try again", "version": version})).await;
     let (status, code, body) = problem_code(refused).await;
-    assert_eq!((status, code.as_str()), (409, "side_effect_unknown"));
-    assert!(body["detail"].as_str().unwrap().contains("reconcile"), "offers reconcile instead");
-    // Failing it would release funds the provider may have paid out: refused the same way.
+    assert_eq!((status, code.as_str()), (409, "transfer_paid_at_provider"));
+    assert!(body["detail"].as_str().unwrap().contains("complete"), "offers complete instead");
+    // Failing it would release funds the provider paid out: refused the same way.
     let fail =
         resolve(&app, unknown, &operator, json!({"action": "fail", "reason": "give up", "version": version})).await;
     let (status, code, _) = problem_code(fail).await;
-    assert_eq!((status, code.as_str()), (409, "side_effect_unknown"));
+    assert_eq!((status, code.as_str()), (409, "transfer_paid_at_provider"));
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "25.00".into(), "0.00".into()), "nothing moved");
 
     // Reconcile instead: the provider is answering again and shows it paid.
     let reconcile = resolve(

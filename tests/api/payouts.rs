@@ -244,6 +244,7 @@ fn to_processing(id: WithdrawalId, actor: &Actor) -> TransitionRequest<'_> {
         reason: "test",
         correlation_id: "c",
         failure_code: None,
+        evidence: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn request(id: WithdrawalId, from: WithdrawalStatus, to: WithdrawalStatus, actor
         reason: "test",
         correlation_id: "c",
         failure_code: None,
+        evidence: None,
     }
 }
 

@@ -1,0 +1,188 @@
+//! The provider's record against ours (SPEC §4 "mismatch", §7, §8.1): every transfer the provider
+//! shows is checked against the withdrawal before anything is decided from it, and a lookup's
+//! answer becomes one [`Verdict`] that reconciliation and operator decisions both act on.
+//!
+//! Pure: no I/O. Whether an attempt may still be in flight (so that "no transfer" is not yet
+//! definitive) is the caller's knowledge, passed in.
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{LookupOutcome, Transfer, TransferStatus};
+use crate::domain::Withdrawal;
+
+/// Which fields of the provider's transfer differ from the withdrawal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mismatch {
+    /// `amount`, `currency`, `reference`, in that order.
+    pub fields: Vec<&'static str>,
+}
+
+impl Mismatch {
+    /// The error code operators see: `amount_mismatch`, `currency_mismatch`, … or
+    /// `provider_mismatch` when several differ.
+    pub fn code(&self) -> String {
+        match self.fields.as_slice() {
+            [one] => format!("{one}_mismatch"),
+            _ => "provider_mismatch".to_owned(),
+        }
+    }
+}
+
+/// Checks one transfer against the withdrawal it claims to pay: amount (by value), currency and
+/// reference (the withdrawal id, which is also the operation key).
+pub fn check(withdrawal: &Withdrawal, transfer: &Transfer) -> Result<(), Mismatch> {
+    let mut fields = Vec::new();
+    if transfer.amount != withdrawal.amount.value() {
+        fields.push("amount");
+    }
+    if transfer.currency != withdrawal.amount.currency().code() {
+        fields.push("currency");
+    }
+    if transfer.reference.as_deref() != Some(withdrawal.id.to_string().as_str()) {
+        fields.push("reference");
+    }
+    if fields.is_empty() {
+        Ok(())
+    } else {
+        Err(Mismatch { fields })
+    }
+}
+
+/// Both records side by side, as stored in the evidence of a mismatch or a decision.
+pub fn both_records(withdrawal: &Withdrawal, transfer: &Transfer) -> Value {
+    json!({
+        "ours": {
+            "withdrawal_id": withdrawal.id,
+            "amount": withdrawal.amount.value().to_string(),
+            "currency": withdrawal.amount.currency().code(),
+            "reference": withdrawal.id.to_string(),
+        },
+        "provider": transfer_json(transfer),
+    })
+}
+
+/// A transfer as stored in evidence (no destination: the provider's answer carries none).
+pub fn transfer_json(t: &Transfer) -> Value {
+    json!({
+        "id": t.id, "reference": t.reference, "amount": t.amount.to_string(), "currency": t.currency,
+        "status": t.status.as_str(), "failure_code": t.failure_code, "return_code": t.return_code,
+        "created_at": t.created_at, "updated_at": t.updated_at,
+    })
+}
+
+/// What the provider's record says about a withdrawal, once checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Definitively no transfer under the key (and no attempt that could still create one).
+    NoTransfer,
+    /// No transfer yet, but an attempt may still reach the provider: not definitive.
+    InFlight,
+    Pending(Transfer),
+    Paid(Transfer),
+    /// Paid, then returned by the bank: the payout happened.
+    Returned(Transfer),
+    Failed(Transfer),
+    /// The provider's transfer does not match the withdrawal: nothing may be decided from it.
+    Mismatch(Transfer, Mismatch),
+    /// The provider could not answer (or the breaker is open): never decide blind.
+    Unavailable(String),
+}
+
+impl Verdict {
+    /// The verdict on a lookup by the operation key. `in_flight` says whether an attempt of ours
+    /// may still reach the provider (so an empty answer is not yet final).
+    pub fn of_lookup(withdrawal: &Withdrawal, answer: &LookupOutcome, in_flight: bool) -> Verdict {
+        match answer {
+            LookupOutcome::NotFound if in_flight => Verdict::InFlight,
+            LookupOutcome::NotFound => Verdict::NoTransfer,
+            LookupOutcome::Unavailable(e) => Verdict::Unavailable(format!("{}: {}", e.code, e.message)),
+            LookupOutcome::Found(transfers) => {
+                // One transfer per key is the contract; if several come back, each must match and
+                // any that may pay wins over a failed one (never release money on a partial view).
+                let mut best: Option<Verdict> = None;
+                for t in transfers {
+                    let v = Verdict::of_transfer(withdrawal, t);
+                    if matches!(v, Verdict::Mismatch(..)) {
+                        return v;
+                    }
+                    if best.as_ref().is_none_or(|b| v.rank() > b.rank()) {
+                        best = Some(v);
+                    }
+                }
+                best.unwrap_or(Verdict::NoTransfer)
+            }
+        }
+    }
+
+    /// The verdict on one transfer the provider showed (a create answer, a get).
+    pub fn of_transfer(withdrawal: &Withdrawal, transfer: &Transfer) -> Verdict {
+        if let Err(mismatch) = check(withdrawal, transfer) {
+            return Verdict::Mismatch(transfer.clone(), mismatch);
+        }
+        let t = transfer.clone();
+        match transfer.status {
+            TransferStatus::Pending => Verdict::Pending(t),
+            TransferStatus::Paid => Verdict::Paid(t),
+            TransferStatus::Returned => Verdict::Returned(t),
+            TransferStatus::Failed => Verdict::Failed(t),
+        }
+    }
+
+    /// Among several transfers: paid beats pending beats failed.
+    fn rank(&self) -> u8 {
+        match self {
+            Verdict::Paid(_) | Verdict::Returned(_) => 3,
+            Verdict::Pending(_) => 2,
+            Verdict::Failed(_) => 1,
+            _ => 0,
+        }
+    }
+
+    /// May money have moved (or still move) under this verdict? Only "no transfer" and "failed"
+    /// prove it did not; everything else keeps the hold.
+    pub fn may_pay(&self) -> bool {
+        !matches!(self, Verdict::NoTransfer | Verdict::Failed(_))
+    }
+
+    pub fn transfer(&self) -> Option<&Transfer> {
+        match self {
+            Verdict::Pending(t) | Verdict::Paid(t) | Verdict::Returned(t) | Verdict::Failed(t) => Some(t),
+            Verdict::Mismatch(t, _) => Some(t),
+            Verdict::NoTransfer | Verdict::InFlight | Verdict::Unavailable(_) => None,
+        }
+    }
+
+    /// A short name: `no_transfer`, `in_flight`, `pending`, `paid`, `returned`, `failed`,
+    /// `mismatch`, `unavailable`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::NoTransfer => "no_transfer",
+            Verdict::InFlight => "in_flight",
+            Verdict::Pending(_) => "pending",
+            Verdict::Paid(_) => "paid",
+            Verdict::Returned(_) => "returned",
+            Verdict::Failed(_) => "failed",
+            Verdict::Mismatch(..) => "mismatch",
+            Verdict::Unavailable(_) => "unavailable",
+        }
+    }
+
+    /// The evidence a decision taken on this verdict rests on: what the provider said, when.
+    pub fn evidence(&self, withdrawal: &Withdrawal, asked_at: chrono::DateTime<chrono::Utc>) -> Value {
+        let mut e = json!({"source": "provider_lookup", "asked_at": asked_at, "verdict": self.name()});
+        match self {
+            Verdict::Mismatch(t, m) => {
+                e["mismatch"] = json!(m.fields);
+                e["records"] = both_records(withdrawal, t);
+            }
+            Verdict::Unavailable(why) => e["detail"] = json!(why),
+            other => {
+                if let Some(t) = other.transfer() {
+                    e["transfer"] = transfer_json(t);
+                }
+            }
+        }
+        e
+    }
+}

@@ -1,0 +1,124 @@
+//! Pending review decisions (SPEC §8.1, the two-person rule): a `complete` or `fail` at or above
+//! the approval threshold is stored here by the first operator and applied only when a second,
+//! different operator approves it. At most one decision waits per withdrawal (a partial unique
+//! index); a decided row is never changed again.
+
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{Db, DbTime, Result, StorageError, Tx};
+use crate::domain::WithdrawalId;
+use crate::{with_conn, with_read_conn};
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ReviewDecision {
+    pub id: Uuid,
+    pub withdrawal_id: Uuid,
+    /// `complete` or `fail`.
+    pub action: String,
+    pub provider_reference: Option<String>,
+    /// The withdrawal's version the requester decided on.
+    pub version: i64,
+    pub reason: String,
+    pub requested_by: Uuid,
+    pub requested_at: DbTime,
+    /// The provider's answer when it was requested.
+    pub request_evidence: Json<serde_json::Value>,
+    /// `pending`, `approved` or `rejected`.
+    pub status: String,
+    pub decided_by: Option<Uuid>,
+    pub decided_at: Option<DbTime>,
+    pub decision_reason: Option<String>,
+}
+
+const COLUMNS: &str = "id, withdrawal_id, action, provider_reference, version, reason, requested_by, requested_at, \
+                       request_evidence, status, decided_by, decided_at, decision_reason";
+
+/// Stores a new pending decision. `Ok(false)` if one is already pending for the withdrawal.
+pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<bool> {
+    let inserted = with_conn!(tx, |conn| {
+        sqlx::query(&format!(
+            "INSERT INTO review_decisions ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', NULL, NULL, NULL)"
+        ))
+        .bind(d.id)
+        .bind(d.withdrawal_id)
+        .bind(&d.action)
+        .bind(&d.provider_reference)
+        .bind(d.version)
+        .bind(crate::redact::text(&d.reason))
+        .bind(d.requested_by)
+        .bind(d.requested_at)
+        .bind(&d.request_evidence)
+        .execute(&mut *conn)
+        .await
+        .map(|done| done.rows_affected())
+    });
+    match inserted {
+        Ok(_) => Ok(true),
+        Err(err) if is_unique_violation(&err) => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// The decision waiting for a second operator on this withdrawal, if any.
+pub async fn pending_for(db: &Db, withdrawal: WithdrawalId) -> Result<Option<ReviewDecision>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReviewDecision>(&format!(
+            "SELECT {COLUMNS} FROM review_decisions WHERE withdrawal_id = $1 AND status = 'pending'"
+        ))
+        .bind(withdrawal.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Every decision on a withdrawal, oldest first (its evidence timeline).
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReviewDecision>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReviewDecision>(&format!(
+            "SELECT {COLUMNS} FROM review_decisions WHERE withdrawal_id = $1 ORDER BY requested_at, id"
+        ))
+        .bind(withdrawal.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Pending decisions, oldest first (what second operators have to look at).
+pub async fn list_pending(db: &Db, limit: i64) -> Result<Vec<ReviewDecision>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReviewDecision>(&format!(
+            "SELECT {COLUMNS} FROM review_decisions WHERE status = 'pending' ORDER BY requested_at, id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Decides a pending decision (`approved` or `rejected`) by `by`, in `tx`. False if it was no
+/// longer pending (someone else decided first): nothing changed.
+pub async fn decide(tx: &mut Tx, id: Uuid, status: &str, by: Uuid, reason: &str) -> Result<bool> {
+    if !matches!(status, "approved" | "rejected") {
+        return Err(StorageError::corrupt(format!("a decision cannot become {status}")));
+    }
+    let updated = with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE review_decisions SET status = $1, decided_by = $2, decided_at = $3, decision_reason = $4
+             WHERE id = $5 AND status = 'pending'",
+        )
+        .bind(status)
+        .bind(by)
+        .bind(DbTime::now())
+        .bind(crate::redact::text(reason))
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(updated == 1)
+}
