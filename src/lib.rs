@@ -12,7 +12,8 @@
 //!   completions; the submit-payout and reconciliation handlers; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
-//! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker.
+//! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker;
+//!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all.
 //! - [`service`] — assembling provider, breaker and workers (CLI and tests).
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).

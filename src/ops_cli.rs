@@ -307,7 +307,13 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         ReviewCommand::Decisions => {
             println!("{:<38} {:<9} {:<38}  reason", "withdrawal", "action", "requested by");
             for d in body["data"].as_array().into_iter().flatten() {
-                println!("{:<38} {:<9} {:<38}  {}", s(&d["withdrawal_id"]), s(&d["action"]), s(&d["requested_by"]), s(&d["reason"]));
+                println!(
+                    "{:<38} {:<9} {:<38}  {}",
+                    s(&d["withdrawal_id"]),
+                    s(&d["action"]),
+                    s(&d["requested_by"]),
+                    s(&d["reason"])
+                );
             }
         }
         ReviewCommand::Approve { id, .. } => {

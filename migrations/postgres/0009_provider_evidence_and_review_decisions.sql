@@ -25,3 +25,13 @@ CREATE TABLE review_decisions (
 -- At most one decision waits per withdrawal.
 CREATE UNIQUE INDEX review_decisions_one_pending_idx ON review_decisions (withdrawal_id) WHERE status = 'pending';
 CREATE INDEX review_decisions_status_idx ON review_decisions (status, requested_at);
+
+-- New dead-letter category (SPEC §6): `provider_mismatch` (and `infrastructure`, named by the
+-- SPEC for our own faults), and the reconciliation results a checked provider answer can give.
+ALTER TABLE dead_letters DROP CONSTRAINT dead_letters_category_check;
+ALTER TABLE dead_letters ADD CONSTRAINT dead_letters_category_check CHECK (category IN (
+    'bad_payload', 'dependency_rejected', 'side_effect_unknown', 'code_bug', 'retries_exhausted', 'crashed',
+    'provider_mismatch', 'infrastructure'));
+ALTER TABLE reconciliation_results DROP CONSTRAINT reconciliation_results_result_check;
+ALTER TABLE reconciliation_results ADD CONSTRAINT reconciliation_results_result_check CHECK (result IN (
+    'paid', 'failed', 'pending', 'not_found', 'unavailable', 'window_expired', 'skipped', 'mismatch', 'returned'));

@@ -543,3 +543,41 @@ fn shipped_scenarios_parse() {
     }
     assert!(seen > 0);
 }
+
+#[tokio::test]
+async fn transfers_carry_amount_currency_times_and_a_return() {
+    let mock = start(vec![]).await;
+    let client = Client::new();
+    let created = json_of(create(&client, &mock, "k1", &body("wd-1", "10.50", "1")).await).await;
+    assert_eq!((created["amount"].as_str(), created["currency"].as_str()), (Some("10.50"), Some("USD")));
+    assert!(created["created_at"].is_string() && created["updated_at"].is_string(), "{created}");
+
+    assert!(mock.return_transfer("k1", "R01"));
+    assert!(!mock.return_transfer("k2", "R01"), "no transfer under k2");
+    let lookup =
+        json_of(client.get(format!("{}/v1/transfers?idempotency_key=k1", mock.url())).send().await.unwrap()).await;
+    assert_eq!(
+        (lookup["data"][0]["status"].as_str(), lookup["data"][0]["return_code"].as_str()),
+        (Some("returned"), Some("R01"))
+    );
+    assert_eq!(mock.transfers()[0].status, TransferStatus::Returned);
+}
+
+#[tokio::test]
+async fn wrong_amount_pays_a_different_sum_on_create_and_shows_one_on_reads() {
+    let add = "1.00".parse().unwrap();
+    let mock =
+        start(vec![FaultRule { times: Some(1), ..rule(RouteMatch::Create, FaultEffect::WrongAmount { add }) }]).await;
+    let client = Client::new();
+    let created = json_of(create(&client, &mock, "k1", &body("wd-1", "10.00", "1")).await).await;
+    assert_eq!(created["amount"], "11.00", "executed for the wrong sum");
+    assert_eq!(mock.transfers()[0].amount.to_string(), "11.00", "the ground truth says so too");
+
+    let honest = json_of(create(&client, &mock, "k2", &body("wd-2", "10.00", "1")).await).await;
+    assert_eq!(honest["amount"], "10.00");
+    mock.set_faults(FaultConfig { rules: vec![rule(RouteMatch::Lookup, FaultEffect::WrongAmount { add })] });
+    let lookup =
+        json_of(client.get(format!("{}/v1/transfers?idempotency_key=k2", mock.url())).send().await.unwrap()).await;
+    assert_eq!(lookup["data"][0]["amount"], "11.00", "a read that misreports");
+    assert_eq!(mock.transfers()[1].amount.to_string(), "10.00", "what was really paid");
+}

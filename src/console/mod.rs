@@ -59,6 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/ops/review", get(review::queue))
         .route("/ops/withdrawals/{id}", get(review::withdrawal))
         .route("/ops/withdrawals/{id}/resolve", post(review::resolve))
+        .route("/ops/withdrawals/{id}/decision/{verdict}", post(review::decide))
         .route("/ops/dead-letters", get(dead_letters::triage))
         .route("/ops/dead-letters/{id}", get(dead_letters::letter))
         .route("/ops/dead-letters/{id}/close", post(dead_letters::close))

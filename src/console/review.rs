@@ -93,6 +93,11 @@ fn done_banner(done: Option<&str>) -> Option<Banner> {
         "fail" => "The withdrawal is failed and its funds are released to the customer's balance.",
         "retry" => "The payout is queued again.",
         "reconcile" => "A reconciliation with the provider is queued; its result will appear in the timeline.",
+        "pending_approval" => {
+            "Your decision is recorded and waits for a second operator: it applies only when another operator approves it."
+        }
+        "approve" => "You approved the decision: it was checked with the provider again and applied.",
+        "reject" => "You rejected the decision: nothing moved.",
         _ => return None,
     };
     Some(Banner::ok(text))
@@ -135,7 +140,11 @@ async fn render(
             dt { "Version" } dd #withdrawal-version { (text(&w["version"])) }
             dt { "Created" } dd { (when(&w["created_at"])) }
         }
-        @if w["status"] == "requires_review" {
+        @if let Some(pending) = pending_decision(&shown) {
+            @if w["status"] == "requires_review" {
+                (decision_section(session, w, &pending))
+            }
+        } @else if w["status"] == "requires_review" {
             section aria-labelledby="h-resolve" {
                 h2 #h-resolve { "Resolve" }
                 (role_note(session, Role::Operator, "resolve withdrawals"))
@@ -148,6 +157,68 @@ async fn render(
         }
     };
     (code, views::page(session, "Withdrawal", banner, body)).into_response()
+}
+
+fn pending_decision(shown: &Value) -> Option<Value> {
+    shown["review_decisions"].as_array()?.iter().find(|d| d["status"] == "pending").cloned()
+}
+
+/// A decision waiting for a second operator (the two-person rule): who asked for what, on which
+/// provider answer; approve (not the requester) or reject.
+fn decision_section(session: &Session, w: &Value, d: &Value) -> Markup {
+    let id = text(&w["id"]);
+    let mine = text(&d["requested_by"]) == session.operator.id.to_string();
+    let form = |verdict: &str, label: &str, help: &str| {
+        html! {
+            form method="post" action={ "/ops/withdrawals/" (id) "/decision/" (verdict) } #{ "decision-" (verdict) } aria-labelledby={ "h-decision-" (verdict) } {
+                h3 #{ "h-decision-" (verdict) } { (label) }
+                p.hint { (help) }
+                (csrf_field(session))
+                p {
+                    label for={ "decision-reason-" (verdict) } { "Reason (required)" } br;
+                    textarea #{ "decision-reason-" (verdict) } name="reason" rows="2" cols="50" required maxlength="500" {}
+                }
+                button type="submit" #{ "submit-decision-" (verdict) } { (label) }
+            }
+        }
+    };
+    html! {
+        section #pending-decision aria-labelledby="h-decision" {
+            h2 #h-decision { "Waiting for a second operator" }
+            p {
+                "Decision " code { (text(&d["id"])) } ": " strong { (text(&d["action"])) }
+                @if !d["provider_reference"].is_null() { " with transfer " code { (text(&d["provider_reference"])) } }
+                ", requested by " code { (text(&d["requested_by"])) } " " (when(&d["requested_at"]))
+                ": " (text(&d["reason"]))
+            }
+            p { "When it was requested the provider said: " (provider_said(&d["request_evidence"])) ". Approving asks the provider again." }
+            (role_note(session, Role::Operator, "approve or reject decisions"))
+            @if session.can(Role::Operator) {
+                div.actions {
+                    @if mine {
+                        p.hint { "You requested this decision: another operator must approve it. You may withdraw it." }
+                    } @else {
+                        (form("approve", "Approve and apply", "Apply this decision; it is checked against the provider's record now."))
+                    }
+                    (form("reject", "Reject", "Drop this decision; nothing moves and the withdrawal stays in review."))
+                }
+            }
+        }
+    }
+}
+
+/// What the provider said, from a decision's evidence.
+fn provider_said(evidence: &Value) -> Markup {
+    html! {
+        (state(&evidence["verdict"]))
+        @if let Some(t) = evidence["transfer"].as_object() {
+            " (transfer " code { (text(&t["id"].clone())) } ", " (text(&t["amount"].clone())) " " (text(&t["currency"].clone())) ")"
+        }
+        @if let Some(fields) = evidence["mismatch"].as_array() {
+            " — differs in " (fields.iter().map(text).collect::<Vec<_>>().join(", "))
+        }
+        @if !evidence["asked_at"].is_null() { ", asked " (when(&evidence["asked_at"])) }
+    }
 }
 
 /// `typed`: what the operator entered in a form that was refused, shown again in that form.
@@ -198,6 +269,17 @@ fn timeline(shown: &Value) -> Markup {
             html! {
                 span.kind { "Transition" } " " (state(&t["from"])) " → " (state(&t["to"])) " by " (text(&t["actor"]))
                 ": " (text(&t["reason"]))
+                @if t["evidence"].is_object() { " — the provider said " (provider_said(&t["evidence"])) }
+            },
+        ));
+    }
+    for d in each("review_decisions") {
+        events.push((
+            text(&d["requested_at"]),
+            html! {
+                span.kind { "Decision requested" } " " (text(&d["action"])) " by " code { (text(&d["requested_by"])) }
+                ": " (text(&d["reason"])) " — " (state(&d["status"]))
+                @if !d["decided_by"].is_null() { " by " code { (text(&d["decided_by"])) } ": " (text(&d["decision_reason"])) }
             },
         ));
     }
@@ -273,9 +355,37 @@ pub async fn resolve(
         "provider_reference": form.provider_reference.clone().filter(|r| !r.trim().is_empty()),
     });
     match api::post(&state_, &session, &format!("/ops/v1/withdrawals/{}/resolve", urlencode(&id)), body).await {
-        Ok(_) => {
-            Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), urlencode(&action))).into_response()
+        Ok(answer) => {
+            let done = if answer["status"] == "pending_approval" { "pending_approval" } else { action.as_str() };
+            Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), urlencode(done))).into_response()
         }
         Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, Some(&form)).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DecisionForm {
+    csrf: Option<String>,
+    reason: Option<String>,
+}
+
+/// `POST /ops/withdrawals/{id}/decision/approve|reject`: the ops API's, as this operator.
+pub async fn decide(
+    State(state_): State<AppState>,
+    session: Session,
+    Path((id, verdict)): Path<(String, String)>,
+    Form(form): Form<DecisionForm>,
+) -> Response {
+    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
+        return refused;
+    }
+    if !matches!(verdict.as_str(), "approve" | "reject") {
+        return views::refused(StatusCode::NOT_FOUND, "Withdrawal", "no such decision action");
+    }
+    let body = json!({"reason": form.reason.clone().unwrap_or_default()});
+    let uri = format!("/ops/v1/withdrawals/{}/decision/{verdict}", urlencode(&id));
+    match api::post(&state_, &session, &uri, body).await {
+        Ok(_) => Redirect::to(&format!("/ops/withdrawals/{}?done={verdict}", urlencode(&id))).into_response(),
+        Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, None).await,
     }
 }

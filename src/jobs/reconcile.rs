@@ -160,7 +160,8 @@ pub async fn in_flight_until(
     grace: std::time::Duration,
 ) -> crate::storage::Result<Option<DbTime>> {
     let grace = TimeDelta::from_std(grace).unwrap_or(TimeDelta::seconds(15));
-    let latest = attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown.as_str());
+    let latest =
+        attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown.as_str());
     let Some(a) = latest else { return Ok(None) };
     let settled = a.started_at.plus(grace);
     if settled > DbTime::now() {
@@ -211,7 +212,8 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
     };
     if from == WithdrawalStatus::RequiresReview {
         let reason = "controlled retry after reconciliation";
-        let evidence = serde_json::json!({"source": "provider_lookup", "verdict": "no_transfer", "asked_at": chrono::Utc::now()});
+        let evidence =
+            serde_json::json!({"source": "provider_lookup", "verdict": "no_transfer", "asked_at": chrono::Utc::now()});
         decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(&evidence)).await?;
     }
     let result_id = Uuid::now_v7();

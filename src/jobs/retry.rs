@@ -208,6 +208,30 @@ mod tests {
         (0..=3 * DAY_MS).prop_map(Duration::from_millis)
     }
 
+    #[test]
+    fn a_pending_poll_ignores_the_attempt_cap_but_not_the_window() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_secs(5),
+            max_delay: Duration::from_secs(600),
+            max_attempts: 20,
+            max_elapsed: Duration::from_secs(24 * 60 * 60),
+            max_retry_after: Duration::from_secs(600),
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        // Twenty unanswered lookups after an hour: the cap ends them.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(policy.next_delay(20, hour, None, &mut rng), RetryDecision::Exhausted(Exhausted::Attempts));
+        // A transfer still pending after the same hour is polled on.
+        assert!(matches!(policy.next_poll(20, hour, &mut rng), RetryDecision::RetryAfter(d) if d <= policy.max_delay));
+        assert!(matches!(policy.next_poll(5_000, hour, &mut rng), RetryDecision::RetryAfter(_)));
+        // Until the window closes.
+        let almost_a_day = Duration::from_secs(24 * 60 * 60 - 1);
+        let late = (0..50).map(|_| policy.next_poll(300, almost_a_day, &mut rng)).collect::<Vec<_>>();
+        assert!(late.contains(&RetryDecision::Exhausted(Exhausted::Elapsed)), "{late:?}");
+        let day = Duration::from_secs(24 * 60 * 60);
+        assert_eq!(policy.next_poll(300, day, &mut rng), RetryDecision::Exhausted(Exhausted::Elapsed));
+    }
+
     proptest! {
         #[test]
         fn every_delay_without_retry_after_lies_within_the_backoff_ceiling(

@@ -131,10 +131,13 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         SubmitOutcome::Accepted { transfer, .. } => Some(Verdict::of_transfer(&withdrawal, transfer)),
         _ => None,
     };
-    let (record, next) = decide(ctx, &outcome, verdict.as_ref(), &withdrawal, attempts_in_budget.max(1), first_attempt_at);
+    let (record, next) =
+        decide(ctx, &outcome, verdict.as_ref(), &withdrawal, attempts_in_budget.max(1), first_attempt_at);
     // A provider that settled the transfer settles the withdrawal.
     let settled = match &verdict {
-        Some(Verdict::Paid(_) | Verdict::Returned(_)) => Some((WithdrawalStatus::Completed, "provider confirmed paid", None)),
+        Some(Verdict::Paid(_) | Verdict::Returned(_)) => {
+            Some((WithdrawalStatus::Completed, "provider confirmed paid", None))
+        }
         Some(Verdict::Failed(t)) => Some((
             WithdrawalStatus::Failed,
             "provider reported failed",

@@ -297,22 +297,22 @@ async fn resolve_checked(
         ));
     }
     let reference = match action {
-        Action::Complete => Some(
-            req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
+        Action::Complete => {
+            Some(req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
                 ApiError::unprocessable(
                     "provider_reference_required",
                     "provider_reference",
                     "complete needs the provider's transfer id",
                 )
-            })?,
-        ),
+            })?)
+        }
         Action::Fail | Action::Retry | Action::Reconcile => None,
     };
     // Asked before any transaction opens: a slow provider must not hold a writer.
     let evidence = check_with_provider(state, &current, action, reference).await?;
     if matches!(action, Action::Complete | Action::Fail) && state.config().review.needs_approval(&current.amount) {
-        let decision = super::decisions::request(state, operator, &current, action, reference, reason, &evidence, audited)
-            .await?;
+        let decision =
+            super::decisions::request(state, operator, &current, action, reference, reason, &evidence, audited).await?;
         let body = json!({"withdrawal": OpsWithdrawal::from(&current), "action": action.as_str(),
                           "status": "pending_approval", "decision": decision});
         return Ok((StatusCode::ACCEPTED, Json(body)));

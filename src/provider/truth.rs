@@ -186,3 +186,110 @@ impl Verdict {
         e
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AccountId, Amount, Currency, Destination, WithdrawalId, WithdrawalStatus};
+    use rust_decimal::Decimal;
+
+    fn withdrawal(amount: &str) -> Withdrawal {
+        let usd = Currency::parse("USD").unwrap();
+        Withdrawal {
+            id: WithdrawalId::new(),
+            account_id: AccountId(uuid::Uuid::now_v7()),
+            status: WithdrawalStatus::RequiresReview,
+            amount: Amount::new(amount.parse().unwrap(), usd).unwrap(),
+            destination: Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+            reference: None,
+            failure_code: None,
+            version: 3,
+            idempotency_key: "k".into(),
+            correlation_id: "c".into(),
+            created_at: chrono::Utc::now(),
+            updated_at: chrono::Utc::now(),
+        }
+    }
+
+    fn transfer(w: &Withdrawal, amount: &str, currency: &str, status: TransferStatus) -> Transfer {
+        Transfer {
+            id: format!("tr_{}", uuid::Uuid::new_v4()),
+            reference: Some(w.id.to_string()),
+            amount: amount.parse::<Decimal>().unwrap(),
+            currency: currency.into(),
+            status,
+            failure_code: None,
+            return_code: None,
+            created_at: None,
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn amounts_are_compared_by_value_and_every_differing_field_is_named() {
+        let w = withdrawal("40.00");
+        assert_eq!(check(&w, &transfer(&w, "40", "USD", TransferStatus::Paid)), Ok(()));
+        assert_eq!(check(&w, &transfer(&w, "40.0", "USD", TransferStatus::Paid)), Ok(()));
+        let off = check(&w, &transfer(&w, "40.01", "USD", TransferStatus::Paid)).unwrap_err();
+        assert_eq!((off.fields.clone(), off.code()), (vec!["amount"], "amount_mismatch".to_owned()));
+        let mut other = transfer(&w, "40.00", "EUR", TransferStatus::Paid);
+        other.reference = Some("someone-else".into());
+        let both = check(&w, &other).unwrap_err();
+        assert_eq!((both.fields.clone(), both.code()), (vec!["currency", "reference"], "provider_mismatch".to_owned()));
+        let mut missing = transfer(&w, "40.00", "USD", TransferStatus::Paid);
+        missing.reference = None;
+        assert_eq!(check(&w, &missing).unwrap_err().fields, vec!["reference"]);
+    }
+
+    #[test]
+    fn a_mismatch_wins_over_any_status_and_only_no_transfer_or_failed_rule_out_a_payment() {
+        let w = withdrawal("40.00");
+        let wrong = transfer(&w, "41.00", "USD", TransferStatus::Failed);
+        assert!(matches!(Verdict::of_transfer(&w, &wrong), Verdict::Mismatch(..)), "a failed mismatch is a mismatch");
+        let found = |ts: Vec<Transfer>| Verdict::of_lookup(&w, &LookupOutcome::Found(ts), false);
+        // Several transfers under one key (never by contract): one that may pay wins.
+        let failed = transfer(&w, "40.00", "USD", TransferStatus::Failed);
+        let pending = transfer(&w, "40.00", "USD", TransferStatus::Pending);
+        assert_eq!(found(vec![failed.clone(), pending.clone()]).name(), "pending");
+        assert_eq!(found(vec![failed.clone()]).name(), "failed");
+        assert_eq!(found(vec![pending, wrong]).name(), "mismatch");
+        assert_eq!(Verdict::of_lookup(&w, &LookupOutcome::NotFound, true), Verdict::InFlight);
+        assert_eq!(Verdict::of_lookup(&w, &LookupOutcome::NotFound, false), Verdict::NoTransfer);
+        let may_pay: Vec<(&str, bool)> = [
+            Verdict::NoTransfer,
+            Verdict::InFlight,
+            Verdict::Failed(failed.clone()),
+            Verdict::Pending(failed.clone()),
+            Verdict::Paid(failed.clone()),
+            Verdict::Returned(failed.clone()),
+            Verdict::Unavailable("x".into()),
+        ]
+        .iter()
+        .map(|v| (v.name(), v.may_pay()))
+        .collect();
+        assert_eq!(
+            may_pay,
+            [
+                ("no_transfer", false),
+                ("in_flight", true),
+                ("failed", false),
+                ("pending", true),
+                ("paid", true),
+                ("returned", true),
+                ("unavailable", true)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_evidence_of_a_mismatch_holds_both_records() {
+        let w = withdrawal("40.00");
+        let t = transfer(&w, "39.99", "USD", TransferStatus::Paid);
+        let e = Verdict::of_transfer(&w, &t).evidence(&w, chrono::Utc::now());
+        assert_eq!(e["verdict"], "mismatch");
+        assert_eq!(e["mismatch"], json!(["amount"]));
+        assert_eq!(e["records"]["ours"]["amount"], "40.00");
+        assert_eq!(e["records"]["provider"]["amount"], "39.99");
+        assert_eq!(e["records"]["provider"]["id"], t.id.as_str());
+    }
+}

@@ -363,16 +363,8 @@ impl KnownTransition {
 
 /// The transition row and, for a move with a ledger effect, the balance change and its entry.
 fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionRequest<'_>, effect: LedgerEffect) {
-    let transition_id = transition_in(
-        writes,
-        req.id,
-        Some(req.from),
-        req.to,
-        req.actor,
-        req.reason,
-        req.correlation_id,
-        req.evidence,
-    );
+    let transition_id =
+        transition_in(writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id, req.evidence);
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),

@@ -16,6 +16,7 @@ mod metrics;
 mod ops;
 mod payouts;
 mod provider;
+mod provider_truth;
 mod queue;
 mod redaction;
 mod replays;

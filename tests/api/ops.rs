@@ -30,7 +30,7 @@ both_backends!(
 const WAIT: Duration = Duration::from_secs(25);
 
 /// A withdrawal the provider rejected: `requires_review`, one `dependency_rejected` dead letter.
-async fn rejected_withdrawal(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
+pub(crate) async fn rejected_withdrawal(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
     app.provider
         .mock
         .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
@@ -45,7 +45,7 @@ async fn rejected_withdrawal(app: &TestApp) -> (WithdrawalId, crate::harness::Cu
 
 /// A withdrawal the provider paid but whose outcome the service never learned: the call timed
 /// out after the commit and every lookup failed until the window closed.
-async fn paid_but_unknown(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
+pub(crate) async fn paid_but_unknown(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
     app.provider.mock.set_faults(FaultConfig {
         rules: vec![
             FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 3_000 }),
@@ -71,7 +71,7 @@ async fn paid_but_unknown(app: &TestApp) -> (WithdrawalId, crate::harness::Custo
     (id, alice)
 }
 
-async fn call(
+pub(crate) async fn call(
     app: &TestApp,
     method: Method,
     path: &str,
@@ -88,13 +88,13 @@ async fn call(
     request.send().await.unwrap()
 }
 
-async fn version_of(app: &TestApp, id: WithdrawalId, token: &str) -> i64 {
+pub(crate) async fn version_of(app: &TestApp, id: WithdrawalId, token: &str) -> i64 {
     let body: Value =
         call(app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(token), None).await.json().await.unwrap();
     body["withdrawal"]["version"].as_i64().unwrap()
 }
 
-async fn resolve(app: &TestApp, id: WithdrawalId, token: &str, body: Value) -> reqwest::Response {
+pub(crate) async fn resolve(app: &TestApp, id: WithdrawalId, token: &str, body: Value) -> reqwest::Response {
     call(app, Method::POST, &format!("/ops/v1/withdrawals/{id}/resolve"), Some(token), Some(body)).await
 }
 
@@ -380,7 +380,7 @@ async fn dead_letters_are_listed_summarised_shown_and_closed(app: TestApp) {
     assert!(summary["data"].as_array().unwrap().is_empty());
 }
 
-fn cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_withdrawals"))
         .args(args)
         .env("WITHDRAWALS_URL", &app.base_url)

@@ -71,7 +71,11 @@ async fn a_2xx_transfer_is_accepted_with_its_status() {
     for (status, body, expected) in [
         (201, transfer("paid"), TransferStatus::Paid),
         (201, transfer("pending"), TransferStatus::Pending),
-        (200, json!({"id": "tr_1", "amount": "125.50", "currency": "USD", "status": "failed", "failure_code": "account_closed"}), TransferStatus::Failed),
+        (
+            200,
+            json!({"id": "tr_1", "amount": "125.50", "currency": "USD", "status": "failed", "failure_code": "account_closed"}),
+            TransferStatus::Failed,
+        ),
         (200, transfer("returned"), TransferStatus::Returned),
     ] {
         match submit_against(ResponseTemplate::new(status).set_body_json(body)).await {
@@ -96,7 +100,10 @@ async fn a_2xx_transfer_without_amount_or_currency_is_unknown() {
         json!({"id": "tr_1", "reference": "wd-1", "amount": "125.50", "status": "paid"}),
     ] {
         let outcome = submit_against(ResponseTemplate::new(201).set_body_json(body.clone())).await;
-        assert!(matches!(outcome, SubmitOutcome::Unknown(ref e) if e.code == "unparseable_success"), "{body}: {outcome:?}");
+        assert!(
+            matches!(outcome, SubmitOutcome::Unknown(ref e) if e.code == "unparseable_success"),
+            "{body}: {outcome:?}"
+        );
     }
 }
 
