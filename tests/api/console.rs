@@ -32,14 +32,17 @@ console_tests!(
     sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should,
     one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply,
     old_expired_sessions_are_purged_and_live_ones_kept,
+    a_large_fail_waits_for_a_second_operator_who_approves_it_in_the_console,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Replays of more than two letters wait for approval, so the test sees the approval step.
+/// Replays of more than two letters wait for approval, so the test sees the approval step; review
+/// decisions of 30 USD or more need a second operator (the other tests decide on 25.00).
 async fn app(backend: Backend) -> TestApp {
     let mut config = AppConfig::default();
     config.replay.approval_threshold = 2;
+    config.review.approval_thresholds.default_max = "30".parse().unwrap();
     TestApp::spawn_with(backend, config).await
 }
 
@@ -563,4 +566,57 @@ async fn old_expired_sessions_are_purged_and_live_ones_kept(app: TestApp) {
     assert!(sessions::find(&app.db, old).await.unwrap().is_none());
     assert!(sessions::find(&app.db, recent).await.unwrap().is_some(), "expired a day ago: kept as evidence");
     assert!(sessions::find(&app.db, live).await.unwrap().is_some());
+}
+
+/// Clicks: as the first operator, "Fail and release funds" on a 40.00 withdrawal (at or above
+/// the two-person threshold): it waits, with only "Reject" offered to its requester; signs out,
+/// signs in as a second operator, and clicks "Approve and apply": the provider is asked again, the
+/// withdrawal fails and its funds are released.
+async fn a_large_fail_waits_for_a_second_operator_who_approves_it_in_the_console(app: TestApp) {
+    let (ids, alice) = app.rejected_withdrawals(1, "100.00", "40.00").await;
+    let id = ids[0];
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("operator").await).await;
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    browser.wait_for_text("Evidence timeline").await;
+
+    browser.fill("#reason-fail", "account closed; customer asked for the money back").await;
+    browser.click("#submit-fail").await;
+
+    let waiting = browser.wait_for_text("waits for a second operator").await;
+    assert!(waiting.contains("Waiting for a second operator"), "{waiting}");
+    assert!(
+        waiting.contains("the provider said: no_transfer") || waiting.contains("provider said: no_transfer"),
+        "{waiting}"
+    );
+    assert!(!browser.exists("#decision-approve").await, "the requester cannot approve their own decision");
+    assert!(browser.exists("#decision-reject").await, "but may withdraw it");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::RequiresReview);
+    assert_eq!(app.usd_balance(&alice).await.1, "40.00", "nothing moved yet");
+    browser.screenshot("pending-decision").await;
+
+    browser.sign_out().await;
+    browser.sign_in(&app.operator("operator").await).await;
+    browser.goto(&format!("/ops/withdrawals/{id}")).await;
+    browser.wait_for_text("Waiting for a second operator").await;
+    browser.fill("#decision-reason-approve", "checked the bank's closure notice").await;
+    browser.click("#submit-decision-approve").await;
+
+    let after = browser.wait_for_text("You approved the decision").await;
+    assert!(after.contains("Ledger entry release"), "{after}");
+    assert!(after.contains("Decision requested fail"), "the decision is in the timeline: {after}");
+    assert!(after.contains("the provider said no_transfer"), "the transition shows the provider's answer: {after}");
+    assert_eq!(status_of(&app, id).await, WithdrawalStatus::Failed);
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
+    let trail: Vec<(String, String)> =
+        audit::list(&app.db, &AuditFilter { target_id: Some(id.to_string()), limit: 10, ..Default::default() })
+            .await
+            .unwrap()
+            .into_iter()
+            .rev()
+            .map(|r| (r.action, r.result))
+            .collect();
+    let trail: Vec<(&str, &str)> = trail.iter().map(|(a, r)| (a.as_str(), r.as_str())).collect();
+    assert_eq!(trail, [("withdrawal.resolve", "pending_approval"), ("withdrawal.decision.approve", "ok")]);
+    app.assert_ledger_invariant().await;
 }
