@@ -407,6 +407,22 @@ fn stale(current: i64) -> ApiError {
     .with_field("version")
 }
 
+/// What the provider says about a transfer id an operator named that is not the one under the
+/// withdrawal's key (read by id and checked against the withdrawal), for the refusal's detail.
+async fn reference_elsewhere(gateway: &crate::provider::Gateway, w: &Withdrawal, reference: &str) -> String {
+    match gateway.get(reference, &format!("ops-check-{}", w.id)).await {
+        Ok(LookupOutcome::Found(ts)) => match ts.first().map(|t| Verdict::of_transfer(w, t)) {
+            Some(Verdict::Mismatch(_, m)) => {
+                format!("; transfer {reference} is not this withdrawal's (it differs in {})", m.fields.join(", "))
+            }
+            Some(v) => format!("; transfer {reference} is {}", v.name()),
+            None => String::new(),
+        },
+        Ok(LookupOutcome::NotFound) => format!("; the provider has no transfer {reference}"),
+        Ok(LookupOutcome::Unavailable(_)) | Err(_) => String::new(),
+    }
+}
+
 fn unavailable(detail: &str) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "provider_unavailable", detail.to_owned())
 }
@@ -447,16 +463,10 @@ pub(super) async fn check_with_provider(
     let refused_complete =
         |detail: String| ApiError::unprocessable("provider_reference_mismatch", "provider_reference", detail);
     let conflict = |code: &str, detail: String| ApiError::new(StatusCode::CONFLICT, code, detail);
+    let reference = reference.unwrap_or_default();
     match (action, &verdict) {
         (_, Verdict::Unavailable(_)) => Err(unavailable("the provider did not answer; try later")),
-        (Action::Complete, Verdict::Paid(t) | Verdict::Returned(t)) => {
-            let reference = reference.unwrap_or_default();
-            if t.id != reference {
-                return Err(refused_complete(format!(
-                    "the provider's transfer for this withdrawal is {}, not {reference}",
-                    t.id
-                )));
-            }
+        (Action::Complete, Verdict::Paid(t) | Verdict::Returned(t)) if t.id == reference => {
             evidence["provider_reference"] = json!(reference);
             Ok(evidence)
         }
@@ -465,10 +475,22 @@ pub(super) async fn check_with_provider(
             t.id,
             m.fields.join(", ")
         ))),
-        (Action::Complete, other) => Err(refused_complete(match other.transfer() {
-            Some(t) => format!("the provider reports transfer {} as {}, not paid", t.id, t.status.as_str()),
-            None => "the provider has no transfer for this withdrawal".to_owned(),
-        })),
+        (Action::Complete, other) => {
+            let under_key = match other.transfer() {
+                Some(t) if matches!(other, Verdict::Paid(_) | Verdict::Returned(_)) => {
+                    format!("the provider paid this withdrawal as transfer {}, not {reference}", t.id)
+                }
+                Some(t) => format!(
+                    "the provider reports this withdrawal's transfer {} as {}, not paid",
+                    t.id,
+                    t.status.as_str()
+                ),
+                None => "the provider has no transfer for this withdrawal".to_owned(),
+            };
+            let named = other.transfer().filter(|t| t.id == reference).is_some();
+            let about_reference = if named { String::new() } else { reference_elsewhere(gateway, w, reference).await };
+            Err(refused_complete(format!("{under_key}{about_reference}")))
+        }
         (_, Verdict::NoTransfer | Verdict::Failed(_)) => Ok(evidence),
         (_, Verdict::Pending(t)) => Err(conflict(
             "transfer_pending_at_provider",

@@ -1,4 +1,5 @@
-//! SPEC §4's classification table as two functions: one for responses, one for transport errors.
+//! SPEC §4's classification table as functions: submit responses, transport errors, and the two reads
+//! (lookup by key, get by id).
 //! Tested row by row against a real HTTP server (wiremock) in `tests/api/provider.rs`.
 
 use std::time::Duration;
@@ -125,5 +126,21 @@ pub fn classify_lookup(status: StatusCode, body: &[u8]) -> LookupOutcome {
     } else {
         let code = status.as_u16();
         LookupOutcome::Unavailable(error(format!("http_{code}"), Some(code), format!("lookup failed ({status})")))
+    }
+}
+
+/// Classifies `GET /v1/transfers/{id}`: a readable 200 is the transfer, a 404 says there is no
+/// such transfer, anything else could not be asked.
+pub fn classify_get(status: StatusCode, body: &[u8]) -> LookupOutcome {
+    match status {
+        StatusCode::OK => match serde_json::from_slice::<Transfer>(body) {
+            Ok(transfer) => LookupOutcome::Found(vec![transfer]),
+            Err(err) => LookupOutcome::Unavailable(error("unparseable_transfer", Some(200), err.to_string())),
+        },
+        StatusCode::NOT_FOUND => LookupOutcome::NotFound,
+        other => {
+            let code = other.as_u16();
+            LookupOutcome::Unavailable(error(format!("http_{code}"), Some(code), format!("get failed ({other})")))
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use super::classify::{classify_error, classify_lookup, classify_response};
+use super::classify::{classify_error, classify_get, classify_lookup, classify_response};
 use super::{BoxFuture, LookupOutcome, Provider, ProviderError, SubmitOutcome, TransferRequest};
 
 #[derive(Clone)]
@@ -86,36 +86,64 @@ impl Provider for HttpProvider {
     }
 
     fn lookup<'a>(&'a self, idempotency_key: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome> {
-        Box::pin(async move {
-            let sent = self
-                .http
-                .get(format!("{}/v1/transfers", self.base_url))
-                .query(&[("idempotency_key", idempotency_key)])
-                .header("Authorization", self.bearer())
-                .header("X-Correlation-Id", correlation_id)
-                .send()
-                .await;
-            let response = match sent {
-                Ok(response) => response,
-                Err(err) => {
-                    return LookupOutcome::Unavailable(ProviderError {
-                        code: if err.is_timeout() { "lookup_timeout".into() } else { "lookup_unreachable".into() },
-                        http_status: None,
-                        message: "the provider could not be asked".into(),
-                        retry_after: None,
-                    })
-                }
-            };
-            let status = response.status();
-            match response.bytes().await {
-                Ok(body) => classify_lookup(status, &body),
-                Err(_) => LookupOutcome::Unavailable(ProviderError {
-                    code: "lookup_body_lost".into(),
-                    http_status: Some(status.as_u16()),
-                    message: "the lookup response broke off".into(),
+        let request =
+            self.http.get(format!("{}/v1/transfers", self.base_url)).query(&[("idempotency_key", idempotency_key)]);
+        Box::pin(self.read(request, correlation_id, classify_lookup))
+    }
+
+    fn get<'a>(&'a self, transfer_id: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome> {
+        // The id is the provider's own; it goes into the path as one escaped segment.
+        let mut url = match reqwest::Url::parse(&format!("{}/v1/transfers/", self.base_url)) {
+            Ok(url) => url,
+            Err(err) => {
+                return Box::pin(std::future::ready(LookupOutcome::Unavailable(ProviderError {
+                    code: "invalid_provider_url".into(),
+                    http_status: None,
+                    message: err.to_string(),
                     retry_after: None,
-                }),
+                })))
             }
-        })
+        };
+        url.path_segments_mut()
+            .map(|mut p| {
+                p.pop_if_empty().push(transfer_id);
+            })
+            .ok();
+        Box::pin(self.read(self.http.get(url), correlation_id, classify_get))
+    }
+}
+
+impl HttpProvider {
+    /// Sends a read and classifies its answer; a read never changes anything at the provider,
+    /// so every transport failure is simply "could not be asked".
+    async fn read(
+        &self,
+        request: reqwest::RequestBuilder,
+        correlation_id: &str,
+        classify: fn(reqwest::StatusCode, &[u8]) -> LookupOutcome,
+    ) -> LookupOutcome {
+        let sent =
+            request.header("Authorization", self.bearer()).header("X-Correlation-Id", correlation_id).send().await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(err) => {
+                return LookupOutcome::Unavailable(ProviderError {
+                    code: if err.is_timeout() { "lookup_timeout".into() } else { "lookup_unreachable".into() },
+                    http_status: None,
+                    message: "the provider could not be asked".into(),
+                    retry_after: None,
+                })
+            }
+        };
+        let status = response.status();
+        match response.bytes().await {
+            Ok(body) => classify(status, &body),
+            Err(_) => LookupOutcome::Unavailable(ProviderError {
+                code: "lookup_body_lost".into(),
+                http_status: Some(status.as_u16()),
+                message: "the lookup response broke off".into(),
+                retry_after: None,
+            }),
+        }
     }
 }

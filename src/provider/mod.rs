@@ -134,6 +134,9 @@ pub trait Provider: Send + Sync {
     ) -> BoxFuture<'a, SubmitOutcome>;
 
     fn lookup<'a>(&'a self, idempotency_key: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome>;
+
+    /// `GET /v1/transfers/{id}`: one transfer by the provider's id. `NotFound` for a 404.
+    fn get<'a>(&'a self, transfer_id: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome>;
 }
 
 /// The provider as the workers use it: every call goes through the breaker.
@@ -164,9 +167,18 @@ impl Gateway {
     }
 
     pub async fn lookup(&self, idempotency_key: &str, correlation_id: &str) -> Result<LookupOutcome, BreakerOpen> {
+        self.read(self.provider.lookup(idempotency_key, correlation_id)).await
+    }
+
+    /// A transfer by the provider's id, through the breaker like a lookup.
+    pub async fn get(&self, transfer_id: &str, correlation_id: &str) -> Result<LookupOutcome, BreakerOpen> {
+        self.read(self.provider.get(transfer_id, correlation_id)).await
+    }
+
+    async fn read(&self, call: BoxFuture<'_, LookupOutcome>) -> Result<LookupOutcome, BreakerOpen> {
         let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
         let started = std::time::Instant::now();
-        let outcome = self.provider.lookup(idempotency_key, correlation_id).await;
+        let outcome = call.await;
         let counted = match &outcome {
             LookupOutcome::Found(_) | LookupOutcome::NotFound => CallOutcome::Success,
             LookupOutcome::Unavailable(_) => CallOutcome::Failure,

@@ -227,3 +227,36 @@ async fn lookups_distinguish_found_not_found_and_unavailable() {
     assert_eq!(provider.lookup("unknown", "c").await, LookupOutcome::NotFound);
     assert!(matches!(provider.lookup("down", "c").await, LookupOutcome::Unavailable(_)));
 }
+
+/// `GET /v1/transfers/{id}`: the transfer, a definitive 404, or "could not be asked".
+#[tokio::test]
+async fn a_get_by_id_reads_one_transfer_and_a_404_is_not_found() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/transfers/tr_1"))
+        .and(header("authorization", "Bearer provider-secret"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(transfer("paid")))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/transfers/tr_gone"))
+        .respond_with(ResponseTemplate::new(404).set_body_json(json!({"code": "not_found"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/transfers/tr_busy"))
+        .respond_with(ResponseTemplate::new(503))
+        .mount(&server)
+        .await;
+    let provider = client(server.uri());
+
+    let found = provider.get("tr_1", "corr-1").await;
+    assert!(
+        matches!(&found, LookupOutcome::Found(ts) if ts.len() == 1 && ts[0].amount.to_string() == "125.50"),
+        "{found:?}"
+    );
+    assert_eq!(provider.get("tr_gone", "corr-1").await, LookupOutcome::NotFound);
+    assert!(
+        matches!(provider.get("tr_busy", "corr-1").await, LookupOutcome::Unavailable(ref e) if e.code == "http_503")
+    );
+}

@@ -264,6 +264,13 @@ async fn complete_is_refused_when_the_providers_amount_differs(app: TestApp) {
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
     let reference = transfer_id(&app, id);
+    // A transfer id the provider does not know (read by id to say so).
+    let made_up = json!({"action": "complete", "reason": "r", "version": version, "provider_reference": "tr_made_up"});
+    let (_, code, refused) = problem_code(resolve(&app, id, &operator, made_up).await).await;
+    assert_eq!(code, "provider_reference_mismatch");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("paid this withdrawal as transfer {reference}")), "{detail}");
+    assert!(detail.contains("the provider has no transfer tr_made_up"), "{detail}");
     let body = json!({"action": "complete", "reason": "provider shows it paid", "version": version, "provider_reference": reference});
     app.provider.mock.set_faults(FaultConfig {
         rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::WrongAmount { add: usd("100.00") })],
