@@ -16,11 +16,12 @@ CREATE TABLE review_decisions (
     requested_at        timestamptz NOT NULL,
     -- The provider's answer when it was requested (approval asks again).
     request_evidence    jsonb NOT NULL,
-    status              text NOT NULL CHECK (status IN ('pending', 'approved', 'rejected')),
+    -- `superseded`: the withdrawal left review another way (reconciliation, a replay) first.
+    status              text NOT NULL CHECK (status IN ('pending', 'approved', 'rejected', 'superseded')),
     decided_by          uuid REFERENCES operators(id),
     decided_at          timestamptz,
     decision_reason     text,
-    CHECK ((status = 'pending') = (decided_by IS NULL))
+    CHECK ((status IN ('approved', 'rejected')) = (decided_by IS NOT NULL))
 );
 -- At most one decision waits per withdrawal.
 CREATE UNIQUE INDEX review_decisions_one_pending_idx ON review_decisions (withdrawal_id) WHERE status = 'pending';

@@ -11,11 +11,11 @@ CREATE TABLE review_decisions (
     requested_by        BLOB NOT NULL REFERENCES operators(id),
     requested_at        TEXT NOT NULL,
     request_evidence    TEXT NOT NULL,
-    status              TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected')),
+    status              TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected', 'superseded')),
     decided_by          BLOB REFERENCES operators(id),
     decided_at          TEXT,
     decision_reason     TEXT,
-    CHECK ((status = 'pending') = (decided_by IS NULL))
+    CHECK ((status IN ('approved', 'rejected')) = (decided_by IS NOT NULL))
 );
 CREATE UNIQUE INDEX review_decisions_one_pending_idx ON review_decisions (withdrawal_id) WHERE status = 'pending';
 CREATE INDEX review_decisions_status_idx ON review_decisions (status, requested_at);

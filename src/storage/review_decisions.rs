@@ -24,7 +24,8 @@ pub struct ReviewDecision {
     pub requested_at: DbTime,
     /// The provider's answer when it was requested.
     pub request_evidence: Json<serde_json::Value>,
-    /// `pending`, `approved` or `rejected`.
+    /// `pending`, `approved`, `rejected`, or `superseded` (the withdrawal left review another
+    /// way first).
     pub status: String,
     pub decided_by: Option<Uuid>,
     pub decided_at: Option<DbTime>,
@@ -121,4 +122,21 @@ pub async fn decide(tx: &mut Tx, id: Uuid, status: &str, by: Uuid, reason: &str)
         .rows_affected()
     });
     Ok(updated == 1)
+}
+
+/// The withdrawal left `requires_review` (by any transition): a decision still waiting on it can
+/// no longer apply, so it is closed as `superseded` with why, in the transition's transaction.
+pub async fn supersede(tx: &mut Tx, withdrawal: Uuid, why: &str) -> Result<()> {
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "UPDATE review_decisions SET status = 'superseded', decided_at = $1, decision_reason = $2
+             WHERE withdrawal_id = $3 AND status = 'pending'",
+        )
+        .bind(DbTime::now())
+        .bind(crate::redact::text(why))
+        .bind(withdrawal)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
 }

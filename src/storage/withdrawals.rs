@@ -375,10 +375,15 @@ fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionReque
     }
 }
 
-/// What follows every applied transition: its metric and, once settled, closing the
-/// withdrawal's open dead letters.
+/// What follows every applied transition: its metric, superseding a review decision that still
+/// waits on it once it leaves review, and, once settled, closing the withdrawal's open dead
+/// letters.
 async fn applied(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<()> {
     crate::metrics::transition(req.from.as_str(), req.to.as_str());
+    if req.from == WithdrawalStatus::RequiresReview {
+        let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
+        super::review_decisions::supersede(tx, req.id.0, &why).await?;
+    }
     if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
         super::dead_letters::close_settled(tx, req.id.0, &req.actor.to_string(), req.reason, req.to.as_str()).await?;
     }

@@ -30,6 +30,7 @@ both_backends!(
     a_returned_transfer_found_by_reconciliation_completes_the_withdrawal,
     a_large_decision_waits_for_a_second_operator_who_is_not_the_first,
     the_cli_lists_approves_and_rejects_pending_decisions,
+    a_waiting_decision_is_superseded_when_reconciliation_settles_the_withdrawal_first,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -459,5 +460,34 @@ async fn the_cli_lists_approves_and_rejects_pending_decisions(app: TestApp) {
     assert!(approved.status.success(), "{}", String::from_utf8_lossy(&approved.stderr));
     assert!(String::from_utf8_lossy(&approved.stdout).contains("failed"));
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_waiting_decision_is_superseded_when_reconciliation_settles_the_withdrawal_first(app: TestApp) {
+    let base = strict_app(&app).await;
+    let (id, alice) = paid_but_unknown(&app).await;
+    let (first, second) = (app.operator("operator").await, app.operator("operator").await);
+    let version = version_of(&app, id, &first).await;
+    let reference = transfer_id(&app, id);
+    let resolve_path = format!("/ops/v1/withdrawals/{id}/resolve");
+    let complete = json!({"action": "complete", "reason": "paid", "version": version, "provider_reference": reference});
+    assert_eq!(ops_at(&app, &base, &resolve_path, &first, complete).await.status(), 202);
+    // Meanwhile someone asks the provider again, and reconciliation completes it.
+    let reconcile = json!({"action": "reconcile", "reason": "provider back", "version": version});
+    assert_eq!(ops_at(&app, &base, &resolve_path, &second, reconcile).await.status(), 200);
+    app.start_default_worker();
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+
+    let approve_path = format!("/ops/v1/withdrawals/{id}/decision/approve");
+    let approve = ops_at(&app, &base, &approve_path, &second, json!({"reason": "ok"})).await;
+    let (status, code, _) = problem_code(approve).await;
+
+    assert_eq!((status, code.as_str()), (404, "no_pending_decision"));
+    let shown: Value =
+        call(&app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(&first), None).await.json().await.unwrap();
+    let decision = &shown["review_decisions"][0];
+    assert_eq!(decision["status"], "superseded");
+    assert!(decision["decision_reason"].as_str().unwrap().contains("completed by reconciliation"), "{decision}");
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
 }
