@@ -145,6 +145,8 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         )),
         _ => None,
     };
+    // The provider's answer is the evidence of the move it causes.
+    let evidence = verdict.as_ref().map(|v| v.evidence_from("provider_create", &withdrawal, chrono::Utc::now()));
     let settle = settled.map(|(to, reason, failure_code)| TransitionRequest {
         id,
         from: WithdrawalStatus::Processing,
@@ -154,7 +156,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         reason,
         correlation_id: &job.correlation_id,
         failure_code,
-        evidence: None,
+        evidence: evidence.as_ref(),
     });
 
     // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as

@@ -168,9 +168,21 @@ impl Verdict {
         }
     }
 
-    /// The evidence a decision taken on this verdict rests on: what the provider said, when.
+    /// The evidence a decision taken on this verdict rests on: what the provider said to a
+    /// lookup by the operation key, when.
     pub fn evidence(&self, withdrawal: &Withdrawal, asked_at: chrono::DateTime<chrono::Utc>) -> Value {
-        let mut e = json!({"source": "provider_lookup", "asked_at": asked_at, "verdict": self.name()});
+        self.evidence_from("provider_lookup", withdrawal, asked_at)
+    }
+
+    /// [`evidence`](Self::evidence) of an answer from `source` (`provider_lookup`,
+    /// `provider_create`).
+    pub fn evidence_from(
+        &self,
+        source: &str,
+        withdrawal: &Withdrawal,
+        asked_at: chrono::DateTime<chrono::Utc>,
+    ) -> Value {
+        let mut e = json!({"source": source, "asked_at": asked_at, "verdict": self.name()});
         match self {
             Verdict::Mismatch(t, m) => {
                 e["mismatch"] = json!(m.fields);

@@ -62,6 +62,14 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs[0].status, "succeeded");
+    // The provider's answer, checked against the withdrawal, is the evidence of the completion.
+    let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    let evidence = completed.evidence.expect("evidence on the completion").0;
+    assert_eq!((evidence["source"].as_str(), evidence["verdict"].as_str()), (Some("provider_create"), Some("paid")));
+    assert_eq!(
+        (evidence["transfer"]["id"].as_str(), evidence["transfer"]["amount"].as_str()),
+        (Some(transfer.id.as_str()), Some("25.00"))
+    );
     app.assert_ledger_invariant().await;
 }
 
@@ -335,6 +343,9 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     assert_eq!((recorded[0].outcome.as_deref(), recorded[0].side_effect.as_str()), (Some("unknown"), "unknown"));
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"], "found → completed");
+    let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    let evidence = completed.evidence.expect("evidence on the completion").0;
+    assert_eq!((evidence["source"].as_str(), evidence["verdict"].as_str()), (Some("provider_lookup"), Some("paid")));
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "no second transfer attempted");
     assert_eq!(executions_for(&provider.mock, id), 1);
     app.assert_ledger_invariant().await;
