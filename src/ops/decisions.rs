@@ -22,7 +22,7 @@ use super::{require_reason, Audited, Operator, Role};
 use crate::domain::Withdrawal;
 use crate::http::error::ApiError;
 use crate::http::AppState;
-use crate::storage::review_decisions::{self, ReviewDecision};
+use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
 pub fn router() -> Router<AppState> {
@@ -71,12 +71,23 @@ pub(super) async fn request(
         decision_reason: None,
     };
     let mut tx = state.db().begin().await?;
-    if !review_decisions::insert_pending(&mut tx, &decision).await? {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "decision_pending",
-            "another decision on this withdrawal waits for a second operator: approve or reject it first",
-        ));
+    match review_decisions::insert_pending(&mut tx, &decision).await? {
+        Requested::Stored => {}
+        Requested::AlreadyPending => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "decision_pending",
+                "another decision on this withdrawal waits for a second operator: approve or reject it first",
+            ))
+        }
+        Requested::Stale => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "stale_version",
+                "the withdrawal changed while the provider was asked: reload and decide again",
+            )
+            .with_field("version"))
+        }
     }
     let mut row = audited.clone_shallow();
     row.parameters["decision_id"] = json!(decision.id);

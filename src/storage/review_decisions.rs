@@ -35,8 +35,39 @@ pub struct ReviewDecision {
 const COLUMNS: &str = "id, withdrawal_id, action, provider_reference, version, reason, requested_by, requested_at, \
                        request_evidence, status, decided_by, decided_at, decision_reason";
 
-/// Stores a new pending decision. `Ok(false)` if one is already pending for the withdrawal.
-pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<bool> {
+/// What [`insert_pending`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requested {
+    Stored,
+    /// Another decision already waits on this withdrawal.
+    AlreadyPending,
+    /// The withdrawal is no longer in review at the decision's version (someone moved it while
+    /// the provider was being asked): nothing stored.
+    Stale,
+}
+
+/// Stores a new pending decision, if the withdrawal is still `requires_review` at the decision's
+/// version. The withdrawal's row is locked first (PostgreSQL; SQLite's one writer serialises), so
+/// a concurrent move either happened before (→ [`Requested::Stale`]) or waits for this commit and
+/// then supersedes the stored decision in its own transaction.
+pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested> {
+    let current: Option<(String, i64)> = match tx {
+        Tx::Postgres(t) => {
+            sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1 FOR UPDATE")
+                .bind(d.withdrawal_id)
+                .fetch_optional(&mut **t)
+                .await?
+        }
+        Tx::Sqlite(t) => {
+            sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1")
+                .bind(d.withdrawal_id)
+                .fetch_optional(&mut **t)
+                .await?
+        }
+    };
+    if current.as_ref().map(|(s, v)| (s.as_str(), *v)) != Some(("requires_review", d.version)) {
+        return Ok(Requested::Stale);
+    }
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO review_decisions ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', NULL, NULL, NULL)"
@@ -55,8 +86,8 @@ pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<bool> {
         .map(|done| done.rows_affected())
     });
     match inserted {
-        Ok(_) => Ok(true),
-        Err(err) if is_unique_violation(&err) => Ok(false),
+        Ok(_) => Ok(Requested::Stored),
+        Err(err) if is_unique_violation(&err) => Ok(Requested::AlreadyPending),
         Err(err) => Err(err.into()),
     }
 }

@@ -31,6 +31,7 @@ both_backends!(
     a_large_decision_waits_for_a_second_operator_who_is_not_the_first,
     the_cli_lists_approves_and_rejects_pending_decisions,
     a_waiting_decision_is_superseded_when_reconciliation_settles_the_withdrawal_first,
+    a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -490,4 +491,40 @@ async fn a_waiting_decision_is_superseded_when_reconciliation_settles_the_withdr
     assert!(decision["decision_reason"].as_str().unwrap().contains("completed by reconciliation"), "{decision}");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
+}
+
+/// The race the chaos run found: operator A asks the provider (slow) while B's `retry` at the same
+/// version applies; A's decision must not be stored against the old version (it would block the
+/// withdrawal behind `decision_pending`).
+async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(app: TestApp) {
+    use withdrawals::storage::review_decisions::{self, Requested, ReviewDecision};
+    let (id, _alice) = rejected_withdrawal(&app).await;
+    let operator = app.operator("operator").await;
+    let version = version_of(&app, id, &operator).await;
+    let retried =
+        resolve(&app, id, &operator, json!({"action": "retry", "reason": "B retries", "version": version})).await;
+    assert_eq!(retried.status(), 200);
+    let requester = withdrawals::provisioning::create_operator(&app.db, "A", "operator").await.unwrap().operator_id;
+    let decision = |version: i64| ReviewDecision {
+        id: uuid::Uuid::now_v7(),
+        withdrawal_id: id.0,
+        action: "fail".into(),
+        provider_reference: None,
+        version,
+        reason: "A fails".into(),
+        requested_by: requester.0,
+        requested_at: withdrawals::storage::DbTime::now(),
+        request_evidence: sqlx::types::Json(json!({"verdict": "no_transfer"})),
+        status: "pending".into(),
+        decided_by: None,
+        decided_at: None,
+        decision_reason: None,
+    };
+
+    let mut tx = app.db.begin().await.unwrap();
+    let stored = review_decisions::insert_pending(&mut tx, &decision(version)).await.unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(stored, Requested::Stale);
+    assert!(review_decisions::pending_for(&app.db, id).await.unwrap().is_none(), "nothing blocks the withdrawal");
 }
