@@ -1,10 +1,13 @@
 //! The chaos run's checks catch what they claim to (the run itself is `withdrawals chaos`,
 //! run small by `scripts/test`): a completed withdrawal the provider never paid, a key executed
-//! twice, a second transfer for one withdrawal, a lost or unannounced withdrawal, a secret in a log.
+//! twice, a second transfer for one withdrawal, a lost or unannounced withdrawal, a secret in a
+//! log, a withdrawal the provider paid that is `failed`, an account whose `paid_out` is not what
+//! the provider paid, a withdrawal left unfinished.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
-use provider_mocks::{TransferRecord, TransferStatus};
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch, TransferRecord, TransferStatus};
 use withdrawals::chaos::checks::{check, Secrets};
 use withdrawals::chaos::load::Accepted;
 use withdrawals::domain::WithdrawalStatus;
@@ -12,7 +15,10 @@ use withdrawals::domain::WithdrawalStatus;
 use crate::both_backends;
 use crate::harness::TestApp;
 
-both_backends!(the_chaos_checks_find_doubled_missing_and_leaked_money);
+both_backends!(
+    the_chaos_checks_find_doubled_missing_and_leaked_money,
+    the_chaos_checks_find_money_paid_against_the_ledger,
+);
 
 async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
     app.start_default_worker();
@@ -68,4 +74,81 @@ async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
     let leaked = found(paid.clone(), &accepted, &leaky_log).await;
     assert!(leaked.contains("full account number ending 5678"), "{leaked}");
     app.assert_ledger_invariant().await;
+}
+
+fn no_secrets() -> Secrets {
+    Secrets { account_numbers: HashSet::new(), strings: vec![] }
+}
+
+async fn violations(app: &TestApp, accepted: &HashMap<String, Accepted>, transfers: &[TransferRecord]) -> String {
+    check(&app.db, accepted, transfers, &[], &no_secrets()).await.unwrap().violations.join("\n")
+}
+
+async fn the_chaos_checks_find_money_paid_against_the_ledger(app: TestApp) {
+    app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let paid_id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(paid_id, WithdrawalStatus::Completed, Duration::from_secs(20)).await;
+    // The second one the provider fails: the hold goes back to alice.
+    let fails = FaultEffect::SettleFailed { failure_code: "rejected_by_bank".into() };
+    app.provider.mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, fails)] });
+    let failed_id = app.create_withdrawal(&alice, "k2", "10.00").await;
+    app.wait_for_status(failed_id, WithdrawalStatus::Failed, Duration::from_secs(20)).await;
+    app.provider.mock.set_faults(FaultConfig::default());
+    let truth = app.provider.mock.transfers();
+    assert_eq!(truth.len(), 2);
+    let accepted: HashMap<String, Accepted> = [
+        ("k1".to_owned(), Accepted { id: paid_id.to_string() }),
+        ("k2".to_owned(), Accepted { id: failed_id.to_string() }),
+    ]
+    .into();
+    let clean = check(&app.db, &accepted, &truth, &[], &no_secrets()).await.unwrap();
+    assert_eq!(clean.violations, Vec::<String>::new());
+    assert_eq!(clean.paid_out_balances_checked, 1);
+    let record = |id: withdrawals::domain::WithdrawalId| {
+        truth.iter().find(|t| t.idempotency_key == id.to_string()).unwrap().clone()
+    };
+
+    // A return is money that went out: still paid, still explained.
+    let mut returned = record(paid_id);
+    returned.status = TransferStatus::Returned;
+    assert_eq!(violations(&app, &accepted, &[returned, record(failed_id)]).await, "");
+
+    // The provider paid the withdrawal the service failed (and released): paid twice.
+    let mut paid_too = record(failed_id);
+    paid_too.status = TransferStatus::Paid;
+    let doubled = violations(&app, &accepted, &[record(paid_id), paid_too]).await;
+    assert!(
+        doubled.contains(&format!("paid but failed: the provider paid transfer {}", record(failed_id).id)),
+        "{doubled}"
+    );
+    assert!(
+        doubled.contains(&format!("account {} paid_out 25.00 USD but the provider paid 35.00 USD", alice.account_id)),
+        "{doubled}"
+    );
+
+    // The ledger says paid out, the provider says it never paid.
+    let mut unpaid = record(paid_id);
+    unpaid.status = TransferStatus::Failed;
+    let missing = violations(&app, &accepted, &[unpaid, record(failed_id)]).await;
+    assert!(
+        missing.contains(&format!("account {} paid_out 25.00 USD but the provider paid 0 USD", alice.account_id)),
+        "{missing}"
+    );
+
+    // Money paid under a key that is no withdrawal's belongs to no account.
+    let mut stray = record(paid_id);
+    stray.id = "tr_stray".into();
+    stray.idempotency_key = uuid::Uuid::new_v4().to_string();
+    stray.reference = stray.idempotency_key.clone();
+    let strays = violations(&app, &accepted, &[record(paid_id), record(failed_id), stray.clone()]).await;
+    assert!(
+        strays.contains(&format!("transfer tr_stray under key {}, which is no withdrawal's", stray.idempotency_key)),
+        "{strays}"
+    );
+
+    // A withdrawal still in flight is not an end state.
+    app.execute_raw("UPDATE withdrawals SET status = 'processing' WHERE status = 'completed'").await;
+    let stuck = violations(&app, &accepted, &truth).await;
+    assert!(stuck.contains(&format!("stuck: withdrawal {paid_id} is still processing")), "{stuck}");
 }
