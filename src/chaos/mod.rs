@@ -9,6 +9,7 @@
 
 pub mod checks;
 pub mod load;
+pub mod operator;
 pub mod procs;
 
 use std::collections::HashSet;
