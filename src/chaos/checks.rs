@@ -1,13 +1,19 @@
 //! After a chaos run: the invariants, checked against the database, the provider's own record
 //! of transfers, and every log line the service wrote.
+//!
+//! "Paid" at the provider means a transfer whose status is `paid` or `returned` (a return is money
+//! that went out first; bringing it back is settlement's business, SPEC §14.3).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 use provider_mocks::{TransferRecord, TransferStatus};
+use rust_decimal::Decimal;
 use serde::Serialize;
+use uuid::Uuid;
 
 use super::load::Accepted;
+use crate::domain::{AccountId, Currency};
 use crate::storage::{accounts, dead_letters, verify, Db};
 
 #[derive(Debug, Default, Serialize)]
@@ -17,6 +23,8 @@ pub struct Findings {
     pub transfers_at_provider: u64,
     pub provider_executions_checked: u64,
     pub paid_transfers: u64,
+    /// Account balances whose `paid_out` was compared with what the provider paid.
+    pub paid_out_balances_checked: u64,
     pub review_with_dead_letter: u64,
     pub review_with_reconciliation: u64,
     pub log_bytes_scanned: u64,
@@ -104,7 +112,7 @@ pub async fn check(
             violation(&mut f, format!("withdrawal {reference} has {} transfers at the provider", ts.len()));
         }
     }
-    for t in transfers.iter().filter(|t| t.status == TransferStatus::Paid) {
+    for t in transfers.iter().filter(|t| paid(t)) {
         f.paid_transfers += 1;
         match by_id.get(&t.reference) {
             None => violation(&mut f, format!("transfer {} paid for unknown withdrawal {}", t.id, t.reference)),
@@ -113,6 +121,20 @@ pub async fn check(
                     "completed" => true,
                     "requires_review" => {
                         evidence.get(&t.reference).is_some_and(|e| e.paid_evidence > 0 || e.unknown_evidence > 0)
+                    }
+                    "failed" => {
+                        // The double payment a blind `fail` makes: the hold went back to the
+                        // customer, and the provider paid the money out as well.
+                        violation(
+                            &mut f,
+                            format!(
+                                "paid but failed: the provider paid transfer {} ({}) for withdrawal {}, which is failed and its funds released",
+                                t.id,
+                                status_name(t.status),
+                                w.id
+                            ),
+                        );
+                        true
                     }
                     _ => false,
                 };
@@ -133,11 +155,49 @@ pub async fn check(
         }
     }
     for w in outcomes.iter().filter(|w| w.status == "completed") {
-        let paid = per_reference
-            .get(w.id.to_string().as_str())
-            .map_or(0, |ts| ts.iter().filter(|t| t.status == TransferStatus::Paid).count());
-        if paid != 1 {
-            violation(&mut f, format!("withdrawal {} is completed with {paid} paid transfers", w.id));
+        let paid_count =
+            per_reference.get(w.id.to_string().as_str()).map_or(0, |ts| ts.iter().filter(|t| paid(t)).count());
+        if paid_count != 1 {
+            violation(&mut f, format!("withdrawal {} is completed with {paid_count} paid transfers", w.id));
+        }
+    }
+
+    // Every account's `paid_out` is what the provider paid for that account's withdrawals
+    // (transfers by idempotency key, which is the withdrawal id).
+    let mut provider_paid: BTreeMap<(Uuid, String), Decimal> = BTreeMap::new();
+    for t in transfers.iter().filter(|t| paid(t)) {
+        match by_id.get(&t.idempotency_key) {
+            None => violation(
+                &mut f,
+                format!(
+                    "the provider paid transfer {} under key {}, which is no withdrawal's",
+                    t.id, t.idempotency_key
+                ),
+            ),
+            Some(w) => *provider_paid.entry((w.account_id, t.currency.clone())).or_default() += t.amount,
+        }
+    }
+    let mut ledger_paid: BTreeMap<(Uuid, String), Decimal> = BTreeMap::new();
+    let account_ids: HashSet<Uuid> = outcomes.iter().map(|w| w.account_id).collect();
+    for account in account_ids {
+        for b in accounts::balances(db, AccountId(account)).await? {
+            f.paid_out_balances_checked += 1;
+            let scale = Currency::parse(&b.currency).map(|c| c.minor_units()).unwrap_or(2);
+            ledger_paid.insert((account, b.currency.clone()), Decimal::new(b.paid_out, scale));
+        }
+    }
+    let keys: std::collections::BTreeSet<&(Uuid, String)> = provider_paid.keys().chain(ledger_paid.keys()).collect();
+    for key in keys {
+        let ours = ledger_paid.get(key).copied().unwrap_or_default();
+        let theirs = provider_paid.get(key).copied().unwrap_or_default();
+        if ours != theirs {
+            violation(
+                &mut f,
+                format!(
+                    "account {} paid_out {} {} but the provider paid {} {} for its withdrawals",
+                    key.0, ours, key.1, theirs, key.1
+                ),
+            );
         }
     }
 
@@ -169,6 +229,20 @@ pub async fn check(
         }
     }
     Ok(f)
+}
+
+/// Money went out: `paid`, or `returned` after it was paid.
+fn paid(t: &TransferRecord) -> bool {
+    matches!(t.status, TransferStatus::Paid | TransferStatus::Returned)
+}
+
+fn status_name(status: TransferStatus) -> &'static str {
+    match status {
+        TransferStatus::Pending => "pending",
+        TransferStatus::Paid => "paid",
+        TransferStatus::Failed => "failed",
+        TransferStatus::Returned => "returned",
+    }
 }
 
 /// The first secret found in `text`, described without repeating it.

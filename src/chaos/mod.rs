@@ -4,11 +4,28 @@
 //! It starts the provider mock as its own process with a fault mix, an API process and several
 //! worker processes on one database; creates thousands of withdrawals across many accounts with
 //! duplicate and concurrent resends and some cancels; SIGKILLs and restarts workers at random;
-//! restarts PostgreSQL once; then stops the faults, waits for the system to converge without
-//! touching it, and checks the invariants ([`checks`]). Exit status is non-zero on any violation.
+//! restarts PostgreSQL once; lets two scripted, hurried operators work the review queue through
+//! the ops API ([`operator`]); then stops the faults, waits for the system to converge, and checks
+//! the invariants ([`checks`]). Exit status is non-zero on any violation.
+//!
+//! The workers' reconciliation window is short (`RECONCILE_MAX_ELAPSED_MS`, 3 s), and for the
+//! first fifth of the fault phase the provider settles asynchronously *slower* than that window
+//! (10 s, 30 % ending `failed`): those withdrawals reach `requires_review` while their transfer is
+//! still `pending` — where a hurried `fail` would release money the provider then pays. Some of
+//! them settle `paid`, some `failed`, while they wait in review.
+//!
+//! **Converged** means: no withdrawal `pending` or `processing`, no live job, no review decision
+//! waiting for a second operator, no transfer still `pending` at the provider, and every operator
+//! has since then finished a settled pass over the review queue (nothing accepted, nothing
+//! refused for a reason time can change — see [`operator`]). So a withdrawal that entered review
+//! with a pending transfer is, after convergence, `completed` (the operator completed it once it
+//! settled paid), `failed` (it settled failed, or there was never a transfer) or still
+//! `requires_review` with evidence because every button was refused for good; the last case with
+//! a paid transfer is a violation (the account's `paid_out` would not match the provider's).
 
 pub mod checks;
 pub mod load;
+pub mod operator;
 pub mod procs;
 
 use std::collections::HashSet;
@@ -23,6 +40,7 @@ use serde_json::{json, Value};
 
 use crate::domain::{Amount, Currency};
 use crate::storage::{verify, Db, PoolSettings};
+use operator::{Button, Desk, Operator};
 use procs::{free_port, PgCluster, Proc};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -79,6 +97,20 @@ pub fn parse_duration(raw: &str) -> Result<Duration, String> {
 
 const PROVIDER_KEY: &str = "chaos-provider-secret-key";
 
+/// The workers' reconciliation window: short, so slow settlements outlast it.
+const RECONCILE_WINDOW_MS: u64 = 3_000;
+/// The slow slice's settlement delay: well past the window, so those transfers are still pending
+/// when their withdrawals reach review and operators meet them pending for several passes; the
+/// slice ends at a fifth of the phase, so they settle within the fault phase of a 20 s run.
+const SLOW_SETTLE_MS: u64 = 10_000;
+/// Share of the slow slice's transfers that settle `failed` (the rest settle `paid`).
+const SLOW_FAIL_RATIO: f64 = 0.3;
+/// Decisions at or above this need a second operator; chaos amounts are 1.00 to 49.99 USD, so
+/// about a fifth of them do.
+const REVIEW_APPROVAL_THRESHOLD: &str = "USD=40";
+/// Least time between two requests of one operator (each answer costs a provider lookup).
+const OPERATOR_PACE: Duration = Duration::from_millis(25);
+
 /// What happened to the system during the run.
 #[derive(Debug, Default, serde::Serialize)]
 struct Injected {
@@ -88,6 +120,10 @@ struct Injected {
     database_restarts: u64,
     lookup_outage_seconds: u64,
     async_settlement_seconds: u64,
+    /// The slice (first fifth of the phase) that settles slower than the reconciliation window.
+    slow_settlement_seconds: u64,
+    slow_settlement_delay_ms: u64,
+    reconcile_window_ms: u64,
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
@@ -156,6 +192,17 @@ async fn run_against(
         let created = crate::provisioning::create_account(&db, &format!("chaos customer {i}"), Some(funding)).await?;
         customers.push(load::Customer { api_key: created.api_key });
     }
+    // Two operators: the two-person rule needs a second one, and two people working one queue
+    // race each other the way a real desk does.
+    let mut operators = Vec::new();
+    for (name, order, newest_first) in [
+        ("A", [Button::Fail, Button::Retry, Button::Complete], false),
+        ("B", [Button::Retry, Button::Fail, Button::Complete], true),
+    ] {
+        let created = crate::provisioning::create_operator(&db, &format!("chaos operator {name}"), "operator").await?;
+        operators.push(Operator { name: name.to_owned(), token: created.token, order, newest_first });
+    }
+    let operator_tokens: Vec<String> = operators.iter().map(|o| o.token.clone()).collect();
 
     // The provider mock, its own process.
     let mock_port = free_port()?;
@@ -178,12 +225,18 @@ async fn run_against(
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     wait_until(&http, &format!("{mock_url}/__admin/faults"), Duration::from_secs(30)).await.context("provider mock")?;
     let rules = fault_mix();
-    let mut injected = Injected { fault_rules: rules.iter().map(|r| json!(r)).collect(), ..Injected::default() };
+    let mut injected = Injected {
+        fault_rules: rules.iter().map(|r| json!(r)).collect(),
+        slow_settlement_delay_ms: SLOW_SETTLE_MS,
+        reconcile_window_ms: RECONCILE_WINDOW_MS,
+        ..Injected::default()
+    };
     set_faults(&http, &mock_url, &rules, args.seed).await?;
 
     // The service: one API process, several workers, all with short clocks.
     let api_port = free_port()?;
     let base_url = format!("http://127.0.0.1:{api_port}");
+    let window = RECONCILE_WINDOW_MS.to_string();
     let env: Vec<(String, String)> = [
         ("DATABASE_URL", database_url),
         ("PROVIDER_URL", mock_url.as_str()),
@@ -205,6 +258,8 @@ async fn run_against(
         ("RECONCILE_MAX_DELAY_MS", "3000"),
         ("BREAKER_WAIT_OPEN_MS", "2000"),
         ("DATABASE_MAX_CONNECTIONS", "8"),
+        ("RECONCILE_MAX_ELAPSED_MS", window.as_str()),
+        ("REVIEW_APPROVAL_THRESHOLD", REVIEW_APPROVAL_THRESHOLD),
     ]
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -234,16 +289,38 @@ async fn run_against(
         spread: args.duration.mul_f64(0.8),
     };
     let customer_keys: Vec<String> = load.customers.iter().map(|c| c.api_key.clone()).collect();
+    let slow = json!({"mode": "async", "delay_ms": SLOW_SETTLE_MS, "fail_ratio": SLOW_FAIL_RATIO});
+    set_settlement(&http, &mock_url, slow).await?;
     let mut load_task = tokio::spawn(load.run());
     let phase_start = Instant::now();
+    // The operators work from now until the run has converged (or they hit their own bounds:
+    // a deadline past any convergence, and a request budget).
+    let desk = Desk::new(
+        &base_url,
+        &mock_url,
+        operator::Limits {
+            pace: OPERATOR_PACE,
+            max_requests: 2_000 + 40 * args.withdrawals,
+            deadline: phase_start + args.duration * 2 + args.converge_timeout,
+        },
+    )?;
+    let stop_operators = tokio_util::sync::CancellationToken::new();
+    let mut operator_tasks = desk.start(operators, &stop_operators);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let mut next_kill = phase_start + Duration::from_millis(rng.gen_range(1_500..4_000));
     let restart_at = phase_start + args.duration / 2;
-    let outage_at = phase_start + args.duration / 3;
+    // After the slow slice's withdrawals have met the operators (and mostly settled): while the
+    // provider cannot be asked, every review decision is refused, which is worth seeing too, but
+    // not instead of the pending transfers.
+    let outage_at = phase_start + args.duration * 11 / 20;
     let outage = Duration::from_secs(8);
     let async_from = phase_start + args.duration / 4;
     let async_until = phase_start + args.duration * 3 / 4;
+    // The slow slice comes first, so its withdrawals reach review (after the window) while the
+    // provider can still be asked, well before the lookup outage.
+    let slow_until = phase_start + args.duration / 5;
     let (mut outage_on, mut outage_done, mut async_on, mut async_done) = (false, false, false, false);
+    let mut slow_on = true;
     let mut load_result = None;
     loop {
         if load_result.is_none() {
@@ -294,6 +371,11 @@ async fn run_against(
             outage_on = false;
             outage_done = true;
         }
+        if slow_on && now >= slow_until {
+            set_settlement(&http, &mock_url, json!({"mode": "immediate", "delay_ms": 0, "fail_ratio": 0.0})).await?;
+            injected.slow_settlement_seconds = (now - phase_start).as_secs();
+            slow_on = false;
+        }
         if !async_on && !async_done && now >= async_from {
             set_settlement(&http, &mock_url, json!({"mode": "async", "delay_ms": 1500, "fail_ratio": 0.05})).await?;
             async_on = true;
@@ -309,11 +391,14 @@ async fn run_against(
     let (accepted, stats) = load_result.expect("the load finished");
     let fault_phase = phase_start.elapsed();
 
-    // Faults stop; every worker runs; nothing is resolved by hand.
+    // Faults stop; every worker runs; the operators keep working the review queue.
     set_faults(&http, &mock_url, &[], args.seed).await?;
     set_settlement(&http, &mock_url, json!({"mode": "immediate", "delay_ms": 0, "fail_ratio": 0.0})).await?;
     if async_on {
         injected.async_settlement_seconds = (Instant::now() - async_from).as_secs();
+    }
+    if slow_on {
+        injected.slow_settlement_seconds = (Instant::now() - phase_start).as_secs();
     }
     for w in &mut worker_procs {
         if w.check_alive().is_err() {
@@ -322,15 +407,15 @@ async fn run_against(
     }
     eprintln!("chaos: faults off after {:.0?}; converging (deadline {:?})", fault_phase, args.converge_timeout);
     let converge_start = Instant::now();
+    // Quiet since this instant, as far as the polls below can tell (see the module doc).
+    let mut busy_at = converge_start;
     let converged = loop {
-        let outcomes = verify::withdrawal_outcomes(&db).await;
-        let live =
-            crate::storage::metrics::live_jobs_by_queue(&db).await.map(|q| q.iter().map(|d| d.count).sum::<i64>());
-        if let (Ok(outcomes), Ok(live)) = (outcomes, live) {
-            let open = outcomes.iter().filter(|w| matches!(w.status.as_str(), "pending" | "processing")).count();
-            if open == 0 && live == 0 {
-                break true;
-            }
+        let quiet = quiet(&db, &http, &mock_url).await;
+        let now = Instant::now();
+        if !quiet {
+            busy_at = now;
+        } else if desk.settled_since(busy_at) {
+            break true;
         }
         if converge_start.elapsed() > args.converge_timeout {
             break false;
@@ -338,6 +423,9 @@ async fn run_against(
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let convergence = converge_start.elapsed();
+    stop_operators.cancel();
+    while operator_tasks.join_next().await.is_some() {}
+    let desk = desk.report();
 
     let transfers: Vec<TransferRecord> = serde_json::from_value(
         http.get(format!("{mock_url}/__admin/transfers")).send().await?.json::<Value>().await?["data"].take(),
@@ -367,6 +455,7 @@ async fn run_against(
     }
     let mut strings = customer_keys;
     strings.push(PROVIDER_KEY.to_owned());
+    strings.extend(operator_tokens);
     let secrets = checks::Secrets { account_numbers, strings };
     let logs: Vec<PathBuf> =
         std::iter::once(api.log.clone()).chain(worker_procs.iter().map(|w| w.log.clone())).collect();
@@ -380,6 +469,9 @@ async fn run_against(
     for u in &stats.unexpected {
         findings.violations.push(format!("customer got an unexpected answer: {u}"));
     }
+    for a in &desk.anomalies {
+        findings.violations.push(format!("operator: {a}"));
+    }
     db.close().await;
 
     let report = json!({
@@ -392,6 +484,7 @@ async fn run_against(
         "total_seconds": started.elapsed().as_secs_f64(),
         "customers": stats,
         "injected": injected,
+        "operator": desk,
         "findings": findings,
         "ok": findings.violations.is_empty(),
         "dir": dir.display().to_string(),
@@ -425,6 +518,27 @@ fn fault_mix() -> Vec<FaultRule> {
         p(0.03, RouteMatch::Create, FaultEffect::ResetAfterCommit),
         p(0.03, RouteMatch::Lookup, FaultEffect::Status { code: 503, retry_after_secs: None }),
     ]
+}
+
+/// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live
+/// job, no review decision waiting, no transfer `pending` at the provider. (What is left for the
+/// operators, the desk knows.)
+async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bool {
+    let Ok(outcomes) = verify::withdrawal_outcomes(db).await else { return false };
+    if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
+        return false;
+    }
+    let Ok(live) = crate::storage::metrics::live_jobs_by_queue(db).await else { return false };
+    if live.iter().map(|d| d.count).sum::<i64>() > 0 {
+        return false;
+    }
+    match crate::storage::review_decisions::list_pending(db, 1).await {
+        Ok(waiting) if waiting.is_empty() => {}
+        _ => return false,
+    }
+    let Ok(response) = http.get(format!("{mock_url}/__admin/transfers")).send().await else { return false };
+    let Ok(transfers) = response.json::<Value>().await else { return false };
+    !transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending")
 }
 
 async fn set_faults(http: &reqwest::Client, mock: &str, rules: &[FaultRule], seed: u64) -> anyhow::Result<()> {
@@ -484,9 +598,20 @@ fn print_summary(report: &Value) {
         n(&c["invalid_destinations"])
     );
     eprintln!(
-        "injected: {} worker SIGKILLs, {} database restarts, {} s lookup outage, {} s async settlement; provider answers: {}",
+        "injected: {} worker SIGKILLs, {} database restarts, {} s lookup outage, {} s async settlement, {} s slow settlement ({} ms, past the {} ms reconciliation window); provider answers: {}",
         n(&i["worker_kills"]), n(&i["database_restarts"]), n(&i["lookup_outage_seconds"]), n(&i["async_settlement_seconds"]),
+        n(&i["slow_settlement_seconds"]), n(&i["slow_settlement_delay_ms"]), n(&i["reconcile_window_ms"]),
         i["provider_outcomes"]
+    );
+    let o = &report["operator"];
+    eprintln!(
+        "operator: {}; {} passes ({} settled), {} visits, {} requests, {} withdrawals met in review with their transfer pending",
+        operator::describe(&o["actions"]),
+        n(&o["passes"]),
+        n(&o["settled_passes"]),
+        n(&o["visits"]),
+        n(&o["requests"]),
+        n(&o["pending_at_provider_in_review"])
     );
     eprintln!(
         "final states: {}  ({} in the database); requires_review evidence: {} with a dead letter, {} with a reconciliation result",

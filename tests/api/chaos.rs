@@ -1,18 +1,32 @@
 //! The chaos run's checks catch what they claim to (the run itself is `withdrawals chaos`,
 //! run small by `scripts/test`): a completed withdrawal the provider never paid, a key executed
-//! twice, a second transfer for one withdrawal, a lost or unannounced withdrawal, a secret in a log.
+//! twice, a second transfer for one withdrawal, a lost or unannounced withdrawal, a secret in a
+//! log, a withdrawal the provider paid that is `failed`, an account whose `paid_out` is not what
+//! the provider paid, a withdrawal left unfinished. And the chaos run's scripted operators do what
+//! they claim to: press every button on a withdrawal whose transfer is still pending, and get it
+//! refused until the provider settles.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
-use provider_mocks::{TransferRecord, TransferStatus};
+use provider_mocks::{
+    FaultConfig, FaultEffect, FaultRule, RouteMatch, Settlement, SettlementMode, TransferRecord, TransferStatus,
+};
+use rust_decimal::Decimal;
 use withdrawals::chaos::checks::{check, Secrets};
 use withdrawals::chaos::load::Accepted;
-use withdrawals::domain::WithdrawalStatus;
+use withdrawals::chaos::operator::{Button, Desk, Limits, Operator};
+use withdrawals::config::AppConfig;
+use withdrawals::domain::{AmountLimits, WithdrawalStatus};
 
 use crate::both_backends;
-use crate::harness::TestApp;
+use crate::harness::{serve_extra, worker_config, TestApp};
 
-both_backends!(the_chaos_checks_find_doubled_missing_and_leaked_money);
+both_backends!(
+    the_chaos_checks_find_doubled_missing_and_leaked_money,
+    the_chaos_checks_find_money_paid_against_the_ledger,
+    the_chaos_operators_are_refused_until_the_provider_settles,
+);
 
 async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
     app.start_default_worker();
@@ -67,5 +81,179 @@ async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
     std::fs::write(&leaky_log, format!("account 12345678 key {}\n", alice.api_key)).unwrap();
     let leaked = found(paid.clone(), &accepted, &leaky_log).await;
     assert!(leaked.contains("full account number ending 5678"), "{leaked}");
+    app.assert_ledger_invariant().await;
+}
+
+fn no_secrets() -> Secrets {
+    Secrets { account_numbers: HashSet::new(), strings: vec![] }
+}
+
+async fn violations(app: &TestApp, accepted: &HashMap<String, Accepted>, transfers: &[TransferRecord]) -> String {
+    check(&app.db, accepted, transfers, &[], &no_secrets()).await.unwrap().violations.join("\n")
+}
+
+async fn the_chaos_checks_find_money_paid_against_the_ledger(app: TestApp) {
+    app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let paid_id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(paid_id, WithdrawalStatus::Completed, Duration::from_secs(20)).await;
+    // The second one the provider fails: the hold goes back to alice.
+    let fails = FaultEffect::SettleFailed { failure_code: "rejected_by_bank".into() };
+    app.provider.mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, fails)] });
+    let failed_id = app.create_withdrawal(&alice, "k2", "10.00").await;
+    app.wait_for_status(failed_id, WithdrawalStatus::Failed, Duration::from_secs(20)).await;
+    app.provider.mock.set_faults(FaultConfig::default());
+    let truth = app.provider.mock.transfers();
+    assert_eq!(truth.len(), 2);
+    let accepted: HashMap<String, Accepted> = [
+        ("k1".to_owned(), Accepted { id: paid_id.to_string() }),
+        ("k2".to_owned(), Accepted { id: failed_id.to_string() }),
+    ]
+    .into();
+    let clean = check(&app.db, &accepted, &truth, &[], &no_secrets()).await.unwrap();
+    assert_eq!(clean.violations, Vec::<String>::new());
+    assert_eq!(clean.paid_out_balances_checked, 1);
+    let record = |id: withdrawals::domain::WithdrawalId| {
+        truth.iter().find(|t| t.idempotency_key == id.to_string()).unwrap().clone()
+    };
+
+    // A return is money that went out: still paid, still explained.
+    let mut returned = record(paid_id);
+    returned.status = TransferStatus::Returned;
+    assert_eq!(violations(&app, &accepted, &[returned, record(failed_id)]).await, "");
+
+    // The provider paid the withdrawal the service failed (and released): paid twice.
+    let mut paid_too = record(failed_id);
+    paid_too.status = TransferStatus::Paid;
+    let doubled = violations(&app, &accepted, &[record(paid_id), paid_too]).await;
+    assert!(
+        doubled.contains(&format!("paid but failed: the provider paid transfer {}", record(failed_id).id)),
+        "{doubled}"
+    );
+    assert!(
+        doubled.contains(&format!("account {} paid_out 25.00 USD but the provider paid 35.00 USD", alice.account_id)),
+        "{doubled}"
+    );
+
+    // The ledger says paid out, the provider says it never paid.
+    let mut unpaid = record(paid_id);
+    unpaid.status = TransferStatus::Failed;
+    let missing = violations(&app, &accepted, &[unpaid, record(failed_id)]).await;
+    assert!(
+        missing.contains(&format!("account {} paid_out 25.00 USD but the provider paid 0 USD", alice.account_id)),
+        "{missing}"
+    );
+
+    // Money paid under a key that is no withdrawal's belongs to no account.
+    let mut stray = record(paid_id);
+    stray.id = "tr_stray".into();
+    stray.idempotency_key = uuid::Uuid::new_v4().to_string();
+    stray.reference = stray.idempotency_key.clone();
+    let strays = violations(&app, &accepted, &[record(paid_id), record(failed_id), stray.clone()]).await;
+    assert!(
+        strays.contains(&format!("transfer tr_stray under key {}, which is no withdrawal's", stray.idempotency_key)),
+        "{strays}"
+    );
+
+    // A withdrawal still in flight is not an end state.
+    app.execute_raw("UPDATE withdrawals SET status = 'processing' WHERE status = 'completed'").await;
+    let stuck = violations(&app, &accepted, &truth).await;
+    assert!(stuck.contains(&format!("stuck: withdrawal {paid_id} is still processing")), "{stuck}");
+}
+
+/// Two operators work a review queue whose transfers are still pending at the provider: every
+/// button is refused until the provider settles; then the paid one is completed with the
+/// provider's transfer id and the failed one, over the two-person threshold, is failed by one
+/// operator and approved by the other (its requester cannot).
+async fn the_chaos_operators_are_refused_until_the_provider_settles(app: TestApp) {
+    const SETTLE: Duration = Duration::from_secs(6);
+    let mut config = worker_config("w-chaos-ops");
+    // A short window and quick polls: pending transfers reach review well before they settle.
+    config.pending_poll = Duration::from_millis(50);
+    config.reconcile_policy.max_elapsed = Duration::from_millis(300);
+    app.start_worker(app.gateway.clone(), config);
+    let mut two_person = AppConfig::default();
+    two_person.review.approval_thresholds = AmountLimits { default_max: Decimal::from(20), ..AmountLimits::default() };
+    two_person.review.in_flight_grace = Duration::from_millis(2_500);
+    let ops_url = serve_extra(&app, two_person).await;
+    let alice = app.customer("100.00").await;
+    let settle =
+        |fail_ratio: f64| Settlement { mode: SettlementMode::Async, delay_ms: SETTLE.as_millis() as u64, fail_ratio };
+
+    let started = Instant::now();
+    app.provider.mock.set_settlement(settle(0.0));
+    let small = app.create_withdrawal(&alice, "will-pay", "10.00").await;
+    app.wait_for_status(small, WithdrawalStatus::RequiresReview, Duration::from_secs(10)).await;
+    app.provider.mock.set_settlement(settle(1.0));
+    let large = app.create_withdrawal(&alice, "will-fail", "30.00").await;
+    app.wait_for_status(large, WithdrawalStatus::RequiresReview, Duration::from_secs(10)).await;
+
+    let desk = Desk::new(
+        &ops_url,
+        &app.provider.mock.url(),
+        Limits {
+            pace: Duration::from_millis(1),
+            max_requests: 1_000,
+            deadline: Instant::now() + Duration::from_secs(60),
+        },
+    )
+    .unwrap();
+    let a = Operator {
+        name: "A".into(),
+        token: app.operator("operator").await,
+        order: [Button::Fail, Button::Retry, Button::Complete],
+        newest_first: false,
+    };
+    let b = Operator {
+        name: "B".into(),
+        token: app.operator("operator").await,
+        order: [Button::Retry, Button::Fail, Button::Complete],
+        newest_first: true,
+    };
+    assert!(!desk.one_pass(&a).await, "a pending transfer keeps the pass unsettled");
+    assert!(!desk.one_pass(&b).await);
+    let transfers = app.provider.mock.transfers();
+    assert!(
+        transfers.iter().all(|t| t.status == TransferStatus::Pending),
+        "the operators' first passes must meet both transfers pending (after {:?}): {transfers:?}",
+        started.elapsed()
+    );
+    for id in [small, large] {
+        let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+        assert_eq!(w.status, WithdrawalStatus::RequiresReview, "nothing moves while the provider has not settled");
+    }
+
+    app.eventually("the provider settles both transfers", Duration::from_secs(30), || async {
+        let t = app.provider.mock.transfers();
+        t.iter().all(|t| t.status != TransferStatus::Pending).then_some(())
+    })
+    .await;
+    assert!(!desk.one_pass(&a).await, "A completes the paid one and asks to fail the failed one");
+    app.wait_for_status(small, WithdrawalStatus::Completed, Duration::from_secs(1)).await;
+    assert!(!desk.one_pass(&b).await, "B approves A's decision");
+    app.wait_for_status(large, WithdrawalStatus::Failed, Duration::from_secs(1)).await;
+    assert!(desk.one_pass(&a).await, "an empty queue leaves nothing to do");
+
+    let report = desk.report();
+    let tally = serde_json::to_value(&report.actions).unwrap();
+    assert_eq!(
+        tally,
+        serde_json::json!({
+            "fail": {"transfer_pending_at_provider": 4, "transfer_paid_at_provider": 1, "pending_approval": 1},
+            "retry": {"transfer_pending_at_provider": 4, "transfer_paid_at_provider": 1, "decision_pending": 1},
+            "complete": {"provider_reference_mismatch": 4, "ok": 1},
+            "approve": {"second_operator_required": 1, "ok": 1},
+        })
+    );
+    assert_eq!(report.anomalies, Vec::<String>::new());
+    assert_eq!(report.pending_at_provider_in_review, 2);
+
+    let accepted: HashMap<String, Accepted> = [
+        ("will-pay".to_owned(), Accepted { id: small.to_string() }),
+        ("will-fail".to_owned(), Accepted { id: large.to_string() }),
+    ]
+    .into();
+    assert_eq!(violations(&app, &accepted, &app.provider.mock.transfers()).await, "");
+    assert_eq!(app.usd_balance(&alice).await, ("90.00".to_owned(), "0.00".to_owned(), "10.00".to_owned()));
     app.assert_ledger_invariant().await;
 }
