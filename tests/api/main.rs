@@ -13,6 +13,7 @@ mod dead_letters;
 mod funds;
 mod idempotency;
 mod metrics;
+mod model;
 mod ops;
 mod payouts;
 mod provider;
