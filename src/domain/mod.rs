@@ -7,6 +7,7 @@ mod destination;
 mod idempotency;
 mod ids;
 mod money;
+mod reference;
 mod status;
 mod withdrawal;
 
@@ -16,5 +17,6 @@ pub use idempotency::{IdempotencyKey, IdempotencyKeyError};
 pub use ids::{AccountId, JobId, OperatorId, WithdrawalId};
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};
+pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};
 pub use status::{check_transition, Actor, LedgerEffect, TransitionError, UnknownStatus, WithdrawalStatus};
 pub use withdrawal::Withdrawal;

@@ -119,10 +119,12 @@ pub struct Amount {
 impl Amount {
     /// Parses a customer-supplied withdrawal amount: positive, no more decimals than the
     /// currency's minor unit, and at most the currency's configured maximum.
+    ///
+    /// The grammar is `"-"? DIGIT+ ("." DIGIT+)?`: ASCII digits with an optional fraction. No
+    /// `+`, no surrounding whitespace, no bare point (`"5."`, `".5"`), no exponent, no grouping
+    /// separators. A leading `-` is read only so a negative amount is reported as not positive.
     pub fn parse(value: &str, currency: Currency, limits: &AmountLimits) -> Result<Self, AmountError> {
-        let value = value.trim();
-        // Decimal::from_str accepts forms like "1e3" only via from_scientific; plain digits only.
-        if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'-' || b == b'+') {
+        if !is_plain_decimal(value) {
             return Err(AmountError::NotADecimal);
         }
         let value = Decimal::from_str_exact(value).map_err(|_| AmountError::NotADecimal)?;
@@ -167,6 +169,17 @@ impl Amount {
     pub fn currency(&self) -> Currency {
         self.currency
     }
+}
+
+/// `"-"? DIGIT+ ("." DIGIT+)?`, the amount grammar of [`Amount::parse`].
+fn is_plain_decimal(value: &str) -> bool {
+    let unsigned = value.strip_prefix('-').unwrap_or(value);
+    let (whole, fraction) = match unsigned.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (unsigned, None),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    digits(whole) && fraction.is_none_or(digits)
 }
 
 /// Formats integer minor units as a decimal string with the currency's scale ("125.50").
@@ -230,6 +243,39 @@ mod tests {
         assert_eq!(Currency::parse("ZZZ"), Err(AmountError::UnknownCurrency));
         assert_eq!(Currency::parse("usd"), Err(AmountError::UnknownCurrency));
         assert_eq!(Currency::parse("XAU"), Err(AmountError::UnknownCurrency));
+    }
+
+    /// The grammar, pinned: `"-"? DIGIT+ ("." DIGIT+)?`.
+    #[test]
+    fn the_amount_grammar_takes_plain_decimals_only() {
+        let limits = AmountLimits::default();
+        for bad in ["+5", " 5.00 ", "5.00 ", " 5", "5.", ".5", "-.5", "--5", "5 .00", "٥", "５", "1_000", "\u{2212}5"]
+        {
+            assert_eq!(Amount::parse(bad, usd(), &limits), Err(AmountError::NotADecimal), "{bad:?}");
+        }
+        for (good, minor) in [("5", 500), ("5.0", 500), ("5.00", 500), ("0.01", 1), ("007.50", 750)] {
+            assert_eq!(Amount::parse(good, usd(), &limits).map(|a| a.to_minor()), Ok(minor), "{good:?}");
+        }
+        assert_eq!(Amount::parse("-5", usd(), &limits), Err(AmountError::NotPositive), "a sign says why");
+    }
+
+    proptest::proptest! {
+        /// Every accepted amount round-trips exactly: its value is the decimal written, and its
+        /// formatted form and its minor units parse back to the same amount.
+        #[test]
+        fn every_accepted_amount_round_trips_exactly(
+            text in "(-?[0-9]{1,13}(\\.[0-9]{0,4})?)|([ +.0-9e-]{0,8})",
+            code in proptest::sample::select(vec!["USD", "JPY", "KWD", "EUR"]),
+        ) {
+            let currency = Currency::parse(code).unwrap();
+            let limits = AmountLimits { default_max: Decimal::from(1_000_000_000), ..AmountLimits::default() };
+            if let Ok(amount) = Amount::parse(&text, currency, &limits) {
+                proptest::prop_assert_eq!(amount.value(), Decimal::from_str_exact(&text).unwrap());
+                proptest::prop_assert_eq!(Amount::parse(&amount.value().to_string(), currency, &limits), Ok(amount));
+                proptest::prop_assert_eq!(Amount::from_minor(amount.to_minor(), currency), Ok(amount));
+                proptest::prop_assert_eq!(format_minor(amount.to_minor(), currency), amount.value().to_string());
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,9 @@ use super::auth::Customer;
 use super::correlation::CorrelationId;
 use super::error::ApiError;
 use super::AppState;
-use crate::domain::{Actor, Amount, Currency, Destination, IdempotencyKey, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{
+    check_reference, Actor, Amount, Currency, Destination, IdempotencyKey, Withdrawal, WithdrawalId, WithdrawalStatus,
+};
 use crate::storage::batch::Writes;
 use crate::storage::idempotency::{self, Begin};
 use crate::storage::withdrawals::{self as store, CreateRejected, NewWithdrawal, PageCursor, TransitionOutcome};
@@ -104,8 +106,6 @@ impl From<&Withdrawal> for WithdrawalView {
     }
 }
 
-const MAX_REFERENCE_CHARS: usize = 140;
-
 /// Parse, don't validate: the request becomes domain values or a 4xx naming the field.
 /// Public for the fuzz targets (`fuzz/`), not an API of the crate.
 #[doc(hidden)]
@@ -135,12 +135,8 @@ pub fn parse_request(
     let destination = Destination::parse(&d.kind, &d.account_number, &d.bank_code)
         .map_err(|e| ApiError::unprocessable("invalid_destination", e.field(), e.to_string()))?;
     let reference = request.reference.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
-    if reference.as_ref().is_some_and(|r| r.chars().count() > MAX_REFERENCE_CHARS || r.chars().any(char::is_control)) {
-        return Err(ApiError::unprocessable(
-            "invalid_reference",
-            "reference",
-            format!("reference must be at most {MAX_REFERENCE_CHARS} printable characters"),
-        ));
+    if let Some(r) = &reference {
+        check_reference(r).map_err(|e| ApiError::unprocessable("invalid_reference", "reference", e.to_string()))?;
     }
     Ok((amount, destination, reference))
 }

@@ -144,6 +144,7 @@ async fn close(
     body: Result<Json<CloseRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let id = super::path_id(&id)?;
+    super::require_first(&state, &operator, Role::Operator, "dead_letter.close", "dead_letter", id.to_string()).await?;
     let req = super::body(body)?;
     let audited = Audited {
         action: "dead_letter.close",

@@ -149,13 +149,10 @@ async fn decide(
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let action = if approve { "withdrawal.decision.approve" } else { "withdrawal.decision.reject" };
-    // The role comes before the body (SPEC §8).
+    super::require_first(&state, &operator, Role::Operator, action, "withdrawal", id.to_string()).await?;
+    let req = super::body(body)?;
     let mut audited =
         Audited { action, target_type: "withdrawal", target_id: id.to_string(), reason: "", parameters: json!({}) };
-    if let Err(forbidden) = operator.require(Role::Operator) {
-        return Err(audited.refuse(&state, &operator, forbidden).await);
-    }
-    let req = super::body(body)?;
     audited.reason = &req.reason;
     let result = async {
         let reason = require_reason(&req.reason)?;

@@ -96,6 +96,32 @@ impl Audited<'_> {
     }
 }
 
+/// SPEC §8: the role comes first. A caller whose role is below `role` is refused (403) and
+/// audited — the action and its target, no reason: the body is not read — before the body is
+/// parsed, so a viewer's malformed request is a 403, never a 422.
+pub async fn require_first(
+    state: &AppState,
+    operator: &Operator,
+    role: Role,
+    action: &str,
+    target_type: &str,
+    target_id: String,
+) -> Result<(), ApiError> {
+    match operator.require(role) {
+        Ok(()) => Ok(()),
+        Err(forbidden) => {
+            let audited = Audited {
+                action,
+                target_type,
+                target_id,
+                reason: "",
+                parameters: serde_json::json!({"body": "not read"}),
+            };
+            Err(audited.refuse(state, operator, forbidden).await)
+        }
+    }
+}
+
 /// A path id that is not a UUID names nothing: 404, like an unknown one.
 pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::not_found())

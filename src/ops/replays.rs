@@ -216,6 +216,7 @@ async fn start(
     operator: Operator,
     body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    super::require_first(&state, &operator, Role::Operator, "replay.start", "replay", "new".into()).await?;
     let req = super::body(body)?;
     let audited = Audited {
         action: if req.dry_run { "replay.dry_run" } else { "replay.start" },
@@ -229,9 +230,6 @@ async fn start(
                            "auto_pause_threshold": req.auto_pause_threshold,
                            "expected_selection_digest": req.expected_selection_digest}),
     };
-    if let Err(forbidden) = operator.require(Role::Operator) {
-        return Err(audited.refuse(&state, &operator, forbidden).await);
-    }
     match start_checked(&state, &operator, &req, &audited).await {
         Ok(ok) => Ok(ok),
         Err(err) => Err(audited.refuse(&state, &operator, err).await),
@@ -410,15 +408,17 @@ async fn control(
 ) -> Result<Json<Value>, ApiError> {
     let needed = if action == "approve" { Role::Admin } else { Role::Operator };
     let id = super::path_id(&id)?;
+    let audited_action = match action.as_str() {
+        "pause" => "replay.pause",
+        "resume" => "replay.resume",
+        "cancel" => "replay.cancel",
+        "approve" => "replay.approve",
+        _ => return Err(ApiError::not_found()),
+    };
+    super::require_first(&state, &operator, needed, audited_action, "replay", id.to_string()).await?;
     let req = super::body(body)?;
     let audited = Audited {
-        action: match action.as_str() {
-            "pause" => "replay.pause",
-            "resume" => "replay.resume",
-            "cancel" => "replay.cancel",
-            "approve" => "replay.approve",
-            _ => return Err(ApiError::not_found()),
-        },
+        action: audited_action,
         target_type: "replay",
         target_id: id.to_string(),
         reason: &req.reason,

@@ -215,6 +215,7 @@ async fn resolve(
     body: Result<Json<ResolveRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let id = parse_id(&id)?;
+    super::require_first(&state, &operator, Role::Operator, "withdrawal.resolve", "withdrawal", id.to_string()).await?;
     let req = super::body(body)?;
     let audited = Audited {
         action: "withdrawal.resolve",
@@ -223,9 +224,6 @@ async fn resolve(
         reason: &req.reason,
         parameters: json!({"action": req.action, "version": req.version, "provider_reference": req.provider_reference}),
     };
-    if let Err(forbidden) = operator.require(Role::Operator) {
-        return Err(audited.refuse(&state, &operator, forbidden).await);
-    }
     match resolve_checked(&state, &operator, id, &req, &audited).await {
         Ok(value) => Ok(value),
         Err(err) => Err(audited.refuse(&state, &operator, err).await),

@@ -25,6 +25,7 @@ both_backends!(
     dead_letters_are_listed_summarised_shown_and_closed,
     the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
     the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end,
+    a_viewers_malformed_post_is_refused_for_its_role_first_and_audited,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -536,4 +537,52 @@ async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(a
     let actions: Vec<&str> = trail["data"].as_array().unwrap().iter().map(|r| r["action"].as_str().unwrap()).collect();
     assert_eq!(actions, ["replay.start", "replay.dry_run"], "one audit row per action, newest first");
     app.assert_ledger_invariant().await;
+}
+
+/// SPEC §8: the role is checked before the body. A viewer's malformed body on every ops POST
+/// route is a 403 (not the 422 an operator would get), and each refusal is audited.
+async fn a_viewers_malformed_post_is_refused_for_its_role_first_and_audited(app: TestApp) {
+    let (id, _) = rejected_withdrawal(&app).await;
+    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let viewer = app.operator("viewer").await;
+    let run = uuid::Uuid::now_v7();
+    let routes = [
+        (format!("/ops/v1/withdrawals/{id}/resolve"), "withdrawal.resolve"),
+        (format!("/ops/v1/withdrawals/{id}/decision/approve"), "withdrawal.decision.approve"),
+        (format!("/ops/v1/withdrawals/{id}/decision/reject"), "withdrawal.decision.reject"),
+        (format!("/ops/v1/dead-letters/{letter}/close"), "dead_letter.close"),
+        ("/ops/v1/replays".to_owned(), "replay.start"),
+        (format!("/ops/v1/replays/{run}/pause"), "replay.pause"),
+        (format!("/ops/v1/replays/{run}/approve"), "replay.approve"),
+    ];
+    for (path, action) in routes {
+        let response = app
+            .client
+            .post(app.url(&path))
+            .bearer_auth(&viewer)
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        let (status, code, _) = problem_code(response).await;
+        assert_eq!((status, code.as_str()), (403, "forbidden"), "{path}");
+        let rows = audit::list(&app.db, &AuditFilter { action: Some(action.into()), limit: 5, ..Default::default() })
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{path}: one audit row");
+        assert_eq!((rows[0].role.as_str(), rows[0].result.as_str()), ("viewer", "forbidden"), "{path}");
+    }
+    // An operator's malformed body is still a 422 (the body is read once the role allows it).
+    let operator = app.operator("operator").await;
+    let response = app
+        .client
+        .post(app.url(&format!("/ops/v1/withdrawals/{id}/resolve")))
+        .bearer_auth(&operator)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem_code(response).await.0, 422);
 }

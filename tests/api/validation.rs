@@ -46,6 +46,20 @@ async fn invalid_requests_are_rejected_with_their_field(app: TestApp) {
             "reference",
         ),
         (
+            json!({"amount": "10.00", "currency": "USD", "destination": dest, "reference": "invoice \u{202E}gpj.exe"}),
+            "invalid_reference",
+            "reference",
+        ),
+        (
+            json!({"amount": "10.00", "currency": "USD", "destination": dest, "reference": "rent\u{200B}al"}),
+            "invalid_reference",
+            "reference",
+        ),
+        (json!({"amount": "+5", "currency": "USD", "destination": dest}), "invalid_amount", "amount"),
+        (json!({"amount": " 5.00 ", "currency": "USD", "destination": dest}), "invalid_amount", "amount"),
+        (json!({"amount": "5.", "currency": "USD", "destination": dest}), "invalid_amount", "amount"),
+        (json!({"amount": ".5", "currency": "USD", "destination": dest}), "invalid_amount", "amount"),
+        (
             json!({"amount": "10.00", "currency": "USD", "destination": dest, "surprise": 1}),
             "invalid_field",
             "surprise",
