@@ -121,9 +121,15 @@ pub struct ServeArgs {
     /// What this process runs.
     #[arg(long, env = "ROLE", value_enum, default_value = "all")]
     pub role: Role,
-    /// The payout provider's base URL. Unset: sandbox mode, an in-process provider mock.
+    /// The payout provider's base URL. Unset: sandbox mode, an in-process provider mock — allowed
+    /// on the embedded SQLite database, and on PostgreSQL only with `--sandbox`.
     #[arg(long, env = "PROVIDER_URL")]
     pub provider_url: Option<String>,
+    /// Run in sandbox mode deliberately (no `PROVIDER_URL`): required on PostgreSQL, so a
+    /// production deployment that lost its provider setting refuses to start instead of
+    /// pretending to pay.
+    #[arg(long, env = "WITHDRAWALS_SANDBOX", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    pub sandbox: bool,
     /// Bearer credential for the provider (never logged).
     #[arg(long, env = "PROVIDER_API_KEY", hide_env_values = true)]
     pub provider_api_key: Option<String>,
@@ -370,6 +376,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Whether this process runs in sandbox mode (no `PROVIDER_URL`), or why it must not start: on
+/// PostgreSQL — a production database — sandbox mode must be asked for with `--sandbox`, so a
+/// lost provider setting cannot debit customers and mark withdrawals completed while paying
+/// nothing.
+pub fn sandbox_mode(database_url: &str, args: &ServeArgs) -> anyhow::Result<bool> {
+    match (&args.provider_url, args.sandbox) {
+        (Some(_), true) => anyhow::bail!("--sandbox (WITHDRAWALS_SANDBOX) and PROVIDER_URL exclude each other: choose one"),
+        (Some(_), false) => Ok(false),
+        (None, true) => Ok(true),
+        (None, false) if database_url.starts_with("sqlite:") => Ok(true),
+        (None, false) => anyhow::bail!(
+            "refusing to start: PROVIDER_URL is not set and the database is PostgreSQL; set PROVIDER_URL (and PROVIDER_API_KEY) to pay out for real, or pass --sandbox (WITHDRAWALS_SANDBOX=1) to run a sandbox that pays nothing"
+        ),
+    }
+}
+
 /// Connects and applies migrations: every command works on a fresh database.
 pub async fn open(url: &str, settings: PoolSettings) -> anyhow::Result<Db> {
     let db = Db::connect(url, &settings).await.context("cannot open the database")?;
@@ -389,6 +411,7 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
         AmountLimits::parse(&args.review_approval_threshold, args.review_approval_default)
             .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;
     config.review.in_flight_grace = std::time::Duration::from_millis(args.tuning.reconcile_grace_ms);
+    config.sandbox = sandbox_mode(url, &args)?;
     let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
     let db = open(url, settings).await?;
     let shutdown = CancellationToken::new();
@@ -413,6 +436,7 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
     }
     if let (true, Some(gateway)) = (args.role != Role::Api, gateway.clone()) {
         let mut worker_config = WorkerConfig::new(service::worker_id());
+        worker_config.sandbox = config.sandbox;
         worker_config.concurrency = args.worker_concurrency.max(1);
         worker_config.batch_size = args.claim_batch.max(1);
         args.tuning.apply(&mut worker_config);

@@ -18,6 +18,9 @@ pub struct AppConfig {
     pub console: ConsoleSettings,
     /// Operator review decisions (SPEC §8.1).
     pub review: ReviewSettings,
+    /// Sandbox mode (no `PROVIDER_URL`): new withdrawals are marked `sandbox` and only a sandbox
+    /// provider pays them.
+    pub sandbox: bool,
 }
 
 /// The two-person rule's thresholds and how review decisions judge the provider's answer.
@@ -69,6 +72,7 @@ impl Default for AppConfig {
             replay: crate::ops::ReplaySettings::default(),
             console: ConsoleSettings::default(),
             review: ReviewSettings::default(),
+            sandbox: false,
         }
     }
 }

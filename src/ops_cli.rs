@@ -224,6 +224,9 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         }
         ReviewCommand::Show { .. } => {
             let w = &body["withdrawal"];
+            if w["sandbox"] == true {
+                println!("SANDBOX: made in sandbox mode; no real money is paid out for it");
+            }
             println!(
                 "{} {} {} — {} (version {}, {} in state)",
                 s(&w["id"]),
@@ -390,6 +393,9 @@ pub async fn status(conn: &Connection) -> anyhow::Result<()> {
         return Ok(());
     }
     let age_or_dash = |v: &Value| if v.is_null() { "-".to_owned() } else { age(v) };
+    if body["sandbox"] == true {
+        println!("SANDBOX MODE: payouts go to an in-process provider mock; no money moves");
+    }
     println!("withdrawals            count  oldest");
     for w in body["withdrawals"].as_array().into_iter().flatten() {
         println!("  {:<20} {:>5}  {}", s(&w["state"]), s(&w["count"]), age_or_dash(&w["oldest_age_seconds"]));

@@ -25,6 +25,9 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
     let list = |v: &serde_json::Value| v.as_array().unwrap_or(&empty).clone();
     let body = html! {
         h1 { "Overview" }
+        @if o["sandbox"] == true {
+            p #sandbox-mode role="status" { strong { "SANDBOX MODE" } ": no provider is configured; payouts go to an in-process mock and no money moves. Withdrawals made here are marked sandbox and are never paid by a real provider." }
+        }
         section aria-labelledby="h-withdrawals" {
             h2 #h-withdrawals { "Withdrawals by state" }
             table #withdrawals-by-state {

@@ -128,6 +128,9 @@ async fn render(
     let w = &shown["withdrawal"];
     let body = html! {
         h1 { "Withdrawal " code { (text(&w["id"])) } }
+        @if w["sandbox"] == true {
+            p #sandbox-marker role="status" { strong { "SANDBOX" } ": made in sandbox mode; no real money is paid out for it." }
+        }
         dl #withdrawal-facts {
             dt { "State" } dd #withdrawal-state { (state(&w["status"])) " for " (age(&w["age_seconds"])) }
             dt { "Amount" } dd { (text(&w["amount"])) " " (text(&w["currency"])) }

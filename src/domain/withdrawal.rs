@@ -19,4 +19,6 @@ pub struct Withdrawal {
     pub correlation_id: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Created in sandbox mode: paid only by a sandbox provider, never by a real one.
+    pub sandbox: bool,
 }

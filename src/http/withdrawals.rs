@@ -71,6 +71,9 @@ pub struct WithdrawalView {
     pub version: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// True for a withdrawal made in sandbox mode: no real money is ever paid out for it.
+    #[serde(default)]
+    pub sandbox: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -102,6 +105,7 @@ impl From<&Withdrawal> for WithdrawalView {
             version: w.version,
             created_at: w.created_at,
             updated_at: w.updated_at,
+            sandbox: w.sandbox,
         }
     }
 }
@@ -235,6 +239,7 @@ pub async fn create(
         reference,
         idempotency_key: key.as_str().to_owned(),
         correlation_id: correlation.0.clone(),
+        sandbox: state.config().sandbox,
     };
     let outcome = create_under_claim(&state, &key, claim, &new).await;
     if !matches!(outcome, Ok(CreateOutcome::Created(_))) {

@@ -42,6 +42,21 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
+    if withdrawal.sandbox != ctx.config().sandbox {
+        // Sandbox money was never real: a real provider must not pay it, and a sandbox must not
+        // pretend to pay a real withdrawal. Nothing is sent.
+        let (ours, theirs) = if withdrawal.sandbox { ("sandbox", "a real") } else { ("real", "a sandbox") };
+        let failure = Failure {
+            category: Category::DependencyRejected,
+            error_code: "sandbox_mismatch".into(),
+            error_class: "permanent",
+            message: format!("a {ours} withdrawal reached {theirs} provider's worker; nothing was sent"),
+            stack: None,
+            side_effect: Some(SideEffect::NotStarted),
+        };
+        return ctx.dead_letter(tx, &failure).await;
+    }
+
     // The writes before the call go out as one batch: the guarded `pending → processing` and —
     // when the call will be made — the lease check; then, if the move applied, its transition
     // row with the attempt row (a retry, already `processing`, has the attempt in the first).

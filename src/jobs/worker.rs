@@ -69,6 +69,9 @@ pub struct WorkerConfig {
     /// How long an attempt may still be in flight at the provider (its request timeout plus a
     /// margin). Reconciliation does not trust "not found" for an attempt younger than this.
     pub in_flight_grace: Duration,
+    /// This worker pays through a sandbox provider: it pays only withdrawals marked `sandbox`,
+    /// and a real worker never pays those.
+    pub sandbox: bool,
 }
 
 impl WorkerConfig {
@@ -113,6 +116,7 @@ impl WorkerConfig {
             sweep_interval: Duration::from_secs(60),
             error_backoff: Duration::from_secs(5),
             in_flight_grace: Duration::from_secs(15),
+            sandbox: false,
         }
     }
 }

@@ -85,6 +85,8 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<J
         .collect();
 
     Ok(Json(json!({
+        // Sandbox mode: this process pays through an in-process provider mock; nothing is real.
+        "sandbox": state.config().sandbox,
         "withdrawals": withdrawals,
         "dead_letters": {"open": open.count, "oldest_open_age_seconds": age_seconds(open.oldest), "by_category": categories},
         "queues": queues,

@@ -44,6 +44,9 @@ pub struct OpsWithdrawal {
     pub updated_at: DateTime<Utc>,
     /// Seconds since the last state change (how long it has waited in its state).
     pub age_seconds: i64,
+    /// Made in sandbox mode: no real money moves for it.
+    #[serde(default)]
+    pub sandbox: bool,
 }
 
 impl From<&Withdrawal> for OpsWithdrawal {
@@ -61,6 +64,7 @@ impl From<&Withdrawal> for OpsWithdrawal {
             created_at: w.created_at,
             updated_at: w.updated_at,
             age_seconds: (Utc::now() - w.updated_at).num_seconds(),
+            sandbox: w.sandbox,
         }
     }
 }

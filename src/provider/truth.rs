@@ -220,6 +220,7 @@ mod tests {
             correlation_id: "c".into(),
             created_at: chrono::Utc::now(),
             updated_at: chrono::Utc::now(),
+            sandbox: false,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::jobs::SubmitPayout;
 use crate::{with_conn, with_read_conn};
 
 const COLUMNS: &str = "id, account_id, status, amount, currency, destination, reference, failure_code, version, \
-                       idempotency_key, correlation_id, created_at, updated_at";
+                       idempotency_key, correlation_id, created_at, updated_at, sandbox";
 
 #[derive(Debug, sqlx::FromRow)]
 struct WithdrawalRow {
@@ -37,6 +37,7 @@ struct WithdrawalRow {
     correlation_id: String,
     created_at: DbTime,
     updated_at: DbTime,
+    sandbox: bool,
 }
 
 impl TryFrom<WithdrawalRow> for Withdrawal {
@@ -56,6 +57,7 @@ impl TryFrom<WithdrawalRow> for Withdrawal {
             correlation_id: row.correlation_id,
             created_at: row.created_at.0,
             updated_at: row.updated_at.0,
+            sandbox: row.sandbox,
         })
     }
 }
@@ -69,6 +71,8 @@ pub struct NewWithdrawal {
     pub reference: Option<String>,
     pub idempotency_key: String,
     pub correlation_id: String,
+    /// Created by a process in sandbox mode.
+    pub sandbox: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +96,7 @@ pub fn prepare(new: &NewWithdrawal) -> Withdrawal {
         correlation_id: new.correlation_id.clone(),
         created_at: now,
         updated_at: now,
+        sandbox: new.sandbox,
     }
 }
 
@@ -109,8 +114,8 @@ pub async fn create(
     let mut writes = Writes::new();
     writes.push(
         "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference, version,
-                                  idempotency_key, correlation_id, created_at, updated_at)
-         VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9)",
+                                  idempotency_key, correlation_id, created_at, updated_at, sandbox)
+         VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9, $10)",
         vec![
             Arg::Uuid(w.id.0),
             Arg::Uuid(w.account_id.0),
@@ -121,6 +126,7 @@ pub async fn create(
             Arg::Text(w.idempotency_key.clone()),
             Arg::Text(w.correlation_id.clone()),
             Arg::Time(now),
+            Arg::Bool(w.sandbox),
         ],
     );
     let transition = transition_in(
