@@ -300,6 +300,14 @@ pub enum AccountsCommand {
         #[arg(long)]
         currency: String,
     },
+    /// An account's API keys: create (rotation), list, revoke. Admin; calls /ops/v1 (audited),
+    /// or runs the same routes in process on DATABASE_URL with --direct.
+    Keys {
+        #[command(flatten)]
+        remote: ops_cli::Remote,
+        #[command(subcommand)]
+        command: ops_cli::KeysCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -313,6 +321,10 @@ pub enum OperatorsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// list | disable | enable | rotate-token: admin; calls /ops/v1 (audited), or runs the same
+    /// routes in process on DATABASE_URL with --direct.
+    #[command(flatten)]
+    Lifecycle(ops_cli::OperatorCommand),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -350,6 +362,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             Ok(())
+        }
+        Command::Accounts(AccountsCommand::Keys { remote, command }) => {
+            ops_cli::api_keys(&cli.database_url, &remote, command).await
+        }
+        Command::Operators(OperatorsCommand::Lifecycle(command)) => {
+            ops_cli::operators(&cli.database_url, command).await
         }
         Command::Accounts(AccountsCommand::Fund { id, amount, currency }) => {
             let db = open(&cli.database_url, PoolSettings::default()).await?;

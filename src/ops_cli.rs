@@ -1,10 +1,17 @@
-//! The operator commands of the CLI (`status`, `breakers`, `review`, `dlq`, `replay`, `audit`): thin clients of `/ops/v1`, so
-//! roles and the audit log apply exactly as they do over HTTP. `WITHDRAWALS_URL` and
-//! `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON for scripts.
+//! The operator commands of the CLI (`status`, `breakers`, `review`, `dlq`, `replay`, `audit`,
+//! and the credential lifecycle: `accounts keys …`, `operators list|disable|enable|rotate-token`):
+//! thin clients of `/ops/v1`, so roles and the audit log apply exactly as they do over HTTP.
+//! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
+//! for scripts. The credential commands also take `--direct`: the same ops routes run in this
+//! process against `DATABASE_URL` (same token check, role and audit), for when the API is down.
 
 use anyhow::{bail, Context};
+use axum::http::{header, Method};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::http::AppState;
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
@@ -124,23 +131,99 @@ pub enum DlqCommand {
     },
 }
 
+/// Where a credential command runs. Over HTTP by default, like every operator command; with
+/// `--direct`, the ops routes run in this process on `DATABASE_URL` — for when the API is down.
+/// Either way the operator token is checked, the role enforced and the action audited by the same
+/// code; `--direct` needs database access *and* an admin token.
+#[derive(Debug, Args, Clone)]
+pub struct Remote {
+    #[command(flatten)]
+    pub conn: Connection,
+    /// Run the ops API in this process against DATABASE_URL instead of calling WITHDRAWALS_URL
+    /// (the API is down). The token, role check and audit row are the same.
+    #[arg(long, global = true)]
+    pub direct: bool,
+}
+
+enum Transport {
+    Http {
+        http: reqwest::Client,
+        base: String,
+    },
+    /// `/ops/v1` served in process, on a database this process opened.
+    Local(AppState),
+}
+
 struct Client {
-    http: reqwest::Client,
-    base: String,
+    transport: Transport,
     token: String,
 }
+
+/// Largest in-process response read (a list of keys or operators is far smaller).
+const MAX_LOCAL_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
 impl Client {
     fn new(conn: &Connection) -> anyhow::Result<Self> {
         let token = conn.token.clone().context("WITHDRAWALS_TOKEN (or --token) is required")?;
-        Ok(Self { http: reqwest::Client::new(), base: conn.url.trim_end_matches('/').to_owned(), token })
+        let transport =
+            Transport::Http { http: reqwest::Client::new(), base: conn.url.trim_end_matches('/').to_owned() };
+        Ok(Self { transport, token })
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-        let response =
-            request.bearer_auth(&self.token).send().await.with_context(|| format!("cannot reach {}", self.base))?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+    /// Over HTTP, or with `--direct` in process on `database_url` (migrated first, like every
+    /// command that opens the database).
+    async fn for_remote(remote: &Remote, database_url: &str) -> anyhow::Result<Self> {
+        let mut client = Self::new(&remote.conn)?;
+        if remote.direct {
+            let db = crate::cli::open(database_url, crate::storage::PoolSettings::default()).await?;
+            client.transport = Transport::Local(AppState::new(db, crate::config::AppConfig::default()));
+        }
+        Ok(client)
+    }
+
+    fn describe(&self) -> String {
+        match &self.transport {
+            Transport::Http { base, .. } => base.clone(),
+            Transport::Local(_) => "the database (--direct)".to_owned(),
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> anyhow::Result<Value> {
+        let (status, body) = match &self.transport {
+            Transport::Http { http, base } => {
+                let mut request = http.request(method, format!("{base}{path}")).query(query).bearer_auth(&self.token);
+                if let Some(body) = body {
+                    request = request.json(body);
+                }
+                let response = request.send().await.with_context(|| format!("cannot reach {}", self.describe()))?;
+                let status = response.status();
+                (status, response.json::<Value>().await.unwrap_or(Value::Null))
+            }
+            Transport::Local(state) => {
+                let mut uri = path.to_owned();
+                if !query.is_empty() {
+                    uri = format!("{uri}?{}", serde_urlencoded::to_string(query)?);
+                }
+                let request = axum::http::Request::builder()
+                    .method(method)
+                    .uri(uri)
+                    .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(
+                        body.map(|b| axum::body::Body::from(b.to_string())).unwrap_or_else(axum::body::Body::empty),
+                    )?;
+                let response = crate::ops::router().with_state(state.clone()).oneshot(request).await?;
+                let status = response.status();
+                let bytes = axum::body::to_bytes(response.into_body(), MAX_LOCAL_RESPONSE_BYTES).await?;
+                (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+            }
+        };
         if !status.is_success() {
             let code = body["code"].as_str().unwrap_or("error");
             let detail = body["detail"].as_str().unwrap_or("");
@@ -150,11 +233,11 @@ impl Client {
     }
 
     async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
-        self.send(self.http.get(format!("{}{path}", self.base)).query(query)).await
+        self.call(Method::GET, path, query, None).await
     }
 
     async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+        self.call(Method::POST, path, &[], Some(body)).await
     }
 }
 
@@ -692,4 +775,177 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<()> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+}
+
+/// `withdrawals accounts keys …`: an account's API keys (admin; calls /ops/v1, or `--direct`).
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Issue a new API key for ACCOUNT_ID, printed once. The account's other keys keep working
+    /// until revoked, so a client can move over before the old key is revoked.
+    Create {
+        account_id: String,
+        /// A name for the key (what uses it), shown by `list`.
+        #[arg(long)]
+        label: Option<String>,
+        /// Why (written to the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// The account's keys: id, status, created, last used (to the nearest few minutes), label.
+    /// Never a secret or a hash.
+    List { account_id: String },
+    /// Revoke a key: it fails from the next request on, on every instance.
+    Revoke {
+        key_id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+pub async fn api_keys(database_url: &str, remote: &Remote, command: KeysCommand) -> anyhow::Result<()> {
+    let client = Client::for_remote(remote, database_url).await?;
+    let body = match &command {
+        KeysCommand::Create { account_id, label, reason } => {
+            client
+                .post(&format!("/ops/v1/accounts/{account_id}/keys"), &json!({"label": label, "reason": reason}))
+                .await?
+        }
+        KeysCommand::List { account_id } => client.get(&format!("/ops/v1/accounts/{account_id}/keys"), &[]).await?,
+        KeysCommand::Revoke { key_id, reason } => {
+            client.post(&format!("/ops/v1/api-keys/{key_id}/revoke"), &json!({"reason": reason})).await?
+        }
+    };
+    if remote.conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    match command {
+        KeysCommand::Create { .. } => println!(
+            "key_id:     {}\naccount_id: {}\nlabel:      {}\napi_key:    {}\n(the API key is shown once; store it now. The account's other keys keep working until revoked.)",
+            s(&body["id"]),
+            s(&body["account_id"]),
+            s(&body["label"]),
+            s(&body["api_key"])
+        ),
+        KeysCommand::List { .. } => {
+            println!("{:<36}  {:<7}  {:<27}  {:<27}  label", "id", "status", "created", "last used");
+            for k in body["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<36}  {:<7}  {:<27}  {:<27}  {}",
+                    s(&k["id"]),
+                    s(&k["status"]),
+                    s(&k["created_at"]),
+                    s(&k["last_used_at"]),
+                    s(&k["label"])
+                );
+                if let Some(reason) = k["revoked_reason"].as_str() {
+                    println!("  revoked {}: {reason}", s(&k["revoked_at"]));
+                }
+            }
+        }
+        KeysCommand::Revoke { key_id, .. } => {
+            println!("revoked {key_id} (account {}): it fails from the next request on", s(&body["account_id"]))
+        }
+    }
+    Ok(())
+}
+
+/// `withdrawals operators list|disable|enable|rotate-token` (admin; calls /ops/v1, or `--direct`).
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Every operator: id, name, role, status, created, last token rotation. No secrets.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Disable an operator: their token fails from the next request on and their console
+    /// sessions end. The last enabled admin cannot be disabled.
+    Disable {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Enable a disabled operator: their current token works again (rotate it if it leaked).
+    Enable {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Issue an operator a new token, printed once; the old one fails from the next request on
+    /// and their console sessions end.
+    RotateToken {
+        id: String,
+        /// Why (written to the audit log).
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        remote: Remote,
+    },
+}
+
+pub async fn operators(database_url: &str, command: OperatorCommand) -> anyhow::Result<()> {
+    let (remote, path, body) = match &command {
+        OperatorCommand::List { remote } => (remote, "/ops/v1/operators".to_owned(), None),
+        OperatorCommand::Disable { id, reason, remote } => {
+            (remote, format!("/ops/v1/operators/{id}/disable"), Some(json!({"reason": reason})))
+        }
+        OperatorCommand::Enable { id, reason, remote } => {
+            (remote, format!("/ops/v1/operators/{id}/enable"), Some(json!({"reason": reason})))
+        }
+        OperatorCommand::RotateToken { id, reason, remote } => {
+            (remote, format!("/ops/v1/operators/{id}/rotate-token"), Some(json!({"reason": reason})))
+        }
+    };
+    let client = Client::for_remote(remote, database_url).await?;
+    let body = match &body {
+        Some(body) => client.post(&path, body).await?,
+        None => client.get(&path, &[]).await?,
+    };
+    if remote.conn.json {
+        println!("{body}");
+        return Ok(());
+    }
+    match command {
+        OperatorCommand::List { .. } => {
+            println!("{:<36}  {:<8}  {:<8}  {:<27}  {:<27}  name", "id", "role", "status", "created", "token rotated");
+            for o in body["data"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<36}  {:<8}  {:<8}  {:<27}  {:<27}  {}",
+                    s(&o["id"]),
+                    s(&o["role"]),
+                    s(&o["status"]),
+                    s(&o["created_at"]),
+                    s(&o["token_rotated_at"]),
+                    s(&o["name"])
+                );
+                if let Some(reason) = o["disabled_reason"].as_str() {
+                    println!("  disabled {}: {reason}", s(&o["disabled_at"]));
+                }
+            }
+        }
+        OperatorCommand::Disable { .. } => println!(
+            "disabled {} ({}): their token fails from the next request on; {} console sessions ended",
+            s(&body["name"]),
+            s(&body["id"]),
+            s(&body["sessions_ended"])
+        ),
+        OperatorCommand::Enable { .. } => println!("enabled {} ({})", s(&body["name"]), s(&body["id"])),
+        OperatorCommand::RotateToken { .. } => {
+            println!(
+                "operator_id: {}\nstatus:      {}\ntoken:       {}\n(the token is shown once; the old token no longer works and {} console sessions ended)",
+                s(&body["id"]),
+                s(&body["status"]),
+                s(&body["token"]),
+                s(&body["sessions_ended"])
+            );
+            if body["own_token"] == true {
+                println!("(this was your own token: use the new one from now on)");
+            }
+        }
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 
 mod audit;
 mod auth;
+mod credentials;
 mod dead_letters;
 mod decisions;
 mod overview;
@@ -33,6 +34,7 @@ pub fn router() -> Router<AppState> {
         .merge(replays::router())
         .merge(audit::router())
         .merge(overview::router())
+        .merge(credentials::router())
 }
 
 /// What an action did, for its audit row.

@@ -1,4 +1,7 @@
-//! Stored credentials: customer API keys and operator tokens, hashed (never the secret itself).
+//! Stored credentials: customer API keys and operator tokens, hashed (never the secret itself),
+//! and their lifecycle: several labelled keys per account, revoked with a reason; operators
+//! disabled and enabled with a reason, their token's hash replaced on rotation. Rows that list
+//! credentials never carry the hash.
 
 use uuid::Uuid;
 
@@ -6,11 +9,13 @@ use super::{DbTime, Result, Tx};
 use crate::domain::{AccountId, OperatorId};
 use crate::{with_conn, with_read_conn};
 
+/// What authentication needs of an API key.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredApiKey {
     pub account_id: Uuid,
     pub secret_hash: Vec<u8>,
     pub revoked_at: Option<DbTime>,
+    pub last_used_at: Option<DbTime>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -22,25 +27,125 @@ pub struct StoredOperator {
     pub disabled_at: Option<DbTime>,
 }
 
-pub async fn insert_api_key(tx: &mut Tx, key_id: Uuid, account: AccountId, secret_hash: &[u8]) -> Result<()> {
+/// An API key as operators see it: no secret, no hash.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ApiKeyRow {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub label: Option<String>,
+    pub created_at: DbTime,
+    pub last_used_at: Option<DbTime>,
+    pub revoked_at: Option<DbTime>,
+    pub revoked_reason: Option<String>,
+}
+
+/// An operator as admins see them: no hash.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OperatorRow {
+    pub id: Uuid,
+    pub name: String,
+    pub role: String,
+    pub created_at: DbTime,
+    pub disabled_at: Option<DbTime>,
+    pub disabled_reason: Option<String>,
+    pub token_rotated_at: Option<DbTime>,
+}
+
+const KEY_COLUMNS: &str = "id, account_id, label, created_at, last_used_at, revoked_at, revoked_reason";
+const OPERATOR_COLUMNS: &str = "id, name, role, created_at, disabled_at, disabled_reason, token_rotated_at";
+
+pub async fn insert_api_key(
+    tx: &mut Tx,
+    key_id: Uuid,
+    account: AccountId,
+    label: Option<&str>,
+    secret_hash: &[u8],
+) -> Result<()> {
     with_conn!(tx, |conn| {
-        sqlx::query("INSERT INTO api_keys (id, account_id, secret_hash, created_at) VALUES ($1, $2, $3, $4)")
-            .bind(key_id)
-            .bind(account.0)
-            .bind(secret_hash)
-            .bind(DbTime::now())
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO api_keys (id, account_id, label, secret_hash, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(key_id)
+        .bind(account.0)
+        .bind(label)
+        .bind(secret_hash)
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?;
     });
     Ok(())
 }
 
+/// Read on every customer request: no cache sits in front of it, so a revoke is seen by the
+/// next request on every instance.
 pub async fn find_api_key(db: &super::Db, key_id: Uuid) -> Result<Option<StoredApiKey>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, StoredApiKey>("SELECT account_id, secret_hash, revoked_at FROM api_keys WHERE id = $1")
+        sqlx::query_as::<_, StoredApiKey>(
+            "SELECT account_id, secret_hash, revoked_at, last_used_at FROM api_keys WHERE id = $1",
+        )
+        .bind(key_id)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Records that a key was used at `at`, unless a later use is already recorded.
+pub async fn touch_api_key(db: &super::Db, key_id: Uuid, at: DbTime) -> Result<()> {
+    let mut tx = db.begin().await?;
+    with_conn!(&mut tx, |conn| {
+        sqlx::query(
+            "UPDATE api_keys SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)",
+        )
+        .bind(key_id)
+        .bind(at)
+        .execute(&mut *conn)
+        .await?;
+    });
+    tx.commit().await
+}
+
+pub async fn get_api_key(db: &super::Db, key_id: Uuid) -> Result<Option<ApiKeyRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ApiKeyRow>(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1"))
             .bind(key_id)
             .fetch_optional(&mut *conn)
             .await?
+    }))
+}
+
+/// An account's keys, oldest first, revoked ones included; `None` if there is no such account.
+pub async fn list_api_keys(db: &super::Db, account: AccountId) -> Result<Option<Vec<ApiKeyRow>>> {
+    Ok(with_read_conn!(db, |conn| {
+        let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM accounts WHERE id = $1")
+            .bind(account.0)
+            .fetch_optional(&mut *conn)
+            .await?;
+        match known {
+            None => None,
+            Some(_) => Some(
+                sqlx::query_as::<_, ApiKeyRow>(&format!(
+                    "SELECT {KEY_COLUMNS} FROM api_keys WHERE account_id = $1 ORDER BY created_at, id"
+                ))
+                .bind(account.0)
+                .fetch_all(&mut *conn)
+                .await?,
+            ),
+        }
+    }))
+}
+
+/// Revokes a live key. Returns the revoked row, or `None` if it was already revoked (or unknown).
+pub async fn revoke_api_key(tx: &mut Tx, key_id: Uuid, reason: &str) -> Result<Option<ApiKeyRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, ApiKeyRow>(&format!(
+            "UPDATE api_keys SET revoked_at = $2, revoked_reason = $3 WHERE id = $1 AND revoked_at IS NULL
+             RETURNING {KEY_COLUMNS}"
+        ))
+        .bind(key_id)
+        .bind(DbTime::now())
+        .bind(reason)
+        .fetch_optional(&mut *conn)
+        .await?
     }))
 }
 
@@ -58,12 +163,106 @@ pub async fn insert_operator(tx: &mut Tx, id: OperatorId, name: &str, role: &str
     Ok(())
 }
 
+/// Read on every operator request (no cache): a disable or a rotation is seen at once.
 pub async fn find_operator(db: &super::Db, id: OperatorId) -> Result<Option<StoredOperator>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredOperator>(
             "SELECT id, name, role, secret_hash, disabled_at FROM operators WHERE id = $1",
         )
         .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+pub async fn get_operator(db: &super::Db, id: OperatorId) -> Result<Option<OperatorRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, OperatorRow>(&format!("SELECT {OPERATOR_COLUMNS} FROM operators WHERE id = $1"))
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}
+
+/// Every operator, oldest first.
+pub async fn list_operators(db: &super::Db) -> Result<Vec<OperatorRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, OperatorRow>(&format!("SELECT {OPERATOR_COLUMNS} FROM operators ORDER BY created_at, id"))
+            .fetch_all(&mut *conn)
+            .await?
+    }))
+}
+
+/// The outcome of [`disable_operator`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disabled {
+    Done(OperatorRow),
+    NotFound,
+    AlreadyDisabled,
+    /// The operator is the last enabled admin: disabling them would leave nobody to administer.
+    LastAdmin,
+}
+
+/// Disables an enabled operator, unless they are the last enabled admin. The admins' rows are
+/// locked first, in id order (PostgreSQL; SQLite's one writer serialises), so two admins
+/// disabling each other at once cannot both succeed: the second sees the first's commit.
+pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Result<Disabled> {
+    const ADMINS: &str = "SELECT id, disabled_at FROM operators WHERE role = 'admin' ORDER BY id";
+    let admins: Vec<(Uuid, Option<DbTime>)> = match tx {
+        Tx::Postgres(t) => sqlx::query_as(&format!("{ADMINS} FOR UPDATE")).fetch_all(&mut **t).await?,
+        Tx::Sqlite(t) => sqlx::query_as(ADMINS).fetch_all(&mut **t).await?,
+    };
+    let current: Option<(String, Option<DbTime>)> = with_conn!(tx, |conn| {
+        sqlx::query_as("SELECT role, disabled_at FROM operators WHERE id = $1")
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    let Some((role, disabled_at)) = current else { return Ok(Disabled::NotFound) };
+    if disabled_at.is_some() {
+        return Ok(Disabled::AlreadyDisabled);
+    }
+    let other_enabled_admins = admins.iter().filter(|(admin, at)| *admin != id.0 && at.is_none()).count();
+    if role == "admin" && other_enabled_admins == 0 {
+        return Ok(Disabled::LastAdmin);
+    }
+    let row = with_conn!(tx, |conn| {
+        sqlx::query_as::<_, OperatorRow>(&format!(
+            "UPDATE operators SET disabled_at = $2, disabled_reason = $3 WHERE id = $1 AND disabled_at IS NULL
+             RETURNING {OPERATOR_COLUMNS}"
+        ))
+        .bind(id.0)
+        .bind(DbTime::now())
+        .bind(reason)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    Ok(row.map(Disabled::Done).unwrap_or(Disabled::AlreadyDisabled))
+}
+
+/// Enables a disabled operator (the same token works again). `None` if not disabled or unknown.
+pub async fn enable_operator(tx: &mut Tx, id: OperatorId) -> Result<Option<OperatorRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, OperatorRow>(&format!(
+            "UPDATE operators SET disabled_at = NULL, disabled_reason = NULL WHERE id = $1 AND disabled_at IS NOT NULL
+             RETURNING {OPERATOR_COLUMNS}"
+        ))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Replaces an operator's token hash: the old token stops verifying with this commit. `None` if
+/// the operator is unknown.
+pub async fn rotate_operator_secret(tx: &mut Tx, id: OperatorId, secret_hash: &[u8]) -> Result<Option<OperatorRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, OperatorRow>(&format!(
+            "UPDATE operators SET secret_hash = $2, token_rotated_at = $3 WHERE id = $1 RETURNING {OPERATOR_COLUMNS}"
+        ))
+        .bind(id.0)
+        .bind(secret_hash)
+        .bind(DbTime::now())
         .fetch_optional(&mut *conn)
         .await?
     }))

@@ -63,6 +63,20 @@ pub async fn end(tx: &mut Tx, id: Uuid) -> Result<bool> {
     Ok(ended == 1)
 }
 
+/// Ends every live session of an operator (disabled, or their token rotated): re-enabling them
+/// later does not bring an old sign-in back. Returns how many were live.
+pub async fn end_all_for_operator(tx: &mut Tx, operator: Uuid) -> Result<u64> {
+    let ended = with_conn!(tx, |conn| {
+        sqlx::query("UPDATE console_sessions SET ended_at = $2 WHERE operator_id = $1 AND ended_at IS NULL")
+            .bind(operator)
+            .bind(DbTime::now())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+    });
+    Ok(ended)
+}
+
 /// Deletes sessions that expired before `before` (kept a while after expiry as evidence, beside
 /// the audit log's sign-in and sign-out rows). Returns how many.
 pub async fn purge_expired(db: &Db, before: DbTime) -> Result<u64> {

@@ -387,7 +387,7 @@ async fn sign_out_ends_the_session_on_the_server(app: TestApp) {
 
 /// Signs in over plain HTTP (what the form does): fetches the sign-in nonce, posts the token.
 /// Returns the sign-in response.
-async fn http_sign_in(base: &str, token: &str, next: &str, https: bool) -> reqwest::Response {
+pub(crate) async fn http_sign_in(base: &str, token: &str, next: &str, https: bool) -> reqwest::Response {
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let form = client.get(format!("{base}/ops/sign-in")).send().await.unwrap();
     let nonce = form.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
@@ -403,7 +403,7 @@ async fn http_sign_in(base: &str, token: &str, next: &str, https: bool) -> reqwe
     request.send().await.unwrap()
 }
 
-fn session_cookie(response: &reqwest::Response) -> String {
+pub(crate) fn session_cookie(response: &reqwest::Response) -> String {
     let header = response
         .headers()
         .get_all("set-cookie")

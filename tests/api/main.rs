@@ -8,6 +8,7 @@ mod access;
 mod chaos;
 mod cli;
 mod console;
+mod credentials;
 mod dead_letter_summary;
 mod dead_letters;
 mod funds;
