@@ -22,5 +22,6 @@ mod queue;
 mod redaction;
 mod replays;
 mod runbooks;
+mod security;
 mod transitions;
 mod validation;
