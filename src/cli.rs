@@ -148,8 +148,8 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "BIND_ADDR", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
-    /// Worker-only processes: serve `/metrics` and `/healthz` here (their breaker, job and
-    /// provider metrics exist only in them).
+    /// Serve `/metrics` and `/healthz` here: a worker-only process's breaker, job and provider
+    /// metrics exist only in it; an API process then serves no `/metrics` on its API port.
     #[arg(long, env = "METRICS_BIND")]
     pub metrics_bind: Option<SocketAddr>,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
@@ -188,6 +188,8 @@ pub struct ServeArgs {
     pub max_connections: u32,
     #[command(flatten)]
     pub tuning: WorkerTuning,
+    #[command(flatten)]
+    pub server: crate::http::limits::ServerLimits,
 }
 
 /// The worker's clocks. The defaults suit production; tests and the chaos run shorten them.
@@ -470,6 +472,12 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
             }
         });
     }
+    if let Some(addr) = args.metrics_bind {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+        let (limits, stop) = (args.server.clone(), shutdown.clone());
+        tasks.spawn(async move { http::serve_metrics(listener, &limits, stop).await });
+    }
     if args.role != Role::Worker {
         tasks.spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
         crate::metrics::install();
@@ -482,14 +490,12 @@ async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
             Some(gateway) => AppState::with_gateway(db.clone(), config, gateway),
             None => AppState::new(db.clone(), config),
         };
-        http::serve(listener, state, shutdown.clone()).await?;
-    } else {
-        if let Some(addr) = args.metrics_bind {
-            let listener =
-                tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-            tracing::info!(addr = %listener.local_addr()?, "worker metrics listening");
-            tasks.spawn(http::serve_metrics(listener, shutdown.clone()));
+        let metrics = args.server.api_metrics(args.metrics_bind.is_some());
+        if matches!(metrics, http::MetricsAccess::Hidden) && args.metrics_bind.is_none() {
+            tracing::warn!("neither METRICS_BIND nor METRICS_TOKEN is set: /metrics is not served");
         }
+        http::serve_with(listener, state, &args.server, &metrics, shutdown.clone()).await?;
+    } else {
         shutdown.cancelled().await;
     }
     tasks.close();

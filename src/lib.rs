@@ -7,7 +7,8 @@
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
 //!   [`storage::batch`] sends a transaction's independent writes as one statement.
-//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health.
+//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health;
+//!   [`http::limits`]: every listener's timeouts, connection cap and `/metrics` access.
 //! - [`jobs`] — job kinds, queues and payloads; the durable worker and its group commit of
 //!   completions; the submit-payout and reconciliation handlers; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
@@ -31,7 +32,8 @@
 //!   review, dead letters, replays, audit) that act through `/ops/v1` as the signed-in operator.
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
-//! provider mock), `fuzz/` (fuzz targets).
+//! provider mock), `http-guard/` (the connection cap and header/idle timeouts both listen with),
+//! `fuzz/` (fuzz targets).
 
 pub mod bench;
 pub mod chaos;

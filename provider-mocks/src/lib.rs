@@ -11,7 +11,7 @@
 //! - [`model`]: wire types, settlement settings, transfer and request records.
 //! - [`faults`]: fault rules (scenario format) and the engine that applies them.
 //! - `state`: the shared state behind one mutex, and its operations.
-//! - `server`: accept loop and provider routes.
+//! - `server`: accept loop (timeouts and connection cap from `http_guard`) and provider routes.
 //! - `admin`: `/__admin` routes.
 //! - this file: [`MockConfig`] (also the scenario file format), [`spawn`], [`RunningMock`].
 
@@ -49,6 +49,43 @@ pub struct MockConfig {
     pub seed: u64,
     pub faults: FaultConfig,
     pub settlement: Settlement,
+    /// Header-read and idle timeouts and the connection cap of the listener.
+    pub listener: ListenerSettings,
+}
+
+/// What the mock's listener enforces (see the `http_guard` crate): a request
+/// head must arrive within `header_timeout_ms` (of the connection being
+/// accepted, or of the first byte of a later request), a keep-alive
+/// connection may wait `idle_timeout_ms` for its next request, and at most
+/// `max_connections` are open (more wait to be accepted). There is no request
+/// timeout: timeout faults hold requests on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenerSettings {
+    pub header_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub max_connections: usize,
+}
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        let limits = http_guard::Limits::default();
+        ListenerSettings {
+            header_timeout_ms: limits.header_timeout.as_millis() as u64,
+            idle_timeout_ms: limits.idle_timeout.as_millis() as u64,
+            max_connections: limits.max_connections,
+        }
+    }
+}
+
+impl ListenerSettings {
+    fn limits(&self) -> http_guard::Limits {
+        http_guard::Limits {
+            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms.max(1)),
+            idle_timeout: std::time::Duration::from_millis(self.idle_timeout_ms.max(1)),
+            max_connections: self.max_connections.max(1),
+        }
+    }
 }
 
 impl MockConfig {
@@ -75,6 +112,7 @@ pub async fn spawn(config: MockConfig) -> anyhow::Result<RunningMock> {
     let addr = config.addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let addr = listener.local_addr()?;
+    let listener = http_guard::GuardedListener::new(listener, config.listener.limits());
     let shared = state::Shared::new(config.api_key, config.seed, config.faults, config.settlement);
     let router = server::routes().merge(admin::routes()).with_state(shared.clone());
     let stop = CancellationToken::new();

@@ -14,9 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use serde_json::json;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
 
@@ -39,21 +37,17 @@ impl ConnControl {
 
 /// Accepts until `shutdown` fires; cancelling it also drops every open
 /// connection, including ones held open by timeout faults.
-pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: CancellationToken) {
+///
+/// Every connection gets the listener's header-read and idle timeouts and
+/// counts against its connection cap ([`http_guard`]). There is no request
+/// timeout: timeout faults hold a request on purpose (30 s by default) after
+/// its headers arrived, and it is the client's own timeout under test.
+pub(crate) async fn serve(listener: http_guard::GuardedListener, router: Router, shutdown: CancellationToken) {
     loop {
-        let stream = tokio::select! {
+        let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    // Usually fd exhaustion under benchmark load: back off, don't spin.
-                    tracing::warn!(%err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
+            accepted = listener.accept() => accepted,
         };
-        let _ = stream.set_nodelay(true);
         let conn_token = shutdown.child_token();
         let router = router.clone();
         tokio::spawn(async move {
@@ -63,7 +57,7 @@ pub(crate) async fn serve(listener: TcpListener, router: Router, shutdown: Cance
                 let mut router = router.clone();
                 async move { Ok::<_, Infallible>(router.call(req).await.into_response()) }
             });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let (conn, _slot) = accepted.serve(service);
             tokio::select! {
                 result = conn => {
                     if let Err(err) = result {

@@ -265,7 +265,10 @@ async fn run_against(
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
     let bind = format!("127.0.0.1:{api_port}");
-    let mut api = Proc::new("api", &["serve", "--role", "api", "--bind", &bind], &env, dir);
+    // The API's metrics have their own bind, as in production (`/metrics` is not on the API port).
+    let api_metrics = format!("127.0.0.1:{}", free_port()?);
+    let mut api =
+        Proc::new("api", &["serve", "--role", "api", "--bind", &bind, "--metrics-bind", &api_metrics], &env, dir);
     api.start()?;
     let mut worker_procs = Vec::new();
     let mut worker_metrics = Vec::new();
@@ -438,7 +441,7 @@ async fn run_against(
         *injected.provider_outcomes.entry(name.to_owned()).or_default() += 1;
     }
     // Each process's own metrics at the end (`metrics-*.txt`): what an operator would have seen.
-    let scrapes = std::iter::once(("api".to_owned(), format!("{base_url}/metrics")))
+    let scrapes = std::iter::once(("api".to_owned(), format!("http://{api_metrics}/metrics")))
         .chain(worker_metrics.iter().enumerate().map(|(i, url)| (format!("worker-{i}"), url.clone())));
     for (name, url) in scrapes {
         save_metrics(&http, &url, &dir.join(format!("metrics-{name}.txt")), injected.worker_kills).await;

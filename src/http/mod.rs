@@ -2,7 +2,8 @@
 //!
 //! Each resource module owns its `router()`; [`app`] merges them with the operator API
 //! ([`crate::ops`]) and the operator console ([`crate::console`]) and adds the layers every route
-//! shares (correlation id, tracing, body limit, problem+json fallbacks).
+//! shares (correlation id, tracing, request timeout, body limit, problem+json fallbacks).
+//! [`limits`] owns the listeners' timeouts, connection cap and `/metrics` access.
 
 mod auth;
 pub use auth::bearer;
@@ -10,13 +11,13 @@ mod balances;
 pub mod correlation;
 pub mod error;
 mod health;
+pub mod limits;
 mod openapi;
 pub mod withdrawals;
 
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,7 @@ use tower_http::trace::TraceLayer;
 use crate::config::AppConfig;
 use crate::storage::Db;
 
+pub use limits::{MetricsAccess, ServerLimits};
 pub use openapi::ApiDoc;
 pub use withdrawals::request_fingerprint;
 
@@ -62,43 +64,62 @@ impl AppState {
     }
 }
 
-/// What a worker-only process serves (`--metrics-bind`): `/metrics` and `/healthz`, so its
-/// breaker, job and provider metrics can be scraped.
-pub async fn serve_metrics(listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+/// What a `--metrics-bind` listener serves: `/metrics` (with the token when `METRICS_TOKEN` is
+/// set) and `/healthz`, so a worker-only process's breaker, job and provider metrics can be
+/// scraped, and an API process's metrics kept off the customer port.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    limits: &ServerLimits,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     crate::metrics::install();
-    let router = Router::new()
-        .route("/metrics", axum::routing::get(|| async { crate::metrics::install().render() }))
-        .route("/healthz", axum::routing::get(health::healthz));
-    axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let router = limits.bind_metrics().route(Router::new().route("/healthz", axum::routing::get(health::healthz)));
+    let router = limits::with_request_timeout(router, limits.request_timeout());
+    limits::serve_router(listener, router, limits, shutdown).await
 }
 
-/// The complete application router.
+/// The complete application router, without `/metrics` and with the default request timeout.
 pub fn app(state: AppState) -> Router {
+    app_with(state, &ServerLimits::default(), &MetricsAccess::Hidden)
+}
+
+/// The complete application router: `limits` gives the request timeout, `metrics` who may read
+/// `/metrics` on this port.
+pub fn app_with(state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
     let max_body = state.config().max_body_bytes;
     crate::metrics::install();
-    Router::new()
+    let router = Router::new()
         .merge(withdrawals::router())
         .merge(balances::router())
         .merge(health::router())
         .merge(openapi::router())
         .merge(crate::ops::router())
-        .merge(crate::console::router())
-        .route("/metrics", axum::routing::get(|| async { crate::metrics::install().render() }))
+        .merge(crate::console::router());
+    let router = metrics
+        .route(router)
         .fallback(|| async { error::ApiError::not_found() })
-        .layer(DefaultBodyLimit::max(max_body))
+        .layer(DefaultBodyLimit::max(max_body));
+    limits::with_request_timeout(router, limits.request_timeout())
         .layer(TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn(correlation::middleware))
         .with_state(state)
 }
 
-/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish. Accepted
-/// connections get `TCP_NODELAY`: an answer is sent at once, not held back by Nagle's algorithm
-/// waiting for the client's (possibly delayed) acknowledgement.
+/// Serves the app with the default [`ServerLimits`] and no `/metrics` (see [`serve_with`]).
 pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "could not set TCP_NODELAY on an accepted connection");
-        }
-    });
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    serve_with(listener, state, &ServerLimits::default(), &MetricsAccess::Hidden, shutdown).await
+}
+
+/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish. Every
+/// connection gets the header-read and idle timeouts and counts against the connection cap of
+/// `limits`, every request its request timeout; accepted connections get `TCP_NODELAY` (an answer
+/// is sent at once, not held back by Nagle's algorithm waiting for the client's acknowledgement).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    limits: &ServerLimits,
+    metrics: &MetricsAccess,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    limits::serve_router(listener, app_with(state, limits, metrics), limits, shutdown).await
 }

@@ -56,6 +56,9 @@ fn init_logs() {
     });
 }
 
+/// The bearer token the test app's `/metrics` answers to (see [`TestApp::metrics`]).
+pub const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
+
 /// A running app on its own database.
 pub struct TestApp {
     pub db: Db,
@@ -118,7 +121,10 @@ impl TestApp {
         let provider = provider_mock(2_000).await;
         let gateway = withdrawals::service::gateway(provider.provider.clone());
         let state = AppState::with_gateway(db.clone(), config, gateway.clone());
-        tokio::spawn(http::serve(listener, state, shutdown.clone()));
+        let (metrics, stop) = (http::MetricsAccess::token(METRICS_TOKEN), shutdown.clone());
+        tokio::spawn(
+            async move { http::serve_with(listener, state, &http::ServerLimits::default(), &metrics, stop).await },
+        );
         TestApp { db, database_url, base_url, client: Client::new(), provider, gateway, shutdown, _dir: dir }
     }
 
@@ -129,6 +135,11 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
+    }
+
+    /// `GET /metrics` with the metrics token.
+    pub fn metrics(&self) -> RequestBuilder {
+        self.client.get(self.url("/metrics")).bearer_auth(METRICS_TOKEN)
     }
 
     /// Creates an account funded with `amount` USD.

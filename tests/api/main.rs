@@ -24,5 +24,6 @@ mod redaction;
 mod replays;
 mod runbooks;
 mod sandbox;
+mod security;
 mod transitions;
 mod validation;

@@ -25,7 +25,7 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     app.wait_for_status(rejected, WithdrawalStatus::RequiresReview, std::time::Duration::from_secs(20)).await;
 
     withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = app.metrics().send().await.unwrap().text().await.unwrap();
 
     for (prefix, what) in [
         ("withdrawals_created_total{currency=\"USD\"}", "creations"),

@@ -59,7 +59,7 @@ impl Write for Capture {
 
 /// Every sample of a scrape: `name{labels}` → value.
 async fn scrape(app: &TestApp) -> BTreeMap<String, f64> {
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = app.metrics().send().await.unwrap().text().await.unwrap();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .filter_map(|l| l.rsplit_once(' ').and_then(|(k, v)| v.parse().ok().map(|v| (k.to_owned(), v))))
