@@ -66,23 +66,8 @@ pub fn operator_json(o: &OperatorRow) -> Value {
 /// The role comes first (SPEC §8): a caller below admin is refused, and audited, before the path
 /// or the body is looked at.
 async fn admin_first(state: &AppState, operator: &Operator, audited: &Audited<'_>) -> Result<(), ApiError> {
-    match operator.require(Role::Admin) {
-        Ok(()) => Ok(()),
-        Err(forbidden) => Err(audited.refuse(state, operator, forbidden).await),
-    }
-}
-
-/// Runs an admin action whose success writes its own audit row; a refusal is audited here.
-async fn audited_result<T>(
-    state: &AppState,
-    operator: &Operator,
-    audited: &Audited<'_>,
-    result: Result<T, ApiError>,
-) -> Result<T, ApiError> {
-    match result {
-        Ok(value) => Ok(value),
-        Err(err) => Err(audited.refuse(state, operator, err).await),
-    }
+    let (action, target_type, target) = (audited.action, audited.target_type, audited.target_id.clone());
+    super::require_first(state, operator, Role::Admin, action, target_type, target).await
 }
 
 fn conflict(code: &str, detail: impl Into<String>) -> ApiError {
@@ -173,7 +158,7 @@ async fn create_key(
         Ok((StatusCode::CREATED, Json(body)))
     }
     .await;
-    audited_result(&state, &operator, &audited, result).await
+    audited.or_refuse(&state, &operator, result).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -220,7 +205,7 @@ async fn revoke_key(
         Ok(Json(key_json(&revoked)))
     }
     .await;
-    audited_result(&state, &operator, &audited, result).await
+    audited.or_refuse(&state, &operator, result).await
 }
 
 /// `GET /ops/v1/operators` — every operator, oldest first, with status; no secrets.
@@ -281,7 +266,7 @@ async fn disable(
         Ok(Json(body))
     }
     .await;
-    audited_result(&state, &operator, &audited, result).await
+    audited.or_refuse(&state, &operator, result).await
 }
 
 /// `POST /ops/v1/operators/{id}/enable` — their current token works again (rotate it too if it
@@ -318,7 +303,7 @@ async fn enable(
         Ok(Json(operator_json(&row)))
     }
     .await;
-    audited_result(&state, &operator, &audited, result).await
+    audited.or_refuse(&state, &operator, result).await
 }
 
 /// `POST /ops/v1/operators/{id}/rotate-token` — a new token, in this response only; the old one
@@ -365,5 +350,5 @@ async fn rotate_token(
         Ok(Json(body))
     }
     .await;
-    audited_result(&state, &operator, &audited, result).await
+    audited.or_refuse(&state, &operator, result).await
 }

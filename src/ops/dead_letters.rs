@@ -154,7 +154,6 @@ async fn close(
         parameters: json!({}),
     };
     let done = async {
-        operator.require(Role::Operator)?;
         let reason = require_reason(&req.reason)?;
         dead_letters::get(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;
@@ -174,8 +173,5 @@ async fn close(
         tx.commit().await?;
         Ok(Json(json!({"id": id, "state": "closed", "closed_at": event.at.0})))
     };
-    match done.await {
-        Ok(value) => Ok(value),
-        Err(err) => Err(audited.refuse(&state, &operator, err).await),
-    }
+    audited.or_refuse(&state, &operator, done.await).await
 }

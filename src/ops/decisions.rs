@@ -91,19 +91,9 @@ pub(super) async fn request(
     }
     let mut row = audited.clone_shallow();
     row.parameters["decision_id"] = json!(decision.id);
-    audit_store_insert(&mut tx, &row, operator, "pending_approval").await?;
+    row.record(&mut tx, operator, "pending_approval").await?;
     tx.commit().await?;
     Ok(decision_json(&decision))
-}
-
-async fn audit_store_insert(
-    tx: &mut crate::storage::Tx,
-    audited: &Audited<'_>,
-    operator: &Operator,
-    result: &str,
-) -> Result<(), ApiError> {
-    crate::storage::audit::insert(tx, &audited.row(operator, result)).await?;
-    Ok(())
 }
 
 /// `GET /ops/v1/review-decisions` — decisions waiting for a second operator, oldest first.
@@ -174,10 +164,7 @@ async fn decide(
     }
     .await;
     // A decision's audit row went with its own transaction; a refusal writes its own.
-    match result {
-        Ok(body) => Ok(Json(body)),
-        Err(err) => Err(audited.refuse(&state, &operator, err).await),
-    }
+    audited.or_refuse(&state, &operator, result).await.map(Json)
 }
 
 fn already_decided() -> ApiError {

@@ -58,7 +58,7 @@ impl Audited<'_> {
         }
     }
 
-    pub(crate) fn row(&self, operator: &Operator, result: &str) -> AuditRow {
+    fn row(&self, operator: &Operator, result: &str) -> AuditRow {
         AuditRow {
             id: Uuid::now_v7(),
             operator_id: operator.id.0,
@@ -76,8 +76,27 @@ impl Audited<'_> {
 
     /// Records a successful action inside the transaction that performs it.
     pub async fn record_ok(&self, tx: &mut Tx, operator: &Operator) -> Result<(), ApiError> {
-        audit_store::insert(tx, &self.row(operator, "ok")).await?;
+        self.record(tx, operator, "ok").await
+    }
+
+    /// Records the action with `result` (`ok`, `pending_approval`, …) inside `tx`.
+    pub async fn record(&self, tx: &mut Tx, operator: &Operator, result: &str) -> Result<(), ApiError> {
+        audit_store::insert(tx, &self.row(operator, result)).await?;
         Ok(())
+    }
+
+    /// Passes a success through (it wrote its own audit row in its transaction); audits a
+    /// refusal and hands it back.
+    pub async fn or_refuse<T>(
+        &self,
+        state: &AppState,
+        operator: &Operator,
+        result: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(err) => Err(self.refuse(state, operator, err).await),
+        }
     }
 
     /// Records a refusal (in its own transaction) and hands the error back.

