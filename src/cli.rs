@@ -318,8 +318,8 @@ pub enum OperatorsCommand {
     Create {
         #[arg(long)]
         name: String,
-        #[arg(long, value_parser = ["viewer", "operator", "admin"])]
-        role: String,
+        #[arg(long, value_enum)]
+        role: crate::domain::Role,
         #[arg(long)]
         json: bool,
     },
@@ -382,7 +382,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Operators(OperatorsCommand::Create { name, role, json }) => {
             let db = open(&cli.database_url, PoolSettings::default()).await?;
-            let created = provisioning::create_operator(&db, &name, &role).await?;
+            let created = provisioning::create_operator(&db, &name, role).await?;
             if json {
                 println!("{}", json!({"operator_id": created.operator_id.to_string(), "token": created.token}));
             } else {

@@ -13,7 +13,7 @@ pub struct AppConfig {
     /// Largest accepted request body; bigger bodies get a 413 before any parsing.
     pub max_body_bytes: usize,
     /// Replay limits and the approval threshold.
-    pub replay: crate::ops::ReplaySettings,
+    pub replay: ReplaySettings,
     /// Operator console sessions.
     pub console: ConsoleSettings,
     /// Operator review decisions (SPEC §8.1).
@@ -69,10 +69,37 @@ impl Default for AppConfig {
             limits: AmountLimits { default_max: Decimal::from(1_000_000), ..AmountLimits::default() },
             idempotency: IdempotencySettings::default(),
             max_body_bytes: 16 * 1024,
-            replay: crate::ops::ReplaySettings::default(),
+            replay: ReplaySettings::default(),
             console: ConsoleSettings::default(),
             review: ReviewSettings::default(),
             sandbox: false,
+        }
+    }
+}
+
+/// Replay limits: gentler than normal traffic by default.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplaySettings {
+    pub approval_threshold: i64,
+    pub default_rate_per_second: i64,
+    pub default_max_concurrency: i64,
+    pub default_auto_pause_threshold: i64,
+    pub max_selection: i64,
+    /// The most an operator (not an admin) may ask for.
+    pub operator_max_rate: i64,
+    pub operator_max_concurrency: i64,
+}
+
+impl Default for ReplaySettings {
+    fn default() -> Self {
+        Self {
+            approval_threshold: 100,
+            default_rate_per_second: 5,
+            default_max_concurrency: 4,
+            default_auto_pause_threshold: 10,
+            max_selection: 10_000,
+            operator_max_rate: 20,
+            operator_max_concurrency: 8,
         }
     }
 }

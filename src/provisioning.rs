@@ -4,6 +4,7 @@
 use anyhow::{bail, Context};
 
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
+use crate::domain::Role;
 use crate::domain::{AccountId, Amount, OperatorId};
 use crate::storage::{accounts, credentials as stored, Db};
 
@@ -40,25 +41,21 @@ pub async fn fund_account(db: &Db, account: AccountId, amount: Amount) -> anyhow
 }
 
 /// Roles an operator token can carry (SPEC §8).
-pub const ROLES: [&str; 3] = ["viewer", "operator", "admin"];
 
 pub struct NewOperator {
     pub operator_id: OperatorId,
     pub token: String,
 }
 
-pub async fn create_operator(db: &Db, name: &str, role: &str) -> anyhow::Result<NewOperator> {
+pub async fn create_operator(db: &Db, name: &str, role: Role) -> anyhow::Result<NewOperator> {
     let name = name.trim();
     if name.is_empty() {
         bail!("the operator name must not be empty");
     }
-    if !ROLES.contains(&role) {
-        bail!("role must be one of {}", ROLES.join(", "));
-    }
     let operator_id = OperatorId::new();
     let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, operator_id.0);
     let mut tx = db.begin().await?;
-    stored::insert_operator(&mut tx, operator_id, name, role, &issued.secret_hash).await?;
+    stored::insert_operator(&mut tx, operator_id, name, role.as_str(), &issued.secret_hash).await?;
     tx.commit().await?;
     Ok(NewOperator { operator_id, token: issued.token })
 }

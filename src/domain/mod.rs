@@ -8,6 +8,7 @@ mod idempotency;
 mod ids;
 mod money;
 mod reference;
+mod role;
 mod status;
 mod withdrawal;
 
@@ -18,5 +19,6 @@ pub use ids::{AccountId, JobId, OperatorId, WithdrawalId};
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};
 pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};
+pub use role::Role;
 pub use status::{check_transition, Actor, LedgerEffect, TransitionError, UnknownStatus, WithdrawalStatus};
 pub use withdrawal::Withdrawal;

@@ -10,32 +10,7 @@ use crate::http::error::ApiError;
 use crate::http::{bearer, AppState};
 use crate::storage::credentials::find_operator;
 
-/// Roles are ordered: each includes everything below it (SPEC §8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    Viewer,
-    Operator,
-    Admin,
-}
-
-impl Role {
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "viewer" => Some(Role::Viewer),
-            "operator" => Some(Role::Operator),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Operator => "operator",
-            Role::Admin => "admin",
-        }
-    }
-}
+pub use crate::domain::Role;
 
 /// An authenticated operator.
 #[derive(Debug, Clone)]

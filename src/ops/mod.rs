@@ -13,7 +13,7 @@ mod overview;
 mod replays;
 mod review;
 
-pub use replays::ReplaySettings;
+pub use crate::config::ReplaySettings;
 
 use axum::Router;
 use serde_json::Value;

@@ -71,33 +71,6 @@ pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
     hex::encode(&hasher.finalize()[..16])
 }
 
-/// Replay limits: gentler than normal traffic by default.
-#[derive(Debug, Clone, Copy)]
-pub struct ReplaySettings {
-    pub approval_threshold: i64,
-    pub default_rate_per_second: i64,
-    pub default_max_concurrency: i64,
-    pub default_auto_pause_threshold: i64,
-    pub max_selection: i64,
-    /// The most an operator (not an admin) may ask for.
-    pub operator_max_rate: i64,
-    pub operator_max_concurrency: i64,
-}
-
-impl Default for ReplaySettings {
-    fn default() -> Self {
-        Self {
-            approval_threshold: 100,
-            default_rate_per_second: 5,
-            default_max_concurrency: 4,
-            default_auto_pause_threshold: 10,
-            max_selection: 10_000,
-            operator_max_rate: 20,
-            operator_max_concurrency: 8,
-        }
-    }
-}
-
 fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> Value {
     let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
     let mut v = json!({

@@ -152,7 +152,7 @@ impl TestApp {
 
     /// A new operator with `role`; returns its bearer token.
     pub async fn operator(&self, role: &str) -> String {
-        provisioning::create_operator(&self.db, &format!("{role} op"), role).await.unwrap().token
+        provisioning::create_operator(&self.db, &format!("{role} op"), role.parse().unwrap()).await.unwrap().token
     }
 
     /// Starts a worker against the app's own provider mock, with the test settings.
