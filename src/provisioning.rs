@@ -40,7 +40,6 @@ pub async fn fund_account(db: &Db, account: AccountId, amount: Amount) -> anyhow
     Ok(())
 }
 
-/// Roles an operator token can carry (SPEC §8).
 
 pub struct NewOperator {
     pub operator_id: OperatorId,
