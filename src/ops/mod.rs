@@ -12,6 +12,7 @@ mod decisions;
 mod overview;
 mod replays;
 mod review;
+pub mod types;
 
 pub use crate::config::ReplaySettings;
 

@@ -1,0 +1,515 @@
+//! The operator core's answers, typed: what `/ops/v1` serialises, what the console renders and
+//! what the CLI deserialises — one definition each, so renaming a field is a compile error in
+//! every client, not a silent `null`.
+//!
+//! Field names are the wire contract of SPEC §8 (README "Operator API"); every type is
+//! `Serialize + Deserialize` so the CLI reads exactly what the API wrote.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::domain::{Role, WithdrawalStatus};
+
+/// One page of a list, with the cursor for the next page when there is one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Page<T> {
+    pub data: Vec<T>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// A complete list (no paging).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct List<T> {
+    pub data: Vec<T>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Review queue (SPEC §8.1)
+
+/// A withdrawal as operators see it (account number masked).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpsWithdrawal {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub status: WithdrawalStatus,
+    pub amount: String,
+    pub currency: String,
+    pub destination: Value,
+    pub reference: Option<String>,
+    pub failure_code: Option<String>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Seconds since the last state change (how long it has waited in its state).
+    pub age_seconds: i64,
+    /// Made in sandbox mode: no real money moves for it.
+    #[serde(default)]
+    pub sandbox: bool,
+}
+
+/// `GET /ops/v1/withdrawals/{id}`: the withdrawal and all its evidence.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WithdrawalDetail {
+    pub withdrawal: OpsWithdrawal,
+    pub review_decisions: Vec<Decision>,
+    pub transitions: Vec<TransitionView>,
+    pub provider_attempts: Vec<AttemptView>,
+    pub reconciliation_results: Vec<ReconciliationView>,
+    pub dead_letters: Vec<DeadLetterBrief>,
+    pub ledger_entries: Vec<LedgerEntryView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TransitionView {
+    pub from: Option<String>,
+    pub to: String,
+    pub actor: String,
+    pub reason: String,
+    pub correlation_id: String,
+    pub at: DateTime<Utc>,
+    /// The provider's answer the move rested on (SPEC §8.1), when it rested on one.
+    pub evidence: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptView {
+    pub attempt_no: i64,
+    pub job_id: Uuid,
+    pub worker_id: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: Option<String>,
+    pub side_effect: String,
+    pub http_status: Option<i64>,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReconciliationView {
+    pub id: Uuid,
+    pub result: String,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub detail: String,
+    pub follow_up_job_id: Option<Uuid>,
+    pub at: DateTime<Utc>,
+}
+
+/// A dead letter as listed under its withdrawal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterBrief {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub category: String,
+    pub error_code: String,
+    pub error_message: String,
+    pub side_effect_state: String,
+    pub owner: String,
+    pub runbook: String,
+    pub failed_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LedgerEntryView {
+    pub kind: String,
+    pub available: String,
+    pub held: String,
+    pub paid_out: String,
+    pub at: DateTime<Utc>,
+}
+
+/// `POST /ops/v1/withdrawals/{id}/resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// `complete`, `fail`, `retry` or `reconcile`.
+    pub action: String,
+    pub reason: String,
+    /// The version the operator looked at; a stale one is a 409.
+    pub version: i64,
+    #[serde(default)]
+    pub provider_reference: Option<String>,
+}
+
+/// What a resolve did: applied (200) or stored for a second operator (202, `status:
+/// pending_approval` with the `decision`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resolved {
+    pub withdrawal: OpsWithdrawal,
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl Resolved {
+    /// Waits for a second operator (the two-person rule).
+    pub fn is_pending_approval(&self) -> bool {
+        self.decision.is_some()
+    }
+}
+
+/// A review decision under the two-person rule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Decision {
+    pub id: Uuid,
+    pub withdrawal_id: Uuid,
+    pub action: String,
+    pub provider_reference: Option<String>,
+    pub version: i64,
+    pub reason: String,
+    pub requested_by: Uuid,
+    pub requested_at: DateTime<Utc>,
+    pub request_evidence: Value,
+    pub status: String,
+    pub decided_by: Option<Uuid>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decision_reason: Option<String>,
+}
+
+/// `{reason}`: the body of every action that needs only a reason.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonRequest {
+    pub reason: String,
+}
+
+/// What approving or rejecting a pending decision did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Decided {
+    pub decision_id: Uuid,
+    /// `approved` or `rejected`.
+    pub status: String,
+    /// The withdrawal after an approved decision moved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawal: Option<OpsWithdrawal>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dead letters (SPEC §8.2)
+
+/// One dead-letter envelope, with its handling state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterView {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub queue: String,
+    pub job_type: String,
+    pub payload_version: i64,
+    pub payload: Option<Value>,
+    /// The bytes of a payload that did not parse, as text.
+    pub raw_payload: Option<String>,
+    pub attempts: i64,
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    pub failed_at: DateTime<Utc>,
+    pub error_code: String,
+    pub error_class: String,
+    pub error_message: String,
+    pub stack: Option<String>,
+    pub worker_host: String,
+    pub worker_version: String,
+    pub correlation_id: String,
+    pub idempotency_key: Option<String>,
+    pub withdrawal_id: Option<Uuid>,
+    pub side_effect_state: String,
+    pub category: String,
+    pub owner: String,
+    pub runbook: String,
+    /// `open` or `closed`.
+    pub state: String,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub age_seconds: i64,
+    /// What happened to it since (shown on one envelope, not in lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<DeadLetterEventView>>,
+}
+
+impl DeadLetterView {
+    pub fn is_open(&self) -> bool {
+        self.state == "open"
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterEventView {
+    pub action: String,
+    pub actor: String,
+    pub reason: String,
+    pub details: Option<Value>,
+    pub at: DateTime<Utc>,
+    /// A replay's outcome: the status of the job it released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_job_status: Option<Option<String>>,
+}
+
+/// Triage step one: open dead letters by category and error code.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterGroup {
+    pub category: String,
+    pub error_code: String,
+    pub open: i64,
+    pub oldest_open_at: Option<DateTime<Utc>>,
+    pub oldest_open_age_seconds: Option<i64>,
+}
+
+/// A closed dead letter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Closed {
+    pub id: Uuid,
+    pub state: String,
+    pub closed_at: DateTime<Utc>,
+}
+
+/// The triage filters of `GET /ops/v1/dead-letters` (and of a replay selection).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelectionFilter {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub error_code: Option<String>,
+    pub category: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
+    pub failed_before: Option<DateTime<Utc>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replays (SPEC §8.3)
+
+/// `POST /ops/v1/replays`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartReplay {
+    pub reason: String,
+    #[serde(default)]
+    pub dead_letter_ids: Option<Vec<Uuid>>,
+    #[serde(default)]
+    pub filter: Option<SelectionFilter>,
+    pub expected_payload_version: i64,
+    pub destination_queue: String,
+    #[serde(default)]
+    pub dry_run: bool,
+    #[serde(default)]
+    pub rate_per_second: Option<i64>,
+    #[serde(default)]
+    pub max_concurrency: Option<i64>,
+    #[serde(default)]
+    pub auto_pause_threshold: Option<i64>,
+    /// The `selection_digest` of the dry run the operator confirmed: if the selection is no
+    /// longer exactly those dead letters, the start is refused (409 `selection_changed`).
+    #[serde(default)]
+    pub expected_selection_digest: Option<String>,
+}
+
+/// What a replay start answered: a dry run's report (200) or the new run (201).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Started {
+    DryRun(DryRun),
+    Run(ReplayRunView),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DryRun {
+    pub dry_run: bool,
+    pub count: i64,
+    pub sample: Vec<SampleLetter>,
+    pub needs_approval: bool,
+    pub payload_version_mismatches: i64,
+    pub selection_digest: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SampleLetter {
+    pub dead_letter_id: Uuid,
+    pub withdrawal_id: Option<Uuid>,
+    pub category: String,
+    pub error_code: String,
+    pub payload_version: i64,
+    pub side_effect_state: String,
+}
+
+/// A replay run, with its progress where it was asked for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplayRunView {
+    pub id: Uuid,
+    pub status: String,
+    pub reason: String,
+    pub selection: Value,
+    pub expected_payload_version: i64,
+    pub destination_queue: String,
+    pub total: i64,
+    pub rate_per_second: i64,
+    pub max_concurrency: i64,
+    pub auto_pause_threshold: i64,
+    pub started_by: Uuid,
+    pub approved_by: Option<Uuid>,
+    pub paused_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ReplayProgress>,
+    /// Each dead letter's fate (on one run, not in lists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<Vec<ReplayItemView>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplayProgress {
+    pub total: i64,
+    pub pending: i64,
+    pub released: i64,
+    pub reconciling: i64,
+    pub skipped: i64,
+    pub cancelled: i64,
+    pub in_flight: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub new_dead_letters: i64,
+    pub released_per_second: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplayItemView {
+    pub dead_letter_id: Uuid,
+    pub status: String,
+    pub detail: Option<String>,
+    pub job_id: Option<Uuid>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Audit, overview, breakers
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: Uuid,
+    pub operator_id: Uuid,
+    pub operator_name: String,
+    pub role: String,
+    pub action: String,
+    pub target_type: String,
+    pub target_id: String,
+    pub reason: String,
+    pub parameters: Value,
+    pub result: String,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BreakerView {
+    pub name: String,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Overview {
+    /// Sandbox mode: this process pays through an in-process provider mock; nothing is real.
+    pub sandbox: bool,
+    pub withdrawals: Vec<StateCount>,
+    pub dead_letters: DeadLetterOverview,
+    pub queues: Vec<QueueDepth>,
+    pub breakers: Vec<BreakerView>,
+    pub replays: Vec<ReplayCount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StateCount {
+    pub state: String,
+    pub count: i64,
+    pub oldest_age_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterOverview {
+    pub open: i64,
+    pub oldest_open_age_seconds: Option<i64>,
+    pub by_category: Vec<CategoryCount>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CategoryCount {
+    pub category: String,
+    pub open: i64,
+    pub oldest_age_seconds: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueDepth {
+    pub queue: String,
+    pub scheduled: i64,
+    pub running: i64,
+    pub due: i64,
+    pub oldest_due_age_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplayCount {
+    pub status: String,
+    pub runs: i64,
+    pub pending_items: i64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials (admin)
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApiKeyView {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub label: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// `active` or `revoked`.
+    pub status: String,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub revoked_reason: Option<String>,
+    /// The new key, in the answer that created it and nowhere else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OperatorView {
+    pub id: Uuid,
+    pub name: String,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+    /// `enabled` or `disabled`.
+    pub status: String,
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+    pub token_rotated_at: Option<DateTime<Utc>>,
+    /// Console sessions a disable or rotation ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions_ended: Option<u64>,
+    /// The new token, in the rotation's answer and nowhere else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The rotation replaced the caller's own token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own_token: Option<bool>,
+}
+
+/// `POST /ops/v1/accounts/{id}/keys`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    #[serde(default)]
+    pub label: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `{reason?}`: a rotation's body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptionalReason {
+    #[serde(default)]
+    pub reason: Option<String>,
+}
