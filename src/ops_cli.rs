@@ -218,7 +218,7 @@ impl Client {
                     .body(
                         body.map(|b| axum::body::Body::from(b.to_string())).unwrap_or_else(axum::body::Body::empty),
                     )?;
-                let response = crate::ops::router().with_state(state.clone()).oneshot(request).await?;
+                let response = crate::http::ops::router().with_state(state.clone()).oneshot(request).await?;
                 let status = response.status();
                 let bytes = axum::body::to_bytes(response.into_body(), MAX_LOCAL_RESPONSE_BYTES).await?;
                 (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))

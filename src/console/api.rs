@@ -8,8 +8,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::session::Session;
+use crate::http::ops::Delegated;
 use crate::http::AppState;
-use crate::ops::Delegated;
 
 /// What the API refused, to show the operator.
 #[derive(Debug, Clone)]
@@ -43,7 +43,8 @@ pub async fn call(
         .body(body)
         .map_err(|_| internal())?;
     request.extensions_mut().insert(Delegated(session.operator.clone()));
-    let response = crate::ops::router().with_state(state.clone()).oneshot(request).await.map_err(|_| internal())?;
+    let response =
+        crate::http::ops::router().with_state(state.clone()).oneshot(request).await.map_err(|_| internal())?;
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), MAX_RESPONSE_BYTES).await.map_err(|_| internal())?;
     let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

@@ -222,7 +222,7 @@ pub async fn sign_in(
         let banner = Banner::error("The sign-in form had expired or did not come from this console. Try again.");
         return sign_in_page(&state, &headers, form.next.as_deref(), Some(banner), StatusCode::FORBIDDEN);
     }
-    let operator = match authenticate(&state, form.token.as_deref().unwrap_or("").trim()).await {
+    let operator = match authenticate(state.db(), form.token.as_deref().unwrap_or("").trim()).await {
         Ok(operator) => operator,
         Err(_) => {
             let banner = Banner::error("That token is not a valid, enabled operator token.");

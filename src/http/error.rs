@@ -70,6 +70,30 @@ pub fn query_params<T>(
     query.map(|axum::extract::Query(q)| q).map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))
 }
 
+impl From<crate::ops::OpsError> for ApiError {
+    fn from(err: crate::ops::OpsError) -> Self {
+        use crate::ops::{OpsError, RefusalKind};
+        match err {
+            OpsError::Internal(err) => ApiError::Internal(err),
+            OpsError::Refused(r) => {
+                let status = match r.kind {
+                    RefusalKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+                    RefusalKind::Forbidden => StatusCode::FORBIDDEN,
+                    RefusalKind::NotFound => StatusCode::NOT_FOUND,
+                    RefusalKind::Conflict => StatusCode::CONFLICT,
+                    RefusalKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+                    RefusalKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                let error = ApiError::new(status, &r.code, r.detail);
+                match r.field {
+                    Some(field) => error.with_field(field),
+                    None => error,
+                }
+            }
+        }
+    }
+}
+
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         ApiError::Internal(err.into())

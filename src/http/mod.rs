@@ -13,6 +13,7 @@ pub mod error;
 mod health;
 pub mod limits;
 mod openapi;
+pub mod ops;
 pub mod withdrawals;
 
 use std::sync::Arc;
@@ -62,6 +63,11 @@ impl AppState {
     pub fn config(&self) -> &AppConfig {
         &self.0.config
     }
+
+    /// The operator core's context: this process's database, settings and provider.
+    pub fn ops(&self) -> crate::ops::Ops<'_> {
+        crate::ops::Ops::new(&self.0.db, &self.0.config, self.0.gateway.as_ref())
+    }
 }
 
 /// What a `--metrics-bind` listener serves: `/metrics` (with the token when `METRICS_TOKEN` is
@@ -93,7 +99,7 @@ pub fn app_with(state: AppState, limits: &ServerLimits, metrics: &MetricsAccess)
         .merge(balances::router())
         .merge(health::router())
         .merge(openapi::router())
-        .merge(crate::ops::router())
+        .merge(ops::router())
         .merge(crate::console::router());
     let router = metrics
         .route(router)

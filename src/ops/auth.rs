@@ -1,14 +1,10 @@
-//! Operator authentication and roles: `Authorization: Bearer wdo_…`, hashed, constant-time.
+//! Operator authentication and roles: a `wdo_…` token, hashed, compared in constant time.
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::StatusCode;
-
+use super::{OpsError, OpsResult};
 use crate::credentials;
 use crate::domain::OperatorId;
-use crate::http::error::ApiError;
-use crate::http::{bearer, AppState};
 use crate::storage::credentials::find_operator;
+use crate::storage::Db;
 
 pub use crate::domain::Role;
 
@@ -22,12 +18,11 @@ pub struct Operator {
 
 impl Operator {
     /// 403 unless the operator has at least `role`.
-    pub fn require(&self, role: Role) -> Result<(), ApiError> {
+    pub fn require(&self, role: Role) -> OpsResult<()> {
         if self.role >= role {
             Ok(())
         } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
+            Err(OpsError::forbidden(
                 "forbidden",
                 format!("this action needs the {} role; you have {}", role.as_str(), self.role.as_str()),
             ))
@@ -35,33 +30,15 @@ impl Operator {
     }
 }
 
-/// An operator the console has already authenticated from its session cookie. Only server code
-/// can put it in a request's extensions (a client cannot), so the console's calls into `/ops/v1`
-/// pass the same role checks, validation and audit as a bearer-token call.
-#[derive(Debug, Clone)]
-pub struct Delegated(pub Operator);
-
 /// Checks an operator token (`wdo_<id>_<secret>`): hashed, compared in constant time, disabled
 /// operators refused.
-pub async fn authenticate(state: &AppState, token: &str) -> Result<Operator, ApiError> {
+pub async fn authenticate(db: &Db, token: &str) -> OpsResult<Operator> {
     let (id, secret) =
-        credentials::parse(credentials::OPERATOR_TOKEN_PREFIX, token).ok_or_else(ApiError::unauthorized)?;
-    let stored = find_operator(state.db(), OperatorId(id)).await?.ok_or_else(ApiError::unauthorized)?;
+        credentials::parse(credentials::OPERATOR_TOKEN_PREFIX, token).ok_or_else(OpsError::unauthenticated)?;
+    let stored = find_operator(db, OperatorId(id)).await?.ok_or_else(OpsError::unauthenticated)?;
     if stored.disabled_at.is_some() || !credentials::verify(secret, &stored.secret_hash) {
-        return Err(ApiError::unauthorized());
+        return Err(OpsError::unauthenticated());
     }
-    let role = Role::parse(&stored.role).ok_or_else(ApiError::unauthorized)?;
+    let role = Role::parse(&stored.role).ok_or_else(OpsError::unauthenticated)?;
     Ok(Operator { id: OperatorId(stored.id), name: stored.name, role })
-}
-
-impl FromRequestParts<AppState> for Operator {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        if let Some(Delegated(operator)) = parts.extensions.get::<Delegated>() {
-            return Ok(operator.clone());
-        }
-        let token = bearer(parts).ok_or_else(ApiError::unauthorized)?;
-        authenticate(state, token).await
-    }
 }

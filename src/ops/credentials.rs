@@ -1,5 +1,5 @@
 //! Credential lifecycle (issue 17): customer API keys (several per account, for rotation) and
-//! operator tokens, managed by admins. Every route is admin only; the role is checked before the
+//! operator tokens, managed by admins. Every action is admin only; the role is checked before the
 //! path and the body, and every action — done or refused — writes one audit row. A new secret is
 //! in the response that creates it and nowhere else (stored hashed, never listed, never audited).
 //!
@@ -17,124 +17,85 @@
 //! revoke, a disable or a rotation takes effect on the next request, on every instance. A disable
 //! or a rotation also ends the operator's console sessions.
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
+use uuid::Uuid;
 
-use super::{path_id, require_reason, Audited, Operator, Role};
+use super::acts::{
+    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateToken,
+};
+use super::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
+use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult};
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
-use crate::domain::{AccountId, OperatorId};
-use crate::http::error::ApiError;
-use crate::http::AppState;
+use crate::domain::{AccountId, OperatorId, Role};
 use crate::storage::credentials::{self as stored, ApiKeyRow, Disabled, OperatorRow};
 use crate::storage::{accounts, sessions};
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ops/v1/accounts/{id}/keys", get(list_keys).post(create_key))
-        .route("/ops/v1/api-keys/{id}/revoke", post(revoke_key))
-        .route("/ops/v1/operators", get(list_operators))
-        .route("/ops/v1/operators/{id}/disable", post(disable))
-        .route("/ops/v1/operators/{id}/enable", post(enable))
-        .route("/ops/v1/operators/{id}/rotate-token", post(rotate_token))
-}
 
 /// Longest key label.
 const MAX_LABEL_CHARS: usize = 100;
 
-pub fn key_json(k: &ApiKeyRow) -> Value {
-    json!({
-        "id": k.id, "account_id": k.account_id, "label": k.label, "created_at": k.created_at.0,
-        "last_used_at": k.last_used_at.map(|t| t.0), "status": if k.revoked_at.is_some() { "revoked" } else { "active" },
-        "revoked_at": k.revoked_at.map(|t| t.0), "revoked_reason": k.revoked_reason,
-    })
+pub fn key_view(k: &ApiKeyRow) -> ApiKeyView {
+    ApiKeyView {
+        id: k.id,
+        account_id: k.account_id,
+        label: k.label.clone(),
+        created_at: k.created_at.0,
+        last_used_at: k.last_used_at.map(|t| t.0),
+        status: if k.revoked_at.is_some() { "revoked" } else { "active" }.to_owned(),
+        revoked_at: k.revoked_at.map(|t| t.0),
+        revoked_reason: k.revoked_reason.clone(),
+        api_key: None,
+    }
 }
 
-pub fn operator_json(o: &OperatorRow) -> Value {
-    json!({
-        "id": o.id, "name": o.name, "role": o.role, "created_at": o.created_at.0,
-        "status": if o.disabled_at.is_some() { "disabled" } else { "enabled" },
-        "disabled_at": o.disabled_at.map(|t| t.0), "disabled_reason": o.disabled_reason,
-        "token_rotated_at": o.token_rotated_at.map(|t| t.0),
-    })
-}
-
-/// The role comes first (SPEC §8): a caller below admin is refused, and audited, before the path
-/// or the body is looked at.
-async fn admin_first(state: &AppState, operator: &Operator, audited: &Audited<'_>) -> Result<(), ApiError> {
-    let (action, target_type, target) = (audited.action, audited.target_type, audited.target_id.clone());
-    super::require_first(state, operator, Role::Admin, action, target_type, target).await
-}
-
-fn conflict(code: &str, detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, code, detail)
+pub fn operator_view(o: &OperatorRow) -> OperatorView {
+    OperatorView {
+        id: o.id,
+        name: o.name.clone(),
+        role: Role::parse(&o.role).unwrap_or(Role::Viewer),
+        created_at: o.created_at.0,
+        status: if o.disabled_at.is_some() { "disabled" } else { "enabled" }.to_owned(),
+        disabled_at: o.disabled_at.map(|t| t.0),
+        disabled_reason: o.disabled_reason.clone(),
+        token_rotated_at: o.token_rotated_at.map(|t| t.0),
+        sessions_ended: None,
+        token: None,
+        own_token: None,
+    }
 }
 
 /// An optional reason: absent means `default`; present, it obeys [`require_reason`].
-fn optional_reason<'r>(reason: &'r Option<String>, default: &'r str) -> Result<&'r str, ApiError> {
+fn optional_reason<'r>(reason: &'r Option<String>, default: &'r str) -> OpsResult<&'r str> {
     match reason {
         None => Ok(default),
         Some(reason) => require_reason(reason),
     }
 }
 
-/// `GET /ops/v1/accounts/{id}/keys` — the account's keys, oldest first, revoked ones included;
-/// ids, labels and times only.
-async fn list_keys(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    let audited = Audited {
-        action: "api_key.list",
-        target_type: "account",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let account = AccountId(path_id(&raw)?);
-    let keys = stored::list_api_keys(state.db(), account).await?.ok_or_else(ApiError::not_found)?;
-    Ok(Json(json!({"data": keys.iter().map(key_json).collect::<Vec<_>>()})))
+/// The account's keys, oldest first, revoked ones included; ids, labels and times only.
+pub async fn list_keys(ops: &Ops<'_>, operator: &Operator, account: &str) -> OpsResult<List<ApiKeyView>> {
+    ops.authorize(operator, &ApiKeyList::ACT, account).await?;
+    let account = AccountId(super::parse_id(account)?);
+    let keys = stored::list_api_keys(ops.db, account).await?.ok_or_else(OpsError::not_found)?;
+    Ok(List { data: keys.iter().map(key_view).collect() })
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKeyRequest {
-    pub label: Option<String>,
-    pub reason: Option<String>,
-}
-
-/// `POST /ops/v1/accounts/{id}/keys` — a new key for the account (the old ones keep working until
-/// revoked, so clients can move over). The response is the only place the key ever appears.
-async fn create_key(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-    body: Result<Json<CreateKeyRequest>, JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let mut audited = Audited {
-        action: "api_key.create",
-        target_type: "account",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let account = AccountId(path_id(&raw)?);
-    let req = super::body(body)?;
-    audited.reason = req.reason.as_deref().unwrap_or("");
-    audited.parameters = json!({"label": req.label});
+/// A new key for the account (the old ones keep working until revoked, so clients can move
+/// over). The answer is the only place the key ever appears.
+pub async fn create_key(ops: &Ops<'_>, operator: &Operator, account: &str, req: CreateKey) -> OpsResult<ApiKeyView> {
+    ops.authorize(operator, &ApiKeyCreate::ACT, account).await?;
+    let account = AccountId(super::parse_id(account)?);
+    let audited = Audited::new(
+        &ApiKeyCreate::ACT,
+        account.to_string(),
+        req.reason.as_deref().unwrap_or(""),
+        json!({"label": req.label}),
+    );
     let result = async {
         let reason = optional_reason(&req.reason, "new API key")?;
         let label = match req.label.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(label) if label.chars().count() > MAX_LABEL_CHARS || label.chars().any(char::is_control) => {
-                return Err(ApiError::unprocessable(
+                return Err(OpsError::invalid(
                     "invalid_label",
                     "label",
                     format!("a label is at most {MAX_LABEL_CHARS} printable characters"),
@@ -143,113 +104,68 @@ async fn create_key(
             Some(label) => Some(label),
         };
         let issued = credentials::issue(API_KEY_PREFIX);
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         if !accounts::account_exists(&mut tx, account).await? {
-            return Err(ApiError::not_found());
+            return Err(OpsError::not_found());
         }
         stored::insert_api_key(&mut tx, issued.id, account, label, &issued.secret_hash).await?;
         let done =
             Audited { reason, parameters: json!({"key_id": issued.id, "label": label}), ..audited.clone_shallow() };
-        done.record_ok(&mut tx, &operator).await?;
+        done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        let row = stored::get_api_key(state.db(), issued.id).await?.ok_or_else(ApiError::not_found)?;
-        let mut body = key_json(&row);
-        body["api_key"] = json!(issued.token);
-        Ok((StatusCode::CREATED, Json(body)))
+        let row = stored::get_api_key(ops.db, issued.id).await?.ok_or_else(OpsError::not_found)?;
+        Ok(ApiKeyView { api_key: Some(issued.token), ..key_view(&row) })
     }
     .await;
-    audited.or_refuse(&state, &operator, result).await
+    audited.or_refuse(ops, operator, result).await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReasonRequest {
-    pub reason: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OptionalReasonRequest {
-    pub reason: Option<String>,
-}
-
-/// `POST /ops/v1/api-keys/{id}/revoke` — the key fails from the next request on.
-async fn revoke_key(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-    body: Result<Json<ReasonRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let mut audited = Audited {
-        action: "api_key.revoke",
-        target_type: "api_key",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let key_id = path_id(&raw)?;
-    let req = super::body(body)?;
-    audited.reason = &req.reason;
+/// The key fails from the next request on.
+pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key: &str, req: ReasonRequest) -> OpsResult<ApiKeyView> {
+    ops.authorize(operator, &ApiKeyRevoke::ACT, key).await?;
+    let key_id: Uuid = super::parse_id(key)?;
+    let audited = Audited::new(&ApiKeyRevoke::ACT, key_id.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
-        let current = stored::get_api_key(state.db(), key_id).await?.ok_or_else(ApiError::not_found)?;
+        let current = stored::get_api_key(ops.db, key_id).await?.ok_or_else(OpsError::not_found)?;
         let done = Audited { parameters: json!({"account_id": current.account_id}), ..audited.clone_shallow() };
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         let Some(revoked) = stored::revoke_api_key(&mut tx, key_id, &crate::redact::text(reason)).await? else {
-            return Err(conflict("already_revoked", "this API key is already revoked"));
+            return Err(OpsError::conflict("already_revoked", "this API key is already revoked"));
         };
-        done.record_ok(&mut tx, &operator).await?;
+        done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         tracing::info!(key_id = %key_id, account_id = %revoked.account_id, operator = %operator.id, "API key revoked");
-        Ok(Json(key_json(&revoked)))
+        Ok(key_view(&revoked))
     }
     .await;
-    audited.or_refuse(&state, &operator, result).await
+    audited.or_refuse(ops, operator, result).await
 }
 
-/// `GET /ops/v1/operators` — every operator, oldest first, with status; no secrets.
-async fn list_operators(State(state): State<AppState>, operator: Operator) -> Result<Json<Value>, ApiError> {
-    let audited = Audited {
-        action: "operator.list",
-        target_type: "operator",
-        target_id: "all".into(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let rows = stored::list_operators(state.db()).await?;
-    Ok(Json(json!({"data": rows.iter().map(operator_json).collect::<Vec<_>>()})))
+/// Every operator, oldest first, with status; no secrets.
+pub async fn list_operators(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<OperatorView>> {
+    ops.authorize(operator, &OperatorList::ACT, "").await?;
+    let rows = stored::list_operators(ops.db).await?;
+    Ok(List { data: rows.iter().map(operator_view).collect() })
 }
 
-/// `POST /ops/v1/operators/{id}/disable` — their token fails from the next request on and their
-/// console sessions end. The last enabled admin cannot be disabled (409 `last_admin`).
-async fn disable(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-    body: Result<Json<ReasonRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let mut audited = Audited {
-        action: "operator.disable",
-        target_type: "operator",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let target = OperatorId(path_id(&raw)?);
-    let req = super::body(body)?;
-    audited.reason = &req.reason;
+/// Their token fails from the next request on and their console sessions end. The last enabled
+/// admin cannot be disabled (409 `last_admin`).
+pub async fn disable(ops: &Ops<'_>, operator: &Operator, target: &str, req: ReasonRequest) -> OpsResult<OperatorView> {
+    ops.authorize(operator, &OperatorDisable::ACT, target).await?;
+    let target = OperatorId(super::parse_id(target)?);
+    let audited = Audited::new(&OperatorDisable::ACT, target.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         let row = match stored::disable_operator(&mut tx, target, &crate::redact::text(reason)).await? {
             Disabled::Done(row) => row,
-            Disabled::NotFound => return Err(ApiError::not_found()),
-            Disabled::AlreadyDisabled => return Err(conflict("already_disabled", "this operator is already disabled")),
+            Disabled::NotFound => return Err(OpsError::not_found()),
+            Disabled::AlreadyDisabled => {
+                return Err(OpsError::conflict("already_disabled", "this operator is already disabled"))
+            }
             Disabled::LastAdmin => {
-                return Err(conflict(
+                return Err(OpsError::conflict(
                     "last_admin",
                     "this is the last enabled admin: disabling them would leave nobody to administer the service. \
                      Create or enable another admin first (or rotate this admin's token instead)",
@@ -258,80 +174,58 @@ async fn disable(
         };
         let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
         let done = Audited { parameters: json!({"sessions_ended": ended}), ..audited.clone_shallow() };
-        done.record_ok(&mut tx, &operator).await?;
+        done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         tracing::info!(target_operator = %target, operator = %operator.id, "operator disabled");
-        let mut body = operator_json(&row);
-        body["sessions_ended"] = json!(ended);
-        Ok(Json(body))
+        Ok(OperatorView { sessions_ended: Some(ended), ..operator_view(&row) })
     }
     .await;
-    audited.or_refuse(&state, &operator, result).await
+    audited.or_refuse(ops, operator, result).await
 }
 
-/// `POST /ops/v1/operators/{id}/enable` — their current token works again (rotate it too if it
-/// may have leaked). Console sessions ended by the disable stay ended.
-async fn enable(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-    body: Result<Json<ReasonRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let mut audited = Audited {
-        action: "operator.enable",
-        target_type: "operator",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let target = OperatorId(path_id(&raw)?);
-    let req = super::body(body)?;
-    audited.reason = &req.reason;
+/// Their current token works again (rotate it too if it may have leaked). Console sessions
+/// ended by the disable stay ended.
+pub async fn enable(ops: &Ops<'_>, operator: &Operator, target: &str, req: ReasonRequest) -> OpsResult<OperatorView> {
+    ops.authorize(operator, &OperatorEnable::ACT, target).await?;
+    let target = OperatorId(super::parse_id(target)?);
+    let audited = Audited::new(&OperatorEnable::ACT, target.to_string(), &req.reason, json!({}));
     let result = async {
         require_reason(&req.reason)?;
-        if stored::get_operator(state.db(), target).await?.is_none() {
-            return Err(ApiError::not_found());
+        if stored::get_operator(ops.db, target).await?.is_none() {
+            return Err(OpsError::not_found());
         }
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         let Some(row) = stored::enable_operator(&mut tx, target).await? else {
-            return Err(conflict("not_disabled", "this operator is not disabled"));
+            return Err(OpsError::conflict("not_disabled", "this operator is not disabled"));
         };
-        audited.record_ok(&mut tx, &operator).await?;
+        audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         tracing::info!(target_operator = %target, operator = %operator.id, "operator enabled");
-        Ok(Json(operator_json(&row)))
+        Ok(operator_view(&row))
     }
     .await;
-    audited.or_refuse(&state, &operator, result).await
+    audited.or_refuse(ops, operator, result).await
 }
 
-/// `POST /ops/v1/operators/{id}/rotate-token` — a new token, in this response only; the old one
-/// fails from the next request on and the operator's console sessions end. A disabled operator
-/// stays disabled (rotate, then enable, after a leak).
-async fn rotate_token(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(raw): Path<String>,
-    body: Result<Json<OptionalReasonRequest>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let mut audited = Audited {
-        action: "operator.rotate_token",
-        target_type: "operator",
-        target_id: raw.clone(),
-        reason: "",
-        parameters: json!({}),
-    };
-    admin_first(&state, &operator, &audited).await?;
-    let target = OperatorId(path_id(&raw)?);
-    let req = super::body(body)?;
-    audited.reason = req.reason.as_deref().unwrap_or("");
+/// A new token, in this answer only; the old one fails from the next request on and the
+/// operator's console sessions end. A disabled operator stays disabled (rotate, then enable,
+/// after a leak).
+pub async fn rotate_token(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    target: &str,
+    req: OptionalReason,
+) -> OpsResult<OperatorView> {
+    ops.authorize(operator, &OperatorRotateToken::ACT, target).await?;
+    let target = OperatorId(super::parse_id(target)?);
+    let audited =
+        Audited::new(&OperatorRotateToken::ACT, target.to_string(), req.reason.as_deref().unwrap_or(""), json!({}));
     let result = async {
         let reason = optional_reason(&req.reason, "token rotated")?;
         let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, target.0);
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         let Some(row) = stored::rotate_operator_secret(&mut tx, target, &issued.secret_hash).await? else {
-            return Err(ApiError::not_found());
+            return Err(OpsError::not_found());
         };
         let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
         let own = target == operator.id;
@@ -340,15 +234,16 @@ async fn rotate_token(
             parameters: json!({"sessions_ended": ended, "self_rotation": own}),
             ..audited.clone_shallow()
         };
-        done.record_ok(&mut tx, &operator).await?;
+        done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         tracing::info!(target_operator = %target, operator = %operator.id, "operator token rotated");
-        let mut body = operator_json(&row);
-        body["token"] = json!(issued.token);
-        body["own_token"] = json!(own);
-        body["sessions_ended"] = json!(ended);
-        Ok(Json(body))
+        Ok(OperatorView {
+            token: Some(issued.token),
+            own_token: Some(own),
+            sessions_ended: Some(ended),
+            ..operator_view(&row)
+        })
     }
     .await;
-    audited.or_refuse(&state, &operator, result).await
+    audited.or_refuse(ops, operator, result).await
 }

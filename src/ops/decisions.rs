@@ -9,52 +9,49 @@
 //! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, not the requester |
 //! | `POST /ops/v1/withdrawals/{id}/decision/reject` `{reason}` | operator (the requester may withdraw it) |
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::review::{apply, check_with_provider, in_review, parse_id, Action, OpsWithdrawal};
-use super::{require_reason, Audited, Operator, Role};
-use crate::domain::Withdrawal;
-use crate::http::error::ApiError;
-use crate::http::AppState;
+use super::acts::{DecisionApprove, DecisionReject};
+use super::review::{apply, check_with_provider, in_review, Decide};
+use super::types::{Decided, Decision, List, OpsWithdrawal, ReasonRequest};
+use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
+use crate::domain::{Withdrawal, WithdrawalId};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ops/v1/review-decisions", get(list))
-        .route("/ops/v1/withdrawals/{id}/decision/approve", post(approve))
-        .route("/ops/v1/withdrawals/{id}/decision/reject", post(reject))
-}
-
-pub fn decision_json(d: &ReviewDecision) -> Value {
-    json!({
-        "id": d.id, "withdrawal_id": d.withdrawal_id, "action": d.action,
-        "provider_reference": d.provider_reference, "version": d.version, "reason": d.reason,
-        "requested_by": d.requested_by, "requested_at": d.requested_at.0,
-        "request_evidence": d.request_evidence.0, "status": d.status, "decided_by": d.decided_by,
-        "decided_at": d.decided_at.map(|t| t.0), "decision_reason": d.decision_reason,
-    })
+/// A stored decision as operators see it.
+pub fn view(d: &ReviewDecision) -> Decision {
+    Decision {
+        id: d.id,
+        withdrawal_id: d.withdrawal_id,
+        action: d.action.clone(),
+        provider_reference: d.provider_reference.clone(),
+        version: d.version,
+        reason: d.reason.clone(),
+        requested_by: d.requested_by,
+        requested_at: d.requested_at.0,
+        request_evidence: d.request_evidence.0.clone(),
+        status: d.status.clone(),
+        decided_by: d.decided_by,
+        decided_at: d.decided_at.map(|t| t.0),
+        decision_reason: d.decision_reason.clone(),
+    }
 }
 
 /// Stores `action` on `w` as a decision waiting for a second operator, with the provider's answer
 /// it was requested on; audited as `withdrawal.resolve` with result `pending_approval`.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn request(
-    state: &AppState,
+    ops: &Ops<'_>,
     operator: &Operator,
     w: &Withdrawal,
-    action: Action,
+    action: Decide,
     reference: Option<&str>,
     reason: &str,
     evidence: &Value,
     audited: &Audited<'_>,
-) -> Result<Value, ApiError> {
+) -> OpsResult<Decision> {
     let decision = ReviewDecision {
         id: Uuid::now_v7(),
         withdrawal_id: w.id.0,
@@ -70,19 +67,17 @@ pub(super) async fn request(
         decided_at: None,
         decision_reason: None,
     };
-    let mut tx = state.db().begin().await?;
+    let mut tx = ops.db.begin().await?;
     match review_decisions::insert_pending(&mut tx, &decision).await? {
         Requested::Stored => {}
         Requested::AlreadyPending => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
+            return Err(OpsError::conflict(
                 "decision_pending",
                 "another decision on this withdrawal waits for a second operator: approve or reject it first",
             ))
         }
         Requested::Stale => {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
+            return Err(OpsError::conflict(
                 "stale_version",
                 "the withdrawal changed while the provider was asked: reload and decide again",
             )
@@ -93,120 +88,97 @@ pub(super) async fn request(
     row.parameters["decision_id"] = json!(decision.id);
     row.record(&mut tx, operator, "pending_approval").await?;
     tx.commit().await?;
-    Ok(decision_json(&decision))
+    Ok(view(&decision))
 }
 
-/// `GET /ops/v1/review-decisions` — decisions waiting for a second operator, oldest first.
-async fn list(State(state): State<AppState>, operator: Operator) -> Result<Json<Value>, ApiError> {
+/// Decisions waiting for a second operator, oldest first.
+pub async fn list(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<Decision>> {
     operator.require(Role::Viewer)?;
-    let rows = review_decisions::list_pending(state.db(), 500).await?;
-    Ok(Json(json!({"data": rows.iter().map(decision_json).collect::<Vec<_>>()})))
+    let rows = review_decisions::list_pending(ops.db, 500).await?;
+    Ok(List { data: rows.iter().map(view).collect() })
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DecideRequest {
-    pub reason: String,
+/// A second operator applies the pending decision on `id`, checked against the provider again now.
+pub async fn approve(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: ReasonRequest) -> OpsResult<Decided> {
+    decide(ops, operator, id, req, &DecisionApprove::ACT).await
 }
 
-/// `POST /ops/v1/withdrawals/{id}/decision/approve` — a second operator applies the decision,
-/// checked against the provider again now.
-async fn approve(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(id): Path<String>,
-    body: Result<Json<DecideRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    decide(state, operator, id, body, true).await
-}
-
-/// `POST /ops/v1/withdrawals/{id}/decision/reject` — the decision is dropped; nothing moves.
-async fn reject(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(id): Path<String>,
-    body: Result<Json<DecideRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    decide(state, operator, id, body, false).await
+/// The pending decision on `id` is dropped; nothing moves (the requester may withdraw it).
+pub async fn reject(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: ReasonRequest) -> OpsResult<Decided> {
+    decide(ops, operator, id, req, &DecisionReject::ACT).await
 }
 
 async fn decide(
-    state: AppState,
-    operator: Operator,
-    id: String,
-    body: Result<Json<DecideRequest>, axum::extract::rejection::JsonRejection>,
-    approve: bool,
-) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id)?;
-    let action = if approve { "withdrawal.decision.approve" } else { "withdrawal.decision.reject" };
-    super::require_first(&state, &operator, Role::Operator, action, "withdrawal", id.to_string()).await?;
-    let req = super::body(body)?;
-    let mut audited =
-        Audited { action, target_type: "withdrawal", target_id: id.to_string(), reason: "", parameters: json!({}) };
-    audited.reason = &req.reason;
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: WithdrawalId,
+    req: ReasonRequest,
+    act: &Act,
+) -> OpsResult<Decided> {
+    ops.authorize(operator, act, &id.to_string()).await?;
+    let approve = act.name == DecisionApprove::ACT.name;
+    let mut audited = Audited::new(act, id.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
-        let pending = review_decisions::pending_for(state.db(), id).await?.ok_or_else(|| {
-            ApiError::new(StatusCode::NOT_FOUND, "no_pending_decision", "no decision waits on this withdrawal")
+        let pending = review_decisions::pending_for(ops.db, id).await?.ok_or_else(|| {
+            OpsError::refused(RefusalKind::NotFound, "no_pending_decision", "no decision waits on this withdrawal")
         })?;
         audited.parameters = json!({"decision_id": pending.id, "decision_action": pending.action});
         if approve {
-            approve_checked(&state, &operator, &pending, reason).await
+            approve_checked(ops, operator, &pending, reason).await
         } else {
-            let mut tx = state.db().begin().await?;
+            let mut tx = ops.db.begin().await?;
             if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id.0, reason).await? {
                 return Err(already_decided());
             }
-            audited.record_ok(&mut tx, &operator).await?;
+            audited.record_ok(&mut tx, operator).await?;
             tx.commit().await?;
-            Ok(json!({"decision_id": pending.id, "status": "rejected"}))
+            Ok(Decided { decision_id: pending.id, status: "rejected".into(), withdrawal: None })
         }
     }
     .await;
     // A decision's audit row went with its own transaction; a refusal writes its own.
-    audited.or_refuse(&state, &operator, result).await.map(Json)
+    audited.or_refuse(ops, operator, result).await
 }
 
-fn already_decided() -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, "decision_already_decided", "another operator decided first")
+fn already_decided() -> OpsError {
+    OpsError::conflict("decision_already_decided", "another operator decided first")
 }
 
 async fn approve_checked(
-    state: &AppState,
+    ops: &Ops<'_>,
     operator: &Operator,
     pending: &ReviewDecision,
     reason: &str,
-) -> Result<Value, ApiError> {
+) -> OpsResult<Decided> {
     if pending.requested_by == operator.id.0 {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
+        return Err(OpsError::forbidden(
             "second_operator_required",
             "a decision must be approved by an operator other than the one who requested it",
         ));
     }
-    let action = Action::parse(&pending.action)?;
+    let action = Decide::parse(&pending.action)?;
     let withdrawal = crate::domain::WithdrawalId(pending.withdrawal_id);
-    let current = in_review(state, withdrawal, pending.version).await?;
+    let current = in_review(ops, withdrawal, pending.version).await?;
     // Asked again now: the provider's record may have changed since the request.
-    let mut evidence = check_with_provider(state, &current, action, pending.provider_reference.as_deref()).await?;
+    let mut evidence = check_with_provider(ops, &current, action, pending.provider_reference.as_deref()).await?;
     evidence["decision_id"] = json!(pending.id);
     evidence["requested_by"] = json!(pending.requested_by);
     evidence["approved_by"] = json!(operator.id.0);
     let correlation = format!("ops-{}", Uuid::new_v4());
-    let mut tx = state.db().begin().await?;
+    let mut tx = ops.db.begin().await?;
     if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id.0, reason).await? {
         return Err(already_decided());
     }
     let moved =
         apply(&mut tx, operator, &current, action, pending.version, &pending.reason, &evidence, &correlation).await?;
-    let audited = Audited {
-        action: "withdrawal.decision.approve",
-        target_type: "withdrawal",
-        target_id: withdrawal.to_string(),
+    let audited = Audited::new(
+        &DecisionApprove::ACT,
+        withdrawal.to_string(),
         reason,
-        parameters: json!({"decision_id": pending.id, "decision_action": pending.action}),
-    };
+        json!({"decision_id": pending.id, "decision_action": pending.action}),
+    );
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(json!({"decision_id": pending.id, "status": "approved", "withdrawal": OpsWithdrawal::from(&moved)}))
+    Ok(Decided { decision_id: pending.id, status: "approved".into(), withdrawal: Some(OpsWithdrawal::from(&moved)) })
 }

@@ -1,41 +1,116 @@
-//! The operator surface (SPEC §8): `/ops/v1`, for finance operators and on-call engineers.
+//! The operator core (SPEC §8): every operator action — review, two-person decisions, dead-letter
+//! triage, replays, audit, overview, credentials — as typed service functions shared by the ops
+//! API (`http::ops`, thin handlers), the console (which calls them directly, as the signed-in
+//! operator) and the CLI (which reads the same [`types`] over HTTP).
 //!
-//! Every route checks the caller's role; every action that changes anything — or was refused,
-//! for its role too — writes one append-only audit row. The CLI's operator commands call these routes, so roles and
-//! audit apply the same way to both. Owns no SQL: storage does.
+//! Free of HTTP. Each function takes the [`Ops`] context and the [`Operator`], checks the role
+//! through its [`Act`] (before anything else; a refusal is audited), applies the rules and writes
+//! one append-only audit row for every action that changes anything or is refused. Answers are
+//! the DTOs of [`types`]; failures are [`OpsError`]. Owns no SQL: storage does.
 
-mod audit;
+pub mod audit;
 mod auth;
-mod credentials;
-mod dead_letters;
-mod decisions;
-mod overview;
-mod replays;
-mod review;
+pub mod credentials;
+pub mod dead_letters;
+pub mod decisions;
+pub mod error;
+pub mod overview;
+pub mod replays;
+pub mod review;
 pub mod types;
 
 pub use crate::config::ReplaySettings;
 
-use axum::Router;
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use auth::{authenticate, Delegated, Operator, Role};
+pub use auth::{authenticate, Operator, Role};
+pub use error::{OpsError, OpsResult, Refusal, RefusalKind};
 
-use crate::http::error::ApiError;
-use crate::http::AppState;
+use crate::config::AppConfig;
+use crate::provider::Gateway;
 use crate::storage::audit::{self as audit_store, AuditRow};
-use crate::storage::{DbTime, Tx};
+use crate::storage::{Db, DbTime, Tx};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .merge(review::router())
-        .merge(decisions::router())
-        .merge(dead_letters::router())
-        .merge(replays::router())
-        .merge(audit::router())
-        .merge(overview::router())
-        .merge(credentials::router())
+/// What every operator action runs against: the database, the settings and — when this process
+/// has one — the provider (review decisions are checked against it live).
+#[derive(Clone, Copy)]
+pub struct Ops<'a> {
+    pub db: &'a Db,
+    pub config: &'a AppConfig,
+    pub gateway: Option<&'a Gateway>,
+}
+
+/// One kind of operator action: the role it needs and how its audit rows name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Act {
+    /// The audit `action`, e.g. `replay.start`.
+    pub name: &'static str,
+    pub target_type: &'static str,
+    pub role: Role,
+    /// The audit `target_id` when the route names none (e.g. `new`, `all`).
+    pub default_target: &'static str,
+}
+
+/// An action as a type, so a route can name it in its extractor (`Authorized<ReplayStart>`).
+pub trait Action {
+    const ACT: Act;
+}
+
+macro_rules! actions {
+    ($($(#[$doc:meta])* $ty:ident => $name:literal, $target:literal, $role:ident, $default:literal;)*) => {
+        /// Every operator action that changes something (or may be refused for its role), as a
+        /// type: its role and audit names in one place.
+        pub mod acts {
+            use super::{Act, Action, Role};
+            $(
+                $(#[$doc])*
+                pub struct $ty;
+                impl Action for $ty {
+                    const ACT: Act = Act { name: $name, target_type: $target, role: Role::$role, default_target: $default };
+                }
+            )*
+        }
+    };
+}
+
+actions! {
+    WithdrawalResolve => "withdrawal.resolve", "withdrawal", Operator, "";
+    DecisionApprove => "withdrawal.decision.approve", "withdrawal", Operator, "";
+    DecisionReject => "withdrawal.decision.reject", "withdrawal", Operator, "";
+    DeadLetterClose => "dead_letter.close", "dead_letter", Operator, "";
+    ReplayStart => "replay.start", "replay", Operator, "new";
+    ReplayPause => "replay.pause", "replay", Operator, "";
+    ReplayResume => "replay.resume", "replay", Operator, "";
+    ReplayCancel => "replay.cancel", "replay", Operator, "";
+    /// A second person, and an admin: large runs (SPEC §8.3).
+    ReplayApprove => "replay.approve", "replay", Admin, "";
+    ApiKeyList => "api_key.list", "account", Admin, "";
+    ApiKeyCreate => "api_key.create", "account", Admin, "";
+    ApiKeyRevoke => "api_key.revoke", "api_key", Admin, "";
+    OperatorList => "operator.list", "operator", Admin, "all";
+    OperatorDisable => "operator.disable", "operator", Admin, "";
+    OperatorEnable => "operator.enable", "operator", Admin, "";
+    OperatorRotateToken => "operator.rotate_token", "operator", Admin, "";
+}
+
+impl<'a> Ops<'a> {
+    pub fn new(db: &'a Db, config: &'a AppConfig, gateway: Option<&'a Gateway>) -> Self {
+        Ops { db, config, gateway }
+    }
+
+    /// SPEC §8: the role comes first. A caller whose role is below `act`'s is refused (403) and
+    /// audited — the action and its target, no reason: nothing else of the request is read.
+    pub async fn authorize(&self, operator: &Operator, act: &Act, target: &str) -> OpsResult<()> {
+        match operator.require(act.role) {
+            Ok(()) => Ok(()),
+            Err(forbidden) => {
+                let target = if target.is_empty() { act.default_target } else { target };
+                let audited = Audited::new(act, target, "", serde_json::json!({"body": "not read"}));
+                Err(audited.refuse(self, operator, forbidden).await)
+            }
+        }
+    }
 }
 
 /// What an action did, for its audit row.
@@ -44,10 +119,15 @@ pub struct Audited<'a> {
     pub target_type: &'a str,
     pub target_id: String,
     pub reason: &'a str,
+    /// The request's parameters as serialised values (never `Debug` output).
     pub parameters: Value,
 }
 
-impl Audited<'_> {
+impl<'a> Audited<'a> {
+    pub fn new(act: &Act, target_id: impl Into<String>, reason: &'a str, parameters: Value) -> Self {
+        Audited { action: act.name, target_type: act.target_type, target_id: target_id.into(), reason, parameters }
+    }
+
     /// A copy with the same borrowed fields (to fill in a target found later).
     pub fn clone_shallow(&self) -> Self {
         Audited {
@@ -76,39 +156,30 @@ impl Audited<'_> {
     }
 
     /// Records a successful action inside the transaction that performs it.
-    pub async fn record_ok(&self, tx: &mut Tx, operator: &Operator) -> Result<(), ApiError> {
+    pub async fn record_ok(&self, tx: &mut Tx, operator: &Operator) -> OpsResult<()> {
         self.record(tx, operator, "ok").await
     }
 
     /// Records the action with `result` (`ok`, `pending_approval`, …) inside `tx`.
-    pub async fn record(&self, tx: &mut Tx, operator: &Operator, result: &str) -> Result<(), ApiError> {
+    pub async fn record(&self, tx: &mut Tx, operator: &Operator, result: &str) -> OpsResult<()> {
         audit_store::insert(tx, &self.row(operator, result)).await?;
         Ok(())
     }
 
     /// Passes a success through (it wrote its own audit row in its transaction); audits a
     /// refusal and hands it back.
-    pub async fn or_refuse<T>(
-        &self,
-        state: &AppState,
-        operator: &Operator,
-        result: Result<T, ApiError>,
-    ) -> Result<T, ApiError> {
+    pub async fn or_refuse<T>(&self, ops: &Ops<'_>, operator: &Operator, result: OpsResult<T>) -> OpsResult<T> {
         match result {
             Ok(value) => Ok(value),
-            Err(err) => Err(self.refuse(state, operator, err).await),
+            Err(err) => Err(self.refuse(ops, operator, err).await),
         }
     }
 
     /// Records a refusal (in its own transaction) and hands the error back.
-    pub async fn refuse(&self, state: &AppState, operator: &Operator, error: ApiError) -> ApiError {
-        let code = match &error {
-            ApiError::Problem(p) => p.code.clone(),
-            ApiError::Internal(_) => "internal_error".to_owned(),
-        };
+    pub async fn refuse(&self, ops: &Ops<'_>, operator: &Operator, error: OpsError) -> OpsError {
         let written = async {
-            let mut tx = state.db().begin().await?;
-            audit_store::insert(&mut tx, &self.row(operator, &code)).await?;
+            let mut tx = ops.db.begin().await?;
+            audit_store::insert(&mut tx, &self.row(operator, error.code())).await?;
             tx.commit().await
         };
         if let Err(err) = written.await {
@@ -118,51 +189,65 @@ impl Audited<'_> {
     }
 }
 
-/// SPEC §8: the role comes first. A caller whose role is below `role` is refused (403) and
-/// audited — the action and its target, no reason: the body is not read — before the body is
-/// parsed, so a viewer's malformed request is a 403, never a 422.
-pub async fn require_first(
-    state: &AppState,
-    operator: &Operator,
-    role: Role,
-    action: &str,
-    target_type: &str,
-    target_id: String,
-) -> Result<(), ApiError> {
-    match operator.require(role) {
-        Ok(()) => Ok(()),
-        Err(forbidden) => {
-            let audited = Audited {
-                action,
-                target_type,
-                target_id,
-                reason: "",
-                parameters: serde_json::json!({"body": "not read"}),
-            };
-            Err(audited.refuse(state, operator, forbidden).await)
-        }
+/// An action's parameters for its audit row: the request serialised, without its reason (the
+/// row has its own column for that).
+pub fn parameters_of<T: serde::Serialize>(request: &T) -> Value {
+    let mut value = serde_json::to_value(request).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("reason");
     }
-}
-
-/// A path id that is not a UUID names nothing: 404, like an unknown one.
-pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::not_found())
-}
-
-/// An operator request body, or a 422 saying what is wrong with it.
-pub fn body<T>(body: Result<axum::Json<T>, axum::extract::rejection::JsonRejection>) -> Result<T, ApiError> {
-    body.map(|axum::Json(value)| value).map_err(|e| ApiError::unprocessable("invalid_body", "body", e.body_text()))
+    value
 }
 
 /// A reason is required for every action and kept short enough to read in a list.
-pub fn require_reason(reason: &str) -> Result<&str, ApiError> {
+pub fn require_reason(reason: &str) -> OpsResult<&str> {
     let reason = reason.trim();
     if reason.is_empty() || reason.chars().count() > 500 {
-        return Err(ApiError::unprocessable(
-            "reason_required",
-            "reason",
-            "a reason of 1 to 500 characters is required",
-        ));
+        return Err(OpsError::invalid("reason_required", "reason", "a reason of 1 to 500 characters is required"));
     }
     Ok(reason)
+}
+
+/// A page size: 50 unless asked, 1 to 500.
+pub fn page_limit(limit: Option<i64>) -> OpsResult<i64> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(OpsError::invalid("invalid_limit", "limit", "limit must be 1 to 500"));
+    }
+    Ok(limit)
+}
+
+/// A list cursor: where the last page ended (time and id), opaque to clients.
+pub fn encode_cursor(at: DbTime, id: Uuid) -> String {
+    hex::encode(format!("{}|{id}", at.0.timestamp_micros()))
+}
+
+pub fn decode_cursor(raw: &str) -> OpsResult<(DbTime, Uuid)> {
+    let bad = || OpsError::invalid("invalid_cursor", "cursor", "unknown cursor");
+    let text = String::from_utf8(hex::decode(raw).map_err(|_| bad())?).map_err(|_| bad())?;
+    let (micros, id) = text.split_once('|').ok_or_else(bad)?;
+    let at = DbTime::from_client_micros(micros.parse().map_err(|_| bad())?).ok_or_else(bad)?;
+    Ok((at, Uuid::parse_str(id).map_err(|_| bad())?))
+}
+
+/// A page of `limit` from `rows` fetched with `limit + 1`: the extra row says there is a next
+/// page, and `cursor` names where it starts.
+pub fn page<R, T>(
+    mut rows: Vec<R>,
+    limit: i64,
+    cursor: impl Fn(&R) -> String,
+    view: impl Fn(&R) -> T,
+) -> types::Page<T> {
+    let next_cursor = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(&cursor)
+    } else {
+        None
+    };
+    types::Page { data: rows.iter().map(view).collect(), next_cursor }
+}
+
+/// An id an operator typed (a path segment, a form field): one that is not a UUID names nothing.
+pub fn parse_id(raw: &str) -> OpsResult<Uuid> {
+    Uuid::parse_str(raw.trim()).map_err(|_| OpsError::not_found())
 }

@@ -3,61 +3,22 @@
 //! `dry_run` reports the count and a sample and changes nothing. Runs over the approval
 //! threshold wait for a second operator. The worker's releaser does the releasing.
 
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use chrono::Utc;
+use serde_json::json;
 use uuid::Uuid;
 
-use super::{require_reason, Audited, Operator, Role};
-use crate::http::error::ApiError;
-use crate::http::AppState;
+use super::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
+use super::types::{
+    DryRun, List, ReasonRequest, ReplayItemView, ReplayProgress, ReplayQuery, ReplayRunView, SampleLetter, StartReplay,
+    Started,
+};
+use super::{
+    page_limit, parameters_of, require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
+};
 use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
 use crate::storage::dead_letters::{self, DeadLetterFilter};
 use crate::storage::replays::{self, ReplayRun};
 use crate::storage::{is_unique_violation, DbTime, StorageError};
-
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/ops/v1/replays", post(start).get(list))
-        .route("/ops/v1/replays/{id}", get(status))
-        .route("/ops/v1/replays/{id}/{action}", post(control))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SelectionFilter {
-    pub queue: Option<String>,
-    pub job_type: Option<String>,
-    pub error_code: Option<String>,
-    pub category: Option<String>,
-    pub failed_after: Option<DateTime<Utc>>,
-    pub failed_before: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StartRequest {
-    pub reason: String,
-    #[serde(default)]
-    pub dead_letter_ids: Option<Vec<Uuid>>,
-    #[serde(default)]
-    pub filter: Option<SelectionFilter>,
-    pub expected_payload_version: i64,
-    pub destination_queue: String,
-    #[serde(default)]
-    pub dry_run: bool,
-    pub rate_per_second: Option<i64>,
-    pub max_concurrency: Option<i64>,
-    pub auto_pause_threshold: Option<i64>,
-    /// The `selection_digest` of the dry run the operator confirmed: if the selection is no
-    /// longer exactly those dead letters, the start is refused (409 `selection_changed`).
-    #[serde(default)]
-    pub expected_selection_digest: Option<String>,
-}
 
 /// A short fingerprint of exactly which dead letters a selection holds (order-independent).
 pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
@@ -71,71 +32,74 @@ pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
     hex::encode(&hasher.finalize()[..16])
 }
 
-fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> Value {
+fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunView {
     let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
-    let mut v = json!({
-        "id": run.id, "status": run.status, "reason": run.reason, "selection": run.selection.0,
-        "expected_payload_version": run.expected_payload_version, "destination_queue": run.destination_queue,
-        "total": run.total, "rate_per_second": run.rate_per_second, "max_concurrency": run.max_concurrency,
-        "auto_pause_threshold": run.auto_pause_threshold, "started_by": run.started_by, "approved_by": run.approved_by,
-        "paused_reason": run.paused_reason, "created_at": run.created_at.0, "updated_at": run.updated_at.0,
-    });
-    if let Some(p) = progress {
-        let released = p.released + p.reconciling;
-        v["progress"] = json!({
-            "total": run.total, "pending": p.pending, "released": p.released, "reconciling": p.reconciling,
-            "skipped": p.skipped, "cancelled": p.cancelled, "in_flight": p.in_flight, "succeeded": p.succeeded,
-            "failed": p.failed, "new_dead_letters": p.new_dead_letters,
-            "released_per_second": (released as f64 / elapsed * 100.0).round() / 100.0,
-        });
+    ReplayRunView {
+        id: run.id,
+        status: run.status.to_string(),
+        reason: run.reason.clone(),
+        selection: run.selection.0.clone(),
+        expected_payload_version: run.expected_payload_version,
+        destination_queue: run.destination_queue.clone(),
+        total: run.total,
+        rate_per_second: run.rate_per_second,
+        max_concurrency: run.max_concurrency,
+        auto_pause_threshold: run.auto_pause_threshold,
+        started_by: run.started_by,
+        approved_by: run.approved_by,
+        paused_reason: run.paused_reason.clone(),
+        created_at: run.created_at.0,
+        updated_at: run.updated_at.0,
+        progress: progress.map(|p| ReplayProgress {
+            total: run.total,
+            pending: p.pending,
+            released: p.released,
+            reconciling: p.reconciling,
+            skipped: p.skipped,
+            cancelled: p.cancelled,
+            in_flight: p.in_flight,
+            succeeded: p.succeeded,
+            failed: p.failed,
+            new_dead_letters: p.new_dead_letters,
+            released_per_second: ((p.released + p.reconciling) as f64 / elapsed * 100.0).round() / 100.0,
+        }),
+        items: None,
     }
-    v
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ListQuery {
-    pub status: Option<String>,
-    pub limit: Option<i64>,
 }
 
 const RUN_STATUSES: [&str; 5] = ["awaiting_approval", "running", "paused", "completed", "cancelled"];
 
-/// `GET /ops/v1/replays?status=&limit=`: runs newest first, with their progress.
-async fn list(
-    State(state): State<AppState>,
-    operator: Operator,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+/// Runs newest first, with their progress.
+pub async fn list(ops: &Ops<'_>, operator: &Operator, q: ReplayQuery) -> OpsResult<List<ReplayRunView>> {
     operator.require(Role::Viewer)?;
-    let q = crate::http::error::query_params(query)?;
     if let Some(status) = q.status.as_deref().filter(|s| !RUN_STATUSES.contains(s)) {
-        return Err(ApiError::unprocessable(
+        return Err(OpsError::invalid(
             "invalid_status",
             "status",
             format!("unknown run status `{status}`: use one of {}", RUN_STATUSES.join(", ")),
         ));
     }
-    let limit = super::review::page_limit(q.limit)?;
+    let limit = page_limit(q.limit)?;
     let mut data = Vec::new();
-    for run in replays::list_runs(state.db(), q.status.as_deref(), limit).await? {
-        let progress = replays::progress(state.db(), run.id).await?;
+    for run in replays::list_runs(ops.db, q.status.as_deref(), limit).await? {
+        let progress = replays::progress(ops.db, run.id).await?;
         data.push(run_view(&run, Some(&progress)));
     }
-    Ok(Json(json!({"data": data})))
+    Ok(List { data })
 }
 
-async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<dead_letters::DeadLetter>, ApiError> {
-    let db = state.db();
+async fn select(ops: &Ops<'_>, req: &StartReplay, limit: i64) -> OpsResult<Vec<dead_letters::DeadLetter>> {
+    let db = ops.db;
     match (&req.dead_letter_ids, &req.filter) {
         (Some(ids), None) => {
             let mut letters = Vec::new();
             let mut seen = std::collections::HashSet::new();
             for id in ids.iter().filter(|id| seen.insert(**id)) {
                 letters.push(dead_letters::get(db, *id).await?.ok_or_else(|| {
-                    ApiError::unprocessable("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
+                    OpsError::invalid("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
                 })?);
                 if dead_letters::events(db, *id).await?.iter().any(|e| e.action == "closed") {
-                    return Err(ApiError::unprocessable(
+                    return Err(OpsError::invalid(
                         "dead_letter_closed",
                         "dead_letter_ids",
                         format!("dead letter {id} is closed"),
@@ -150,7 +114,7 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
                 || f.failed_after.is_some()
                 || f.failed_before.is_some();
             if !narrows {
-                return Err(ApiError::unprocessable(
+                return Err(OpsError::invalid(
                     "filter_required",
                     "filter",
                     "a filter must name at least one of queue, job_type, error_code, category, failed_after, failed_before",
@@ -176,47 +140,29 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
             }
             Ok(letters)
         }
-        _ => Err(ApiError::unprocessable(
-            "invalid_selection",
-            "selection",
-            "give exactly one of dead_letter_ids or filter",
-        )),
+        _ => Err(OpsError::invalid("invalid_selection", "selection", "give exactly one of dead_letter_ids or filter")),
     }
 }
 
-async fn start(
-    State(state): State<AppState>,
-    operator: Operator,
-    body: Result<Json<StartRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    super::require_first(&state, &operator, Role::Operator, "replay.start", "replay", "new".into()).await?;
-    let req = super::body(body)?;
-    let audited = Audited {
-        action: if req.dry_run { "replay.dry_run" } else { "replay.start" },
-        target_type: "replay",
-        target_id: "new".into(),
-        reason: &req.reason,
-        parameters: json!({"dead_letter_ids": req.dead_letter_ids, "filter": req.filter.as_ref().map(|f| format!("{f:?}")),
-                           "expected_payload_version": req.expected_payload_version,
-                           "destination_queue": req.destination_queue, "dry_run": req.dry_run,
-                           "rate_per_second": req.rate_per_second, "max_concurrency": req.max_concurrency,
-                           "auto_pause_threshold": req.auto_pause_threshold,
-                           "expected_selection_digest": req.expected_selection_digest}),
-    };
-    let result = start_checked(&state, &operator, &req, &audited).await;
-    audited.or_refuse(&state, &operator, result).await
+/// Starts a replay run — or, with `dry_run`, reports what it would select and changes nothing.
+pub async fn start(ops: &Ops<'_>, operator: &Operator, req: StartReplay) -> OpsResult<Started> {
+    ops.authorize(operator, &ReplayStart::ACT, "").await?;
+    let act = if req.dry_run { super::Act { name: "replay.dry_run", ..ReplayStart::ACT } } else { ReplayStart::ACT };
+    let audited = Audited::new(&act, "new", &req.reason, parameters_of(&req));
+    let result = start_checked(ops, operator, &req, &audited).await;
+    audited.or_refuse(ops, operator, result).await
 }
 
 async fn start_checked(
-    state: &AppState,
+    ops: &Ops<'_>,
     operator: &Operator,
-    req: &StartRequest,
+    req: &StartReplay,
     audited: &Audited<'_>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let settings = state.config().replay;
+) -> OpsResult<Started> {
+    let settings = ops.config.replay;
     let reason = require_reason(&req.reason)?;
     if ![PAYOUTS_QUEUE, RECONCILIATION_QUEUE].contains(&req.destination_queue.as_str()) {
-        return Err(ApiError::unprocessable(
+        return Err(OpsError::invalid(
             "unknown_queue",
             "destination_queue",
             "destination queue must be payouts or reconciliation",
@@ -226,7 +172,7 @@ async fn start_checked(
     let concurrency = req.max_concurrency.unwrap_or(settings.default_max_concurrency);
     let auto_pause = req.auto_pause_threshold.unwrap_or(settings.default_auto_pause_threshold);
     if !(1..=1_000).contains(&rate) || !(1..=100).contains(&concurrency) || auto_pause < 1 {
-        return Err(ApiError::unprocessable(
+        return Err(OpsError::invalid(
             "invalid_limits",
             "rate_per_second",
             "rate 1–1000/s, concurrency 1–100, auto-pause ≥ 1",
@@ -236,8 +182,7 @@ async fn start_checked(
     if operator.role < Role::Admin
         && (rate > settings.operator_max_rate || concurrency > settings.operator_max_concurrency)
     {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
+        return Err(OpsError::forbidden(
             "admin_required",
             format!(
                 "operators may replay at up to {}/s with {} in flight; ask an admin for more",
@@ -245,16 +190,12 @@ async fn start_checked(
             ),
         ));
     }
-    let letters = select(state, req, settings.max_selection).await?;
+    let letters = select(ops, req, settings.max_selection).await?;
     if letters.is_empty() {
-        return Err(ApiError::unprocessable(
-            "empty_selection",
-            "selection",
-            "the selection matches no open dead letter",
-        ));
+        return Err(OpsError::invalid("empty_selection", "selection", "the selection matches no open dead letter"));
     }
     if letters.len() as i64 > settings.max_selection {
-        return Err(ApiError::unprocessable(
+        return Err(OpsError::invalid(
             "selection_too_large",
             "selection",
             format!("at most {} items per run", settings.max_selection),
@@ -262,30 +203,34 @@ async fn start_checked(
     }
     let needs_approval = letters.len() as i64 > settings.approval_threshold;
     if req.dry_run {
-        let sample: Vec<Value> = letters
+        let sample = letters
             .iter()
             .take(5)
-            .map(|d| {
-                json!({"dead_letter_id": d.id, "withdrawal_id": d.withdrawal_id, "category": d.category,
-                            "error_code": d.error_code, "payload_version": d.payload_version,
-                            "side_effect_state": d.side_effect_state})
+            .map(|d| SampleLetter {
+                dead_letter_id: d.id,
+                withdrawal_id: d.withdrawal_id,
+                category: d.category.to_string(),
+                error_code: d.error_code.clone(),
+                payload_version: d.payload_version,
+                side_effect_state: d.side_effect_state.to_string(),
             })
             .collect();
         let mismatched = letters.iter().filter(|d| d.payload_version != req.expected_payload_version).count();
-        let mut tx = state.db().begin().await?;
+        let mut tx = ops.db.begin().await?;
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        return Ok((
-            StatusCode::OK,
-            Json(json!({"dry_run": true, "count": letters.len(), "sample": sample, "needs_approval": needs_approval,
-                        "payload_version_mismatches": mismatched, "selection_digest": selection_digest(&letters)})),
-        ));
+        return Ok(Started::DryRun(DryRun {
+            dry_run: true,
+            count: letters.len() as i64,
+            sample,
+            needs_approval,
+            payload_version_mismatches: mismatched as i64,
+            selection_digest: selection_digest(&letters),
+        }));
     }
     if let Some(expected) = &req.expected_selection_digest {
         if *expected != selection_digest(&letters) {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "selection_changed",
+            return Err(OpsError::conflict("selection_changed",
                 format!(
                     "the selection is no longer the one the dry run showed (it now holds {} dead letters); run the dry run again",
                     letters.len()
@@ -294,7 +239,7 @@ async fn start_checked(
         }
     }
     for letter in &letters {
-        if let Some(run) = replays::active_run_for(state.db(), letter.id).await? {
+        if let Some(run) = replays::active_run_for(ops.db, letter.id).await? {
             return Err(already_replaying(letter.id, run));
         }
     }
@@ -317,14 +262,14 @@ async fn start_checked(
         created_at: now,
         updated_at: now,
     };
-    let mut tx = state.db().begin().await?;
+    let mut tx = ops.db.begin().await?;
     replays::insert_run(&mut tx, &run).await?;
     for letter in &letters {
         if let Err(err) = replays::insert_item(&mut tx, run.id, letter.id).await {
             drop(tx);
             return Err(match err {
                 StorageError::Database(ref db) if is_unique_violation(db) => {
-                    let holder = replays::active_run_for(state.db(), letter.id).await?.unwrap_or_default();
+                    let holder = replays::active_run_for(ops.db, letter.id).await?.unwrap_or_default();
                     already_replaying(letter.id, holder)
                 }
                 other => other.into(),
@@ -334,83 +279,91 @@ async fn start_checked(
     let audited = Audited { target_id: run.id.to_string(), ..audited.clone_shallow() };
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok((StatusCode::CREATED, Json(run_view(&run, None))))
+    Ok(Started::Run(Box::new(run_view(&run, None))))
 }
 
-fn already_replaying(dead_letter: Uuid, run: Uuid) -> ApiError {
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "already_replaying",
-        format!("dead letter {dead_letter} is already being replayed by run {run}"),
-    )
+fn already_replaying(dead_letter: Uuid, run: Uuid) -> OpsError {
+    OpsError::conflict("already_replaying", format!("dead letter {dead_letter} is already being replayed by run {run}"))
 }
 
-async fn status(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+/// One run with its progress and each dead letter's fate.
+pub async fn status(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<ReplayRunView> {
     operator.require(Role::Viewer)?;
-    let id = super::path_id(&id)?;
-    let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
-    let progress = replays::progress(state.db(), id).await?;
+    let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+    let progress = replays::progress(ops.db, id).await?;
     let mut view = run_view(&run, Some(&progress));
-    view["items"] = replays::items(state.db(), id)
-        .await?
-        .iter()
-        .map(
-            |i| json!({"dead_letter_id": i.dead_letter_id, "status": i.status, "detail": i.detail, "job_id": i.job_id}),
-        )
-        .collect();
-    Ok(Json(view))
+    let items = replays::items(ops.db, id).await?;
+    view.items = Some(
+        items
+            .iter()
+            .map(|i| ReplayItemView {
+                dead_letter_id: i.dead_letter_id,
+                status: i.status.to_string(),
+                detail: i.detail.clone(),
+                job_id: i.job_id,
+            })
+            .collect(),
+    );
+    Ok(view)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ControlRequest {
-    pub reason: String,
+/// What an operator may do to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Cancel,
+    /// A second operator, an admin, lets a large run start.
+    Approve,
 }
 
-async fn control(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path((id, action)): Path<(String, String)>,
-    body: Result<Json<ControlRequest>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let needed = if action == "approve" { Role::Admin } else { Role::Operator };
-    let id = super::path_id(&id)?;
-    let audited_action = match action.as_str() {
-        "pause" => "replay.pause",
-        "resume" => "replay.resume",
-        "cancel" => "replay.cancel",
-        "approve" => "replay.approve",
-        _ => return Err(ApiError::not_found()),
-    };
-    super::require_first(&state, &operator, needed, audited_action, "replay", id.to_string()).await?;
-    let req = super::body(body)?;
-    let audited = Audited {
-        action: audited_action,
-        target_type: "replay",
-        target_id: id.to_string(),
-        reason: &req.reason,
-        parameters: json!({}),
-    };
+impl Control {
+    pub fn act(self) -> Act {
+        match self {
+            Control::Pause => ReplayPause::ACT,
+            Control::Resume => ReplayResume::ACT,
+            Control::Cancel => ReplayCancel::ACT,
+            Control::Approve => ReplayApprove::ACT,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Control::Pause => "pause",
+            Control::Resume => "resume",
+            Control::Cancel => "cancel",
+            Control::Approve => "approve",
+        }
+    }
+}
+
+/// Pauses, resumes, cancels or approves run `id`.
+pub async fn control(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: Uuid,
+    control: Control,
+    req: ReasonRequest,
+) -> OpsResult<ReplayRunView> {
+    let act = control.act();
+    ops.authorize(operator, &act, &id.to_string()).await?;
+    let audited = Audited::new(&act, id.to_string(), &req.reason, json!({}));
     let done = async {
         let reason = require_reason(&req.reason)?;
-        let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
-        let mut tx = state.db().begin().await?;
-        let changed = match action.as_str() {
-            "pause" => {
+        let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        let mut tx = ops.db.begin().await?;
+        let changed = match control {
+            Control::Pause => {
                 let reason = crate::redact::text(reason);
                 replays::set_status(&mut tx, id, &["running"], "paused", Some(&reason), None).await?
             }
-            "resume" => {
+            Control::Resume => {
                 let resumed = replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?;
-                let seen = replays::progress(state.db(), id).await?.new_dead_letters;
+                let seen = replays::progress(ops.db, id).await?.new_dead_letters;
                 replays::reset_baseline(&mut tx, id, seen).await?;
                 resumed
             }
-            "cancel" => {
+            Control::Cancel => {
                 let ok = replays::set_status(
                     &mut tx,
                     id,
@@ -425,10 +378,9 @@ async fn control(
                 }
                 ok
             }
-            _ => {
+            Control::Approve => {
                 if run.started_by == operator.id.0 {
-                    return Err(ApiError::new(
-                        StatusCode::FORBIDDEN,
+                    return Err(OpsError::forbidden(
                         "second_operator_required",
                         "a run must be approved by a different operator than the one who started it",
                     ));
@@ -437,16 +389,15 @@ async fn control(
             }
         };
         if !changed {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
+            return Err(OpsError::conflict(
                 "invalid_run_state",
-                format!("cannot {action} a run that is {}", run.status),
+                format!("cannot {} a run that is {}", control.as_str(), run.status),
             ));
         }
-        audited.record_ok(&mut tx, &operator).await?;
+        audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
-        Ok(Json(run_view(&run, None)))
+        let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        Ok(run_view(&run, None))
     };
-    audited.or_refuse(&state, &operator, done.await).await
+    audited.or_refuse(ops, operator, done.await).await
 }

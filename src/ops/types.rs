@@ -312,7 +312,7 @@ pub struct StartReplay {
 #[serde(untagged)]
 pub enum Started {
     DryRun(DryRun),
-    Run(ReplayRunView),
+    Run(Box<ReplayRunView>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -512,4 +512,48 @@ pub struct CreateKey {
 pub struct OptionalReason {
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// List queries (`?…` on the list routes; the console's filter forms)
+
+/// `GET /ops/v1/withdrawals?status=&account_id=&limit=&cursor=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WithdrawalQuery {
+    /// Default `requires_review`.
+    pub status: Option<String>,
+    pub account_id: Option<Uuid>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// `GET /ops/v1/dead-letters?…`: the triage filters, `state` (`open` default, `closed`, `all`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeadLetterQuery {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub error_code: Option<String>,
+    pub category: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
+    pub failed_before: Option<DateTime<Utc>>,
+    pub state: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// `GET /ops/v1/replays?status=&limit=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayQuery {
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// `GET /ops/v1/audit?operator_id=&action=&target_id=&limit=&cursor=`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AuditQuery {
+    pub operator_id: Option<Uuid>,
+    pub action: Option<String>,
+    pub target_id: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
 }

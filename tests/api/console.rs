@@ -548,10 +548,7 @@ async fn one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_fi
 async fn old_expired_sessions_are_purged_and_live_ones_kept(app: TestApp) {
     use withdrawals::storage::{sessions, DbTime};
     let token = app.operator("viewer").await;
-    let operator =
-        withdrawals::ops::authenticate(&withdrawals::http::AppState::new(app.db.clone(), AppConfig::default()), &token)
-            .await
-            .unwrap();
+    let operator = withdrawals::ops::authenticate(&app.db, &token).await.unwrap();
     let now = DbTime::now();
     let (old, recent, live) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
     let mut tx = app.db.begin().await.unwrap();

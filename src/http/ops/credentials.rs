@@ -1,0 +1,86 @@
+//! The credential routes (admin only): API keys per account, operators and their tokens.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::{Authorized, OpsJson};
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::ops::acts::{
+    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateToken,
+};
+use crate::ops::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
+use crate::ops::{self};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ops/v1/accounts/{id}/keys", get(list_keys).post(create_key))
+        .route("/ops/v1/api-keys/{id}/revoke", post(revoke_key))
+        .route("/ops/v1/operators", get(list_operators))
+        .route("/ops/v1/operators/{id}/disable", post(disable))
+        .route("/ops/v1/operators/{id}/enable", post(enable))
+        .route("/ops/v1/operators/{id}/rotate-token", post(rotate_token))
+}
+
+async fn list_keys(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ApiKeyList>,
+    Path(account): Path<String>,
+) -> Result<Json<List<ApiKeyView>>, ApiError> {
+    Ok(Json(ops::credentials::list_keys(&state.ops(), &operator, &account).await?))
+}
+
+async fn create_key(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ApiKeyCreate>,
+    Path(account): Path<String>,
+    OpsJson(req): OpsJson<CreateKey>,
+) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
+    let key = ops::credentials::create_key(&state.ops(), &operator, &account, req).await?;
+    Ok((StatusCode::CREATED, Json(key)))
+}
+
+async fn revoke_key(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ApiKeyRevoke>,
+    Path(key): Path<String>,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<ApiKeyView>, ApiError> {
+    Ok(Json(ops::credentials::revoke_key(&state.ops(), &operator, &key, req).await?))
+}
+
+async fn list_operators(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<OperatorList>,
+) -> Result<Json<List<OperatorView>>, ApiError> {
+    Ok(Json(ops::credentials::list_operators(&state.ops(), &operator).await?))
+}
+
+async fn disable(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<OperatorDisable>,
+    Path(target): Path<String>,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<OperatorView>, ApiError> {
+    Ok(Json(ops::credentials::disable(&state.ops(), &operator, &target, req).await?))
+}
+
+async fn enable(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<OperatorEnable>,
+    Path(target): Path<String>,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<OperatorView>, ApiError> {
+    Ok(Json(ops::credentials::enable(&state.ops(), &operator, &target, req).await?))
+}
+
+async fn rotate_token(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<OperatorRotateToken>,
+    Path(target): Path<String>,
+    OpsJson(req): OpsJson<OptionalReason>,
+) -> Result<Json<OperatorView>, ApiError> {
+    Ok(Json(ops::credentials::rotate_token(&state.ops(), &operator, &target, req).await?))
+}

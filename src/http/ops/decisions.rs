@@ -1,0 +1,42 @@
+//! The two-person rule's routes: pending decisions, approve, reject.
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::{Authorized, OpsJson, PathId};
+use crate::domain::WithdrawalId;
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::ops::acts::{DecisionApprove, DecisionReject};
+use crate::ops::types::{Decided, Decision, List, ReasonRequest};
+use crate::ops::{self, Operator};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ops/v1/review-decisions", get(list))
+        .route("/ops/v1/withdrawals/{id}/decision/approve", post(approve))
+        .route("/ops/v1/withdrawals/{id}/decision/reject", post(reject))
+}
+
+async fn list(State(state): State<AppState>, operator: Operator) -> Result<Json<List<Decision>>, ApiError> {
+    Ok(Json(ops::decisions::list(&state.ops(), &operator).await?))
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<DecisionApprove>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<Decided>, ApiError> {
+    Ok(Json(ops::decisions::approve(&state.ops(), &operator, WithdrawalId(id), req).await?))
+}
+
+async fn reject(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<DecisionReject>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<Decided>, ApiError> {
+    Ok(Json(ops::decisions::reject(&state.ops(), &operator, WithdrawalId(id), req).await?))
+}

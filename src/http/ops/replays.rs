@@ -1,0 +1,101 @@
+//! `/ops/v1/replays`: start (or dry-run), list, one run, and its controls — one route per control,
+//! each with its own role and audit name.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use super::{Authorized, OpsJson, OpsQuery, PathId};
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::ops::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
+use crate::ops::replays::Control;
+use crate::ops::types::{List, ReasonRequest, ReplayQuery, ReplayRunView, StartReplay, Started};
+use crate::ops::{self, Operator};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/ops/v1/replays", post(start).get(list))
+        .route("/ops/v1/replays/{id}", get(status))
+        .route("/ops/v1/replays/{id}/pause", post(pause))
+        .route("/ops/v1/replays/{id}/resume", post(resume))
+        .route("/ops/v1/replays/{id}/cancel", post(cancel))
+        .route("/ops/v1/replays/{id}/approve", post(approve))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    operator: Operator,
+    OpsQuery(q): OpsQuery<ReplayQuery>,
+) -> Result<Json<List<ReplayRunView>>, ApiError> {
+    Ok(Json(ops::replays::list(&state.ops(), &operator, q).await?))
+}
+
+/// 200 with the report for a dry run; 201 with the run otherwise.
+async fn start(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ReplayStart>,
+    OpsJson(req): OpsJson<StartReplay>,
+) -> Result<(StatusCode, Json<Started>), ApiError> {
+    let started = ops::replays::start(&state.ops(), &operator, req).await?;
+    let status = match started {
+        Started::DryRun(_) => StatusCode::OK,
+        Started::Run(_) => StatusCode::CREATED,
+    };
+    Ok((status, Json(started)))
+}
+
+async fn status(
+    State(state): State<AppState>,
+    operator: Operator,
+    PathId(id): PathId,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    Ok(Json(ops::replays::status(&state.ops(), &operator, id).await?))
+}
+
+async fn control(
+    state: &AppState,
+    operator: &Operator,
+    id: uuid::Uuid,
+    control: Control,
+    req: ReasonRequest,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    Ok(Json(ops::replays::control(&state.ops(), operator, id, control, req).await?))
+}
+
+async fn pause(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ReplayPause>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    control(&state, &operator, id, Control::Pause, req).await
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ReplayResume>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    control(&state, &operator, id, Control::Resume, req).await
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ReplayCancel>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    control(&state, &operator, id, Control::Cancel, req).await
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<ReplayApprove>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<Json<ReplayRunView>, ApiError> {
+    control(&state, &operator, id, Control::Approve, req).await
+}
