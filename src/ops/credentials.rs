@@ -72,18 +72,21 @@ fn optional_reason<'r>(reason: &'r Option<String>, default: &'r str) -> OpsResul
 }
 
 /// The account's keys, oldest first, revoked ones included; ids, labels and times only.
-pub async fn list_keys(ops: &Ops<'_>, operator: &Operator, account: &str) -> OpsResult<List<ApiKeyView>> {
-    ops.authorize(operator, &ApiKeyList::ACT, account).await?;
-    let account = AccountId(super::parse_id(account)?);
+pub async fn list_keys(ops: &Ops<'_>, operator: &Operator, account: AccountId) -> OpsResult<List<ApiKeyView>> {
+    ops.authorize(operator, &ApiKeyList::ACT, &account.to_string()).await?;
     let keys = stored::list_api_keys(ops.db, account).await?.ok_or_else(OpsError::not_found)?;
     Ok(List { data: keys.iter().map(key_view).collect() })
 }
 
 /// A new key for the account (the old ones keep working until revoked, so clients can move
 /// over). The answer is the only place the key ever appears.
-pub async fn create_key(ops: &Ops<'_>, operator: &Operator, account: &str, req: CreateKey) -> OpsResult<ApiKeyView> {
-    ops.authorize(operator, &ApiKeyCreate::ACT, account).await?;
-    let account = AccountId(super::parse_id(account)?);
+pub async fn create_key(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    account: AccountId,
+    req: CreateKey,
+) -> OpsResult<ApiKeyView> {
+    ops.authorize(operator, &ApiKeyCreate::ACT, &account.to_string()).await?;
     let audited = Audited::new(
         &ApiKeyCreate::ACT,
         account.to_string(),
@@ -121,9 +124,8 @@ pub async fn create_key(ops: &Ops<'_>, operator: &Operator, account: &str, req: 
 }
 
 /// The key fails from the next request on.
-pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key: &str, req: ReasonRequest) -> OpsResult<ApiKeyView> {
-    ops.authorize(operator, &ApiKeyRevoke::ACT, key).await?;
-    let key_id: Uuid = super::parse_id(key)?;
+pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key_id: Uuid, req: ReasonRequest) -> OpsResult<ApiKeyView> {
+    ops.authorize(operator, &ApiKeyRevoke::ACT, &key_id.to_string()).await?;
     let audited = Audited::new(&ApiKeyRevoke::ACT, key_id.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
@@ -151,9 +153,13 @@ pub async fn list_operators(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Lis
 
 /// Their token fails from the next request on and their console sessions end. The last enabled
 /// admin cannot be disabled (409 `last_admin`).
-pub async fn disable(ops: &Ops<'_>, operator: &Operator, target: &str, req: ReasonRequest) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorDisable::ACT, target).await?;
-    let target = OperatorId(super::parse_id(target)?);
+pub async fn disable(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    target: OperatorId,
+    req: ReasonRequest,
+) -> OpsResult<OperatorView> {
+    ops.authorize(operator, &OperatorDisable::ACT, &target.to_string()).await?;
     let audited = Audited::new(&OperatorDisable::ACT, target.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
@@ -185,9 +191,13 @@ pub async fn disable(ops: &Ops<'_>, operator: &Operator, target: &str, req: Reas
 
 /// Their current token works again (rotate it too if it may have leaked). Console sessions
 /// ended by the disable stay ended.
-pub async fn enable(ops: &Ops<'_>, operator: &Operator, target: &str, req: ReasonRequest) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorEnable::ACT, target).await?;
-    let target = OperatorId(super::parse_id(target)?);
+pub async fn enable(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    target: OperatorId,
+    req: ReasonRequest,
+) -> OpsResult<OperatorView> {
+    ops.authorize(operator, &OperatorEnable::ACT, &target.to_string()).await?;
     let audited = Audited::new(&OperatorEnable::ACT, target.to_string(), &req.reason, json!({}));
     let result = async {
         require_reason(&req.reason)?;
@@ -213,11 +223,10 @@ pub async fn enable(ops: &Ops<'_>, operator: &Operator, target: &str, req: Reaso
 pub async fn rotate_token(
     ops: &Ops<'_>,
     operator: &Operator,
-    target: &str,
+    target: OperatorId,
     req: OptionalReason,
 ) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorRotateToken::ACT, target).await?;
-    let target = OperatorId(super::parse_id(target)?);
+    ops.authorize(operator, &OperatorRotateToken::ACT, &target.to_string()).await?;
     let audited =
         Audited::new(&OperatorRotateToken::ACT, target.to_string(), req.reason.as_deref().unwrap_or(""), json!({}));
     let result = async {

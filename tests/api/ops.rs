@@ -26,6 +26,7 @@ both_backends!(
     the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
     the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end,
     a_viewers_malformed_post_is_refused_for_its_role_first_and_audited,
+    the_role_extractor_refuses_before_the_path_id_and_the_body_on_every_guarded_route,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -585,4 +586,70 @@ async fn a_viewers_malformed_post_is_refused_for_its_role_first_and_audited(app:
         .await
         .unwrap();
     assert_eq!(problem_code(response).await.0, 422);
+}
+
+/// The role extractor (`Authorized<A>`) runs before any other extractor: a caller below the
+/// action's role gets 403 even when the path id is not a UUID and the body is not JSON, and the
+/// refusal is audited under the action's own name with the raw path id as its target. A caller
+/// with the role gets the path's 404 for the same request — so the order is the extractor's, not
+/// an accident of the data.
+async fn the_role_extractor_refuses_before_the_path_id_and_the_body_on_every_guarded_route(app: TestApp) {
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+    let admin = app.operator("admin").await;
+    let bad = "not-a-uuid";
+    // (method, path, action, role needed)
+    let routes = [
+        (Method::POST, format!("/ops/v1/withdrawals/{bad}/resolve"), "withdrawal.resolve", "operator"),
+        (
+            Method::POST,
+            format!("/ops/v1/withdrawals/{bad}/decision/approve"),
+            "withdrawal.decision.approve",
+            "operator",
+        ),
+        (Method::POST, format!("/ops/v1/withdrawals/{bad}/decision/reject"), "withdrawal.decision.reject", "operator"),
+        (Method::POST, format!("/ops/v1/dead-letters/{bad}/close"), "dead_letter.close", "operator"),
+        (Method::POST, format!("/ops/v1/replays/{bad}/pause"), "replay.pause", "operator"),
+        (Method::POST, format!("/ops/v1/replays/{bad}/resume"), "replay.resume", "operator"),
+        (Method::POST, format!("/ops/v1/replays/{bad}/cancel"), "replay.cancel", "operator"),
+        (Method::POST, format!("/ops/v1/replays/{bad}/approve"), "replay.approve", "admin"),
+        (Method::GET, format!("/ops/v1/accounts/{bad}/keys"), "api_key.list", "admin"),
+        (Method::POST, format!("/ops/v1/accounts/{bad}/keys"), "api_key.create", "admin"),
+        (Method::POST, format!("/ops/v1/api-keys/{bad}/revoke"), "api_key.revoke", "admin"),
+        (Method::POST, format!("/ops/v1/operators/{bad}/disable"), "operator.disable", "admin"),
+        (Method::POST, format!("/ops/v1/operators/{bad}/enable"), "operator.enable", "admin"),
+        (Method::POST, format!("/ops/v1/operators/{bad}/rotate-token"), "operator.rotate_token", "admin"),
+    ];
+    for (method, path, action, needed) in &routes {
+        let below = if *needed == "admin" { &operator } else { &viewer };
+        let send = |token: &str| {
+            app.client
+                .request(method.clone(), app.url(path))
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body("{not json")
+                .send()
+        };
+        let (status, code, _) = problem_code(send(below).await.unwrap()).await;
+        assert_eq!((status, code.as_str()), (403, "forbidden"), "{method} {path}");
+        let rows =
+            audit::list(&app.db, &AuditFilter { action: Some((*action).into()), limit: 5, ..Default::default() })
+                .await
+                .unwrap();
+        assert_eq!(rows.len(), 1, "{path}: one audit row");
+        assert_eq!(
+            (rows[0].result.as_str(), rows[0].target_id.as_str(), rows[0].parameters.0["body"].as_str()),
+            ("forbidden", bad, Some("not read")),
+            "{path}"
+        );
+        // With the role, the same request fails on the path id instead (and writes no audit row).
+        let allowed = if *needed == "admin" { &admin } else { &operator };
+        let (status, _, _) = problem_code(send(allowed).await.unwrap()).await;
+        assert_eq!(status, 404, "{method} {path} with the role");
+        let after =
+            audit::list(&app.db, &AuditFilter { action: Some((*action).into()), limit: 5, ..Default::default() })
+                .await
+                .unwrap();
+        assert_eq!(after.len(), 1, "{path}: a 404 on the path writes no audit row");
+    }
 }

@@ -1,11 +1,12 @@
 //! The credential routes (admin only): API keys per account, operators and their tokens.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::{Authorized, OpsJson};
+use super::{Authorized, OpsJson, PathId};
+use crate::domain::{AccountId, OperatorId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{
@@ -27,28 +28,28 @@ pub fn router() -> Router<AppState> {
 async fn list_keys(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<ApiKeyList>,
-    Path(account): Path<String>,
+    PathId(account): PathId,
 ) -> Result<Json<List<ApiKeyView>>, ApiError> {
-    Ok(Json(ops::credentials::list_keys(&state.ops(), &operator, &account).await?))
+    Ok(Json(ops::credentials::list_keys(&state.ops(), &operator, AccountId(account)).await?))
 }
 
 async fn create_key(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<ApiKeyCreate>,
-    Path(account): Path<String>,
+    PathId(account): PathId,
     OpsJson(req): OpsJson<CreateKey>,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
-    let key = ops::credentials::create_key(&state.ops(), &operator, &account, req).await?;
+    let key = ops::credentials::create_key(&state.ops(), &operator, AccountId(account), req).await?;
     Ok((StatusCode::CREATED, Json(key)))
 }
 
 async fn revoke_key(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<ApiKeyRevoke>,
-    Path(key): Path<String>,
+    PathId(key): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<ApiKeyView>, ApiError> {
-    Ok(Json(ops::credentials::revoke_key(&state.ops(), &operator, &key, req).await?))
+    Ok(Json(ops::credentials::revoke_key(&state.ops(), &operator, key, req).await?))
 }
 
 async fn list_operators(
@@ -61,26 +62,26 @@ async fn list_operators(
 async fn disable(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<OperatorDisable>,
-    Path(target): Path<String>,
+    PathId(target): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<OperatorView>, ApiError> {
-    Ok(Json(ops::credentials::disable(&state.ops(), &operator, &target, req).await?))
+    Ok(Json(ops::credentials::disable(&state.ops(), &operator, OperatorId(target), req).await?))
 }
 
 async fn enable(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<OperatorEnable>,
-    Path(target): Path<String>,
+    PathId(target): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<OperatorView>, ApiError> {
-    Ok(Json(ops::credentials::enable(&state.ops(), &operator, &target, req).await?))
+    Ok(Json(ops::credentials::enable(&state.ops(), &operator, OperatorId(target), req).await?))
 }
 
 async fn rotate_token(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<OperatorRotateToken>,
-    Path(target): Path<String>,
+    PathId(target): PathId,
     OpsJson(req): OpsJson<OptionalReason>,
 ) -> Result<Json<OperatorView>, ApiError> {
-    Ok(Json(ops::credentials::rotate_token(&state.ops(), &operator, &target, req).await?))
+    Ok(Json(ops::credentials::rotate_token(&state.ops(), &operator, OperatorId(target), req).await?))
 }
