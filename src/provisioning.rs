@@ -40,7 +40,6 @@ pub async fn fund_account(db: &Db, account: AccountId, amount: Amount) -> anyhow
     Ok(())
 }
 
-
 pub struct NewOperator {
     pub operator_id: OperatorId,
     pub token: String,
