@@ -142,8 +142,9 @@ pub enum Role {
     All,
 }
 
-/// Where the payout provider is, or that there is none (sandbox mode).
-#[derive(Debug, Clone)]
+/// Where the payout provider is, or that there is none (sandbox mode). Not `Debug`: it holds
+/// the provider's key.
+#[derive(Clone)]
 pub struct ProviderSettings {
     /// Unset: sandbox mode, an in-process provider mock.
     pub url: Option<String>,
@@ -156,8 +157,7 @@ pub struct ProviderSettings {
 }
 
 /// Everything a `serve`/`worker` process needs, parsed and checked (the CLI builds it from its
-/// flags and environment).
-#[derive(Debug)]
+/// flags and environment). Not `Debug`: it holds the provider's key.
 pub struct Settings {
     pub database_url: String,
     pub role: Role,
