@@ -1,24 +1,30 @@
-//! The `withdrawals` command line: one enum of subcommands, each a small async function.
+//! The `withdrawals` command line: one enum of subcommands, each a small async function. It
+//! parses flags and environment and dispatches: `serve`/`worker` become [`startup::Settings`] for
+//! [`startup::run`]; the operator commands are [`ops_cli`]'s; the rest open the database with
+//! [`startup::open`] and print what they did. It builds no part of the service itself.
 //!
 //! Errors surface as one line on stderr and a non-zero exit (see `main.rs`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rust_decimal::Decimal;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::AppConfig;
 use crate::domain::{AccountId, Amount, AmountLimits, Currency};
-use crate::http::{self, AppState};
-use crate::jobs::worker::{Worker, WorkerConfig};
+use crate::jobs::worker::WorkerConfig;
 use crate::ops_cli;
+use crate::provider::breaker::BreakerConfig;
 use crate::provisioning;
-use crate::service;
-use crate::storage::{Db, PoolSettings};
-use crate::telemetry::{self, LogFormat};
+use crate::startup::{self, open, ProviderSettings, Settings};
+use crate::storage::PoolSettings;
+use crate::telemetry::LogFormat;
+
+/// What a `serve` process runs (`--role`).
+pub use crate::startup::Role;
 
 #[derive(Debug, Parser)]
 #[command(name = "withdrawals", version, about = "Customer withdrawals, paid out without losing or doubling money")]
@@ -107,13 +113,6 @@ pub enum Command {
         #[arg(long)]
         limit: Option<u32>,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    Api,
-    Worker,
-    All,
 }
 
 #[derive(Debug, Args)]
@@ -251,7 +250,6 @@ pub struct WorkerTuning {
 
 impl WorkerTuning {
     pub fn apply(&self, config: &mut WorkerConfig) {
-        use std::time::Duration;
         config.lease = Duration::from_millis(self.lease_ms);
         config.heartbeat = Duration::from_millis(self.heartbeat_ms);
         config.poll_interval = Duration::from_millis(self.poll_ms);
@@ -271,11 +269,8 @@ impl WorkerTuning {
         config.submit_policy.max_retry_after = Duration::from_millis(self.max_retry_after_ms);
     }
 
-    pub fn breaker(&self) -> crate::provider::breaker::BreakerConfig {
-        crate::provider::breaker::BreakerConfig {
-            wait_duration_in_open: std::time::Duration::from_millis(self.breaker_wait_open_ms),
-            ..Default::default()
-        }
+    pub fn breaker(&self) -> BreakerConfig {
+        BreakerConfig { wait_duration_in_open: Duration::from_millis(self.breaker_wait_open_ms), ..Default::default() }
     }
 }
 
@@ -331,11 +326,11 @@ pub enum OperatorsCommand {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve(&cli.database_url, args).await,
+        Command::Serve(args) => startup::run(args.settings(&cli.database_url)?).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
         Command::Chaos(args) => crate::chaos::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
-        Command::ProviderMock { port, seed, api_key } => provider_mock(port, seed, api_key).await,
+        Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
         Command::Breakers { conn } => ops_cli::breakers(&conn).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
@@ -343,7 +338,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit { conn, action, target, limit } => ops_cli::audit(&conn, action, target, limit).await,
         Command::Worker(mut args) => {
             args.role = Role::Worker;
-            serve(&cli.database_url, args).await
+            startup::run(args.settings(&cli.database_url)?).await
         }
         Command::Migrate => {
             let db = open(&cli.database_url, PoolSettings::default()).await?;
@@ -396,181 +391,41 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Whether this process runs in sandbox mode (no `PROVIDER_URL`), or why it must not start: on
-/// PostgreSQL — a production database — sandbox mode must be asked for with `--sandbox`, so a
-/// lost provider setting cannot debit customers and mark withdrawals completed while paying
-/// nothing.
-pub fn sandbox_mode(database_url: &str, args: &ServeArgs) -> anyhow::Result<bool> {
-    match (&args.provider_url, args.sandbox) {
-        (Some(_), true) => anyhow::bail!("--sandbox (WITHDRAWALS_SANDBOX) and PROVIDER_URL exclude each other: choose one"),
-        (Some(_), false) => Ok(false),
-        (None, true) => Ok(true),
-        (None, false) if database_url.starts_with("sqlite:") => Ok(true),
-        (None, false) => anyhow::bail!(
-            "refusing to start: PROVIDER_URL is not set and the database is PostgreSQL; set PROVIDER_URL (and PROVIDER_API_KEY) to pay out for real, or pass --sandbox (WITHDRAWALS_SANDBOX=1) to run a sandbox that pays nothing"
-        ),
+impl ServeArgs {
+    /// The process these flags describe, for [`startup::run`]; refuses limits that do not parse.
+    pub fn settings(self, database_url: &str) -> anyhow::Result<Settings> {
+        let limits = AmountLimits::parse(&self.limits, self.default_max).map_err(anyhow::Error::msg)?;
+        let mut config = AppConfig { limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
+        config.idempotency.retention = chrono::TimeDelta::hours(self.idempotency_retention_hours.max(1));
+        config.replay.approval_threshold = self.replay_approval_threshold.max(1);
+        config.console.session_ttl = chrono::TimeDelta::hours(self.console_session_hours.clamp(1, 24 * 7));
+        config.console.secure_cookie = self.console_secure_cookie;
+        config.review.approval_thresholds =
+            AmountLimits::parse(&self.review_approval_threshold, self.review_approval_default)
+                .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;
+        config.review.in_flight_grace = Duration::from_millis(self.tuning.reconcile_grace_ms);
+        let mut worker = WorkerConfig::new(startup::worker_id());
+        worker.concurrency = self.worker_concurrency.max(1);
+        worker.batch_size = self.claim_batch.max(1);
+        self.tuning.apply(&mut worker);
+        Ok(Settings {
+            database_url: database_url.to_owned(),
+            role: self.role,
+            pool: PoolSettings { max_connections: self.max_connections, ..PoolSettings::default() },
+            app: config,
+            provider: ProviderSettings {
+                url: self.provider_url,
+                api_key: self.provider_api_key,
+                sandbox: self.sandbox,
+                connect_timeout: Duration::from_millis(self.provider_connect_timeout_ms),
+                request_timeout: Duration::from_millis(self.provider_timeout_ms),
+            },
+            breaker: self.tuning.breaker(),
+            worker,
+            bind: self.bind,
+            metrics_bind: self.metrics_bind,
+            server: self.server,
+            log_format: self.log_format,
+        })
     }
-}
-
-/// Connects and applies migrations: every command works on a fresh database.
-pub async fn open(url: &str, settings: PoolSettings) -> anyhow::Result<Db> {
-    let db = Db::connect(url, &settings).await.context("cannot open the database")?;
-    db.migrate().await.context("cannot apply migrations")?;
-    Ok(db)
-}
-
-async fn serve(url: &str, args: ServeArgs) -> anyhow::Result<()> {
-    telemetry::init(args.log_format);
-    let limits = AmountLimits::parse(&args.limits, args.default_max).map_err(anyhow::Error::msg)?;
-    let mut config = AppConfig { limits, max_body_bytes: args.max_body_bytes, ..AppConfig::default() };
-    config.idempotency.retention = chrono::TimeDelta::hours(args.idempotency_retention_hours.max(1));
-    config.replay.approval_threshold = args.replay_approval_threshold.max(1);
-    config.console.session_ttl = chrono::TimeDelta::hours(args.console_session_hours.clamp(1, 24 * 7));
-    config.console.secure_cookie = args.console_secure_cookie;
-    config.review.approval_thresholds =
-        AmountLimits::parse(&args.review_approval_threshold, args.review_approval_default)
-            .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;
-    config.review.in_flight_grace = std::time::Duration::from_millis(args.tuning.reconcile_grace_ms);
-    config.sandbox = sandbox_mode(url, &args)?;
-    let settings = PoolSettings { max_connections: args.max_connections, ..PoolSettings::default() };
-    let db = open(url, settings).await?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(shutdown_on_signal(shutdown.clone()));
-    let tasks = tokio_util::task::TaskTracker::new();
-    let worker_failed: std::sync::Arc<std::sync::Mutex<Option<anyhow::Error>>> = Default::default();
-
-    // Kept alive for the whole run: dropping it stops the sandbox provider. An API-only process
-    // gets the provider too when one is configured (operators check references against it).
-    let mut _sandbox = None;
-    let mut gateway = None;
-    if args.role != Role::Api || args.provider_url.is_some() {
-        let (provider, sandbox) = service::provider_from(
-            args.provider_url.clone(),
-            args.provider_api_key.clone(),
-            std::time::Duration::from_millis(args.provider_connect_timeout_ms),
-            std::time::Duration::from_millis(args.provider_timeout_ms),
-        )
-        .await?;
-        _sandbox = sandbox;
-        gateway = Some(service::gateway_with(provider, args.tuning.breaker()));
-    }
-    if let (true, Some(gateway)) = (args.role != Role::Api, gateway.clone()) {
-        let mut worker_config = WorkerConfig::new(service::worker_id());
-        worker_config.sandbox = config.sandbox;
-        worker_config.concurrency = args.worker_concurrency.max(1);
-        worker_config.batch_size = args.claim_batch.max(1);
-        args.tuning.apply(&mut worker_config);
-        let worker = Worker::new(db.clone(), gateway, worker_config);
-        let stop = shutdown.clone();
-        let failed = worker_failed.clone();
-        tasks.spawn(async move {
-            if let Err(err) = worker.run(stop.clone()).await {
-                // A service that accepts withdrawals nobody pays out is worse than one that is down.
-                tracing::error!(error = format!("{err:#}"), "worker stopped with an error; shutting down");
-                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
-                stop.cancel();
-            }
-        });
-    }
-    if let Some(addr) = args.metrics_bind {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-        tracing::info!(addr = %listener.local_addr()?, "metrics listening");
-        let (limits, stop) = (args.server.clone(), shutdown.clone());
-        tasks.spawn(async move { http::serve_metrics(listener, &limits, stop).await });
-    }
-    if args.role != Role::Worker {
-        tasks.spawn(purge_idempotency_records(db.clone(), shutdown.clone()));
-        crate::metrics::install();
-        tasks.spawn(crate::metrics::refresh_loop(db.clone(), std::time::Duration::from_secs(15), shutdown.clone()));
-        let listener = tokio::net::TcpListener::bind(args.bind)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.bind))?;
-        tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
-        let state = match gateway {
-            Some(gateway) => AppState::with_gateway(db.clone(), config, gateway),
-            None => AppState::new(db.clone(), config),
-        };
-        let metrics = args.server.api_metrics(args.metrics_bind.is_some());
-        if matches!(metrics, http::MetricsAccess::Hidden) && args.metrics_bind.is_none() {
-            tracing::warn!("neither METRICS_BIND nor METRICS_TOKEN is set: /metrics is not served");
-        }
-        http::serve_with(listener, state, &args.server, &metrics, shutdown.clone()).await?;
-    } else {
-        shutdown.cancelled().await;
-    }
-    tasks.close();
-    tasks.wait().await;
-    db.close().await;
-    tracing::info!("stopped");
-    let failure = worker_failed.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match failure {
-        Some(err) => Err(err.context("the payout worker failed")),
-        None => Ok(()),
-    }
-}
-
-/// Runs the provider mock until SIGTERM or Ctrl-C; says where it listens on stdout.
-async fn provider_mock(port: u16, seed: u64, api_key: Option<String>) -> anyhow::Result<()> {
-    let config = provider_mocks::MockConfig {
-        addr: Some(SocketAddr::from(([127, 0, 0, 1], port))),
-        api_key,
-        seed,
-        ..provider_mocks::MockConfig::default()
-    };
-    let mock = provider_mocks::spawn(config).await?;
-    println!("provider-mock listening on {}", mock.url());
-    let stop = CancellationToken::new();
-    shutdown_on_signal(stop.clone()).await;
-    mock.shutdown().await;
-    Ok(())
-}
-
-/// Console sessions are kept this long after they expire, then deleted.
-const CONSOLE_SESSION_KEEP_DAYS: i64 = 30;
-
-/// Every ten minutes: forgets idempotency records past their retention, and console sessions
-/// that expired more than [`CONSOLE_SESSION_KEEP_DAYS`] ago.
-async fn purge_idempotency_records(db: Db, shutdown: CancellationToken) {
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(600));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = every.tick() => {
-                match crate::storage::idempotency::purge_expired(&db).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
-                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
-                }
-                let before = crate::storage::DbTime::now().plus(chrono::TimeDelta::days(-CONSOLE_SESSION_KEEP_DAYS));
-                match crate::storage::sessions::purge_expired(&db, before).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(purged = n, "old console sessions removed"),
-                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "console session purge failed"),
-                }
-            }
-        }
-    }
-}
-
-async fn shutdown_on_signal(token: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                token.cancel();
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown requested; finishing in-flight requests");
-    token.cancel();
 }

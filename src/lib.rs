@@ -7,21 +7,24 @@
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
 //!   [`storage::batch`] sends a transaction's independent writes as one statement.
-//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health;
-//!   [`http::limits`]: every listener's timeouts, connection cap and `/metrics` access.
+//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health,
+//!   the application state and the layers every route shares; [`http::limits`]: every
+//!   listener's timeouts, connection cap and `/metrics` access.
 //! - [`jobs`] — job kinds, queues and payloads; the durable worker and its group commit of
 //!   completions; the submit-payout and reconciliation handlers; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
 //! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker;
 //!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all.
-//! - [`service`] — assembling provider, breaker and workers (CLI and tests).
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
-//! - [`cli`] — the `withdrawals` command line (serve, worker, migrate, accounts, operators);
-//!   [`ops_cli`] — its operator commands (status, breakers, review, dlq, replay, audit), clients
-//!   of `/ops/v1`.
+//! - [`startup`] — the composition root: opening the database, provider and breaker, the
+//!   complete router (customer API + `/ops/v1` + console), and the `serve`/`worker` process
+//!   (workers, listeners, shutdown). Used by the CLI, the tools and the tests alike.
+//! - [`cli`] — the `withdrawals` command line: parses and dispatches (serve, worker, migrate,
+//!   accounts, operators); [`ops_cli`] — its operator commands (status, breakers, review, dlq,
+//!   replay, audit), clients of `/ops/v1`.
 //! - [`chaos`] — `withdrawals chaos`: processes, faults, load, and the invariant checks.
 //! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
@@ -51,6 +54,6 @@ pub mod ops_cli;
 pub mod provider;
 pub mod provisioning;
 pub mod redact;
-pub mod service;
+pub mod startup;
 pub mod storage;
 pub mod telemetry;

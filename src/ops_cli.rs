@@ -175,7 +175,7 @@ impl Client {
     async fn for_remote(remote: &Remote, database_url: &str) -> anyhow::Result<Self> {
         let mut client = Self::new(&remote.conn)?;
         if remote.direct {
-            let db = crate::cli::open(database_url, crate::storage::PoolSettings::default()).await?;
+            let db = crate::startup::open(database_url, crate::storage::PoolSettings::default()).await?;
             client.transport = Transport::Local(AppState::new(db, crate::config::AppConfig::default()));
         }
         Ok(client)

@@ -230,7 +230,7 @@ async fn run_sqlite(args: &BenchArgs, dir: &Path, started: Instant) -> BackendRe
 /// (2)+(6) end-to-end with memory, (3) latency, then (4) queue and (5) dead letters, on one database.
 async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mut BackendReport, started: Instant) {
     let name = report.backend.clone();
-    let db = match crate::cli::open(url, PoolSettings::default()).await {
+    let db = match crate::startup::open(url, PoolSettings::default()).await {
         Ok(db) => db,
         Err(err) => {
             report.errors.push(format!("open the database: {err:#}"));

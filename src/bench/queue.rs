@@ -81,7 +81,7 @@ pub async fn run(
 
     // The worker as `serve` builds it (its clocks), sized by `--queue-concurrency` and
     // `--queue-batch`, plus the no-op kind.
-    let (provider, _) = crate::service::provider_from(
+    let (provider, _) = crate::startup::provider_from(
         Some(provider_url.to_owned()),
         Some(super::PROVIDER_KEY.to_owned()),
         Duration::from_secs(2),
@@ -91,7 +91,7 @@ pub async fn run(
     let mut config = WorkerConfig::new(format!("bench-noop-{}", std::process::id()));
     (config.concurrency, config.batch_size) = (concurrency.max(1), batch_size.max(1));
     let worker =
-        Worker::new(db.clone(), crate::service::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
+        Worker::new(db.clone(), crate::startup::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
     let stop = CancellationToken::new();
     let start_clock = DbTime::now();
     let meter = super::cpu::Meter::start(db, None).await;

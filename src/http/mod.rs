@@ -1,9 +1,12 @@
 //! The HTTP surface: the customer API of SPEC §3, health checks and the OpenAPI document.
 //!
-//! Each resource module owns its `router()`; [`app`] merges them with the operator API
-//! ([`crate::ops`]) and the operator console ([`crate::console`]) and adds the layers every route
-//! shares (correlation id, tracing, request timeout, body limit, problem+json fallbacks).
-//! [`limits`] owns the listeners' timeouts, connection cap and `/metrics` access.
+//! Each resource module owns its `router()`; [`router`] merges the customer routes, and
+//! [`layered`] adds the layers every route of a listener shares (correlation id, tracing, request
+//! timeout, body limit, problem+json fallbacks). [`AppState`] is what every handler gets, the
+//! operator API's and the console's too. [`limits`] owns the listeners' timeouts, connection cap
+//! and `/metrics` access. [`ops`] holds the operator API's thin handlers over the operator core
+//! ([`crate::ops`]) and its extractors. This module does not know the console: the composition
+//! root ([`crate::startup`]) merges it, the customer API and the operator API.
 
 mod auth;
 pub use auth::bearer;
@@ -84,48 +87,28 @@ pub async fn serve_metrics(
     limits::serve_router(listener, router, limits, shutdown).await
 }
 
-/// The complete application router, without `/metrics` and with the default request timeout.
-pub fn app(state: AppState) -> Router {
-    app_with(state, &ServerLimits::default(), &MetricsAccess::Hidden)
-}
-
-/// The complete application router: `limits` gives the request timeout, `metrics` who may read
-/// `/metrics` on this port.
-pub fn app_with(state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
-    let max_body = state.config().max_body_bytes;
-    crate::metrics::install();
-    let router = Router::new()
+/// The customer API's routes: withdrawals, balances, health checks and the OpenAPI document.
+/// The complete application (with the operator API and console) is assembled in
+/// [`crate::startup::app`].
+pub fn router() -> Router<AppState> {
+    Router::new()
         .merge(withdrawals::router())
         .merge(balances::router())
         .merge(health::router())
         .merge(openapi::router())
-        .merge(ops::router())
-        .merge(crate::console::router());
+}
+
+/// `routes` with what every route shares: `/metrics` as `metrics` allows, the problem+json 404
+/// fallback, the body limit, the request timeout of `limits`, tracing and correlation ids.
+pub fn layered(routes: Router<AppState>, state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
+    let max_body = state.config().max_body_bytes;
+    crate::metrics::install();
     let router = metrics
-        .route(router)
+        .route(routes)
         .fallback(|| async { error::ApiError::not_found() })
         .layer(DefaultBodyLimit::max(max_body));
     limits::with_request_timeout(router, limits.request_timeout())
         .layer(TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn(correlation::middleware))
         .with_state(state)
-}
-
-/// Serves the app with the default [`ServerLimits`] and no `/metrics` (see [`serve_with`]).
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
-    serve_with(listener, state, &ServerLimits::default(), &MetricsAccess::Hidden, shutdown).await
-}
-
-/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish. Every
-/// connection gets the header-read and idle timeouts and counts against the connection cap of
-/// `limits`, every request its request timeout; accepted connections get `TCP_NODELAY` (an answer
-/// is sent at once, not held back by Nagle's algorithm waiting for the client's acknowledgement).
-pub async fn serve_with(
-    listener: TcpListener,
-    state: AppState,
-    limits: &ServerLimits,
-    metrics: &MetricsAccess,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    limits::serve_router(listener, app_with(state, limits, metrics), limits, shutdown).await
 }

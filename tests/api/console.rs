@@ -12,17 +12,12 @@ use withdrawals::config::AppConfig;
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::audit::{self, AuditFilter};
 
+use crate::both_backends;
 use crate::browser::Browser;
 use crate::harness::{Backend, TestApp};
 
-macro_rules! console_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Sqlite).await).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Postgres).await).await } )* }
-    };
-}
-
-console_tests!(
+both_backends!(
+    with = app;
     an_operator_signs_in_fails_a_review_and_sees_the_funds_released,
     a_stale_version_is_a_clear_message_and_changes_nothing,
     dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_approved_and_watched_to_the_end,

@@ -10,7 +10,7 @@ use sqlx::Connection;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::worker::{Handler, Worker};
 use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
-use withdrawals::service;
+use withdrawals::startup;
 use withdrawals::storage::dead_letters::{self, DEAD_LETTER_STORE_OUTAGE};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
@@ -53,7 +53,7 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
     config.submit_policy.max_elapsed = Duration::from_millis(1_500);
     config.submit_policy.max_attempts = 1_000;
     config.in_flight_grace = Duration::from_millis(200);
-    app.start_worker(service::gateway_with(provider.provider.clone(), patient_breaker()), config);
+    app.start_worker(startup::gateway_with(provider.provider.clone(), patient_breaker()), config);
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -100,7 +100,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     provider.mock.set_faults(FaultConfig { rules: vec![rule] });
     let mut config = worker_config("w1");
     config.in_flight_grace = Duration::from_millis(300);
-    app.start_worker(service::gateway(provider.provider.clone()), config);
+    app.start_worker(startup::gateway(provider.provider.clone()), config);
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -133,7 +133,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
     });
     let mut config = worker_config("w1");
     config.reconcile_policy.max_elapsed = Duration::from_millis(800);
-    app.start_worker(service::gateway_with(provider.provider.clone(), patient_breaker()), config);
+    app.start_worker(startup::gateway_with(provider.provider.clone(), patient_breaker()), config);
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -192,7 +192,7 @@ async fn malformed_and_unknown_version_payloads_are_dead_lettered_with_raw_bytes
     let from_the_future = enqueue_raw(&app, SUBMIT_PAYOUT, 99, br#"{"withdrawal_id":"x","new_field":true}"#).await;
     let behind = app.create_withdrawal(&alice, "k1", "25.00").await;
 
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
 
     app.wait_for_status(behind, WithdrawalStatus::Completed, WAIT).await;
     wait_for_job_status(&app, malformed, "dead").await;
@@ -220,7 +220,7 @@ async fn a_panicking_handler_is_dead_lettered_as_a_code_bug_and_the_worker_keeps
     let provider = provider_mock(2_000).await;
     let alice = app.customer("100.00").await;
     let exploding = enqueue_raw(&app, "explode", 1, b"{}").await;
-    let worker = Worker::new(app.db.clone(), service::gateway(provider.provider.clone()), worker_config("w1"))
+    let worker = Worker::new(app.db.clone(), startup::gateway(provider.provider.clone()), worker_config("w1"))
         .with_handler("explode", 1, exploding_handler());
     tokio::spawn(worker.run(app.shutdown_token()));
 
@@ -239,7 +239,7 @@ async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_
     let provider = provider_mock(2_000).await;
     dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, true).await.unwrap();
     let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 1, b"not json").await;
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
 
     let tried = app
         .eventually("the worker to fail to dead-letter twice", WAIT, || async {
@@ -266,7 +266,7 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
     provider.mock.set_faults(FaultConfig { rules: vec![slow] });
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     app.eventually("the worker to be inside its provider call", WAIT, || async {
         let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
         (calls.len() == 1).then_some(())
@@ -313,7 +313,7 @@ async fn a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed(app
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     let mut config = worker_config("reaper");
     config.max_receives = 2;
-    let reaper = Worker::new(app.db.clone(), service::gateway(provider.provider.clone()), config);
+    let reaper = Worker::new(app.db.clone(), startup::gateway(provider.provider.clone()), config);
 
     for round in 1..=2 {
         let claimed = job_store::claim(&app.db, PAYOUTS_QUEUE, "crashing-worker", 1, TimeDelta::zero()).await.unwrap();
@@ -362,7 +362,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
     let mut config = worker_config("w1");
     config.processing_sla = Duration::from_millis(100);
 
-    app.start_worker(service::gateway(provider.provider.clone()), config);
+    app.start_worker(startup::gateway(provider.provider.clone()), config);
 
     app.eventually("a reconciliation result", WAIT, || async {
         let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
@@ -378,7 +378,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
 async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
     let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 7, b"{}").await;
     let provider = provider_mock(2_000).await;
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     wait_for_job_status(&app, poison, "dead").await;
 
     // Straight SQL, as a careless script would: the database itself refuses.

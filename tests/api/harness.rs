@@ -16,6 +16,7 @@ use withdrawals::config::AppConfig;
 use withdrawals::domain::{AccountId, Amount, Currency};
 use withdrawals::http::{self, AppState};
 use withdrawals::provisioning;
+use withdrawals::startup;
 use withdrawals::storage::{accounts, server, Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,14 +26,22 @@ pub enum Backend {
 }
 
 /// Generates one `#[tokio::test]` per backend for each scenario `async fn name(app: TestApp)`.
+///
+/// `both_backends!(a, b)` gives each scenario [`TestApp::spawn`]; `both_backends!(with = app; a, b)`
+/// gives it `app(backend).await` instead, for a module whose scenarios need other settings
+/// (`app` is any `async fn(Backend) -> TestApp` in scope where the macro is invoked).
 #[macro_export]
 macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
+    (with = $app:expr; $($name:ident),* $(,)?) => {
+        /// The app each scenario of this module runs against.
+        async fn both_backends_app(backend: $crate::harness::Backend) -> $crate::harness::TestApp {
+            ($app)(backend).await
+        }
         mod sqlite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::harness::TestApp::spawn($crate::harness::Backend::Sqlite).await).await
+                    super::$name(super::both_backends_app($crate::harness::Backend::Sqlite).await).await
                 }
             )*
         }
@@ -40,10 +49,13 @@ macro_rules! both_backends {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name($crate::harness::TestApp::spawn($crate::harness::Backend::Postgres).await).await
+                    super::$name(super::both_backends_app($crate::harness::Backend::Postgres).await).await
                 }
             )*
         }
+    };
+    ($($name:ident),* $(,)?) => {
+        $crate::both_backends!(with = $crate::harness::TestApp::spawn; $($name),*);
     };
 }
 
@@ -119,12 +131,12 @@ impl TestApp {
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
         let provider = provider_mock(2_000).await;
-        let gateway = withdrawals::service::gateway(provider.provider.clone());
+        let gateway = startup::gateway(provider.provider.clone());
         let state = AppState::with_gateway(db.clone(), config, gateway.clone());
         let (metrics, stop) = (http::MetricsAccess::token(METRICS_TOKEN), shutdown.clone());
-        tokio::spawn(
-            async move { http::serve_with(listener, state, &http::ServerLimits::default(), &metrics, stop).await },
-        );
+        tokio::spawn(async move {
+            startup::serve_with(listener, state, &http::ServerLimits::default(), &metrics, stop).await
+        });
         TestApp { db, database_url, base_url, client: Client::new(), provider, gateway, shutdown, _dir: dir }
     }
 
@@ -374,6 +386,6 @@ pub async fn serve_extra(app: &TestApp, config: AppConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     let state = AppState::with_gateway(app.db.clone(), config, app.gateway.clone());
-    tokio::spawn(http::serve(listener, state, app.shutdown_token()));
+    tokio::spawn(startup::serve(listener, state, app.shutdown_token()));
     base_url
 }

@@ -542,7 +542,7 @@ fn gateway_to(mock_url: String, timeout: Duration) -> withdrawals::provider::Gat
         request_timeout: timeout,
     })
     .unwrap();
-    withdrawals::service::gateway_with(Arc::new(provider), never_open())
+    withdrawals::startup::gateway_with(Arc::new(provider), never_open())
 }
 
 impl World {
@@ -565,7 +565,7 @@ impl World {
         let api = format!("http://{}", listener.local_addr().unwrap());
         let ops_gateway = gateway_to(app.provider.mock.url(), Duration::from_secs(2));
         let state = withdrawals::http::AppState::with_gateway(app.db.clone(), config, ops_gateway);
-        tokio::spawn(withdrawals::http::serve(listener, state, app.shutdown_token()));
+        tokio::spawn(withdrawals::startup::serve(listener, state, app.shutdown_token()));
 
         let operators = [app.operator("operator").await, app.operator("operator").await];
         let customer = app.customer(FUNDING).await;

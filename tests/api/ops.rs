@@ -64,7 +64,7 @@ pub(crate) async fn paid_but_unknown(app: &TestApp) -> (WithdrawalId, crate::har
         request_timeout: Duration::from_millis(300),
     })
     .unwrap();
-    let stop = app.start_worker(withdrawals::service::gateway(std::sync::Arc::new(provider)), config);
+    let stop = app.start_worker(withdrawals::startup::gateway(std::sync::Arc::new(provider)), config);
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
@@ -437,7 +437,7 @@ async fn retry_after_a_known_unexecuted_failure_pays_out_once(app: TestApp) {
     });
     let mut config = worker_config("w-exhaust");
     config.submit_policy.max_attempts = 2;
-    let gateway = withdrawals::service::gateway_with(
+    let gateway = withdrawals::startup::gateway_with(
         app.provider.provider.clone(),
         withdrawals::provider::breaker::BreakerConfig { minimum_number_of_calls: 1_000, ..Default::default() },
     );

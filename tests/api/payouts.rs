@@ -9,7 +9,7 @@ use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT};
 use withdrawals::provider::breaker::{BreakerConfig, BreakerState, SlidingWindow};
 use withdrawals::provider::TransferRequest;
-use withdrawals::service;
+use withdrawals::startup;
 use withdrawals::storage::jobs::{self as job_store, Finish};
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use withdrawals::storage::{attempts, dead_letters, reconciliations};
@@ -45,7 +45,7 @@ fn create_requests(mock: &provider_mocks::RunningMock, id: WithdrawalId) -> Vec<
 
 async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     let provider = provider_mock(2_000).await;
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -80,7 +80,7 @@ async fn three_503s_then_success_completes_with_every_attempt_recorded(app: Test
     provider.mock.set_faults(FaultConfig { rules: vec![rule] });
     let config = worker_config("w1");
     let policy = config.submit_policy.clone();
-    app.start_worker(service::gateway(provider.provider.clone()), config);
+    app.start_worker(startup::gateway(provider.provider.clone()), config);
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -109,7 +109,7 @@ async fn a_429_with_retry_after_is_not_retried_before_it_says(app: TestApp) {
     let mut rule = FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 429, retry_after_secs: Some(2) });
     rule.times = Some(1);
     provider.mock.set_faults(FaultConfig { rules: vec![rule] });
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -136,7 +136,7 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
         permitted_calls_in_half_open: 1,
         ..BreakerConfig::default()
     };
-    let gateway = service::gateway_with(provider.provider.clone(), breaker);
+    let gateway = startup::gateway_with(provider.provider.clone(), breaker);
     let mut config = worker_config("w1");
     config.submit_policy.max_attempts = 50;
     app.start_worker(gateway.clone(), config);
@@ -196,7 +196,7 @@ async fn a_worker_that_died_before_calling_is_replaced_and_the_payout_completes(
     let mut config = worker_config("w2");
     config.lease = Duration::from_millis(600);
     config.heartbeat = Duration::from_millis(150);
-    app.start_worker(service::gateway(provider.provider.clone()), config);
+    app.start_worker(startup::gateway(provider.provider.clone()), config);
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(executions_for(&provider.mock, id), 1);
@@ -228,7 +228,7 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     let mut config = worker_config("w2");
     config.lease = Duration::from_millis(600);
     config.heartbeat = Duration::from_millis(150);
-    app.start_worker(service::gateway(provider.provider.clone()), config);
+    app.start_worker(startup::gateway(provider.provider.clone()), config);
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
@@ -301,7 +301,7 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     first.lease = Duration::from_millis(400);
     first.heartbeat = Duration::ZERO;
     first.max_receives = 1_000;
-    app.start_worker(service::gateway(provider.provider.clone()), first);
+    app.start_worker(startup::gateway(provider.provider.clone()), first);
     app.eventually("worker one to call the provider", WAIT, || async {
         (!create_requests(&provider.mock, id).is_empty()).then_some(())
     })
@@ -309,7 +309,7 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     let mut second = worker_config("w2");
     second.lease = Duration::from_millis(400);
     second.heartbeat = Duration::from_millis(100);
-    app.start_worker(service::gateway(provider.provider.clone()), second);
+    app.start_worker(startup::gateway(provider.provider.clone()), second);
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     tokio::time::sleep(Duration::from_millis(1_700)).await; // worker one's call returns and is fenced off
@@ -330,7 +330,7 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     provider.mock.set_faults(FaultConfig {
         rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 2_000 })],
     });
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -356,7 +356,7 @@ async fn a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_
     provider
         .mock
         .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
-    app.start_worker(service::gateway(provider.provider.clone()), worker_config("w1"));
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     let alice = app.customer("100.00").await;
 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;

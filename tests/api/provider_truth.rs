@@ -236,7 +236,7 @@ fn impatient_worker(app: &TestApp, config: withdrawals::jobs::worker::WorkerConf
         request_timeout: Duration::from_millis(300),
     })
     .unwrap();
-    app.start_worker(withdrawals::service::gateway(std::sync::Arc::new(provider)), config);
+    app.start_worker(withdrawals::startup::gateway(std::sync::Arc::new(provider)), config);
 }
 
 async fn a_lookup_with_a_different_amount_is_never_completed(app: TestApp) {

@@ -15,16 +15,11 @@ use withdrawals::storage::dead_letters;
 use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
 use withdrawals::storage::DbTime;
 
+use crate::both_backends;
 use crate::harness::{problem_code, Backend, TestApp};
 
-macro_rules! replay_tests {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Sqlite).await).await } )* }
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::app(crate::harness::Backend::Postgres).await).await } )* }
-    };
-}
-
-replay_tests!(
+both_backends!(
+    with = app;
     a_dry_run_reports_count_and_sample_and_changes_nothing,
     a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched,
     releases_hold_the_rate_limit,

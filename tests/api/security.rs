@@ -12,7 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use withdrawals::config::AppConfig;
-use withdrawals::http::{self, AppState, MetricsAccess, ServerLimits};
+use withdrawals::http::{AppState, MetricsAccess, ServerLimits};
+use withdrawals::startup;
 
 use crate::both_backends;
 use crate::harness::{problem_code, Backend, TestApp, METRICS_TOKEN};
@@ -46,7 +47,7 @@ async fn serve(app: &TestApp, limits: ServerLimits, metrics: MetricsAccess) -> S
     let addr = listener.local_addr().unwrap();
     let state = AppState::with_gateway(app.db.clone(), AppConfig::default(), app.gateway.clone());
     let stop = app.shutdown_token();
-    tokio::spawn(async move { http::serve_with(listener, state, &limits, &metrics, stop).await });
+    tokio::spawn(async move { startup::serve_with(listener, state, &limits, &metrics, stop).await });
     addr
 }
 

@@ -17,7 +17,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use serde_json::Value;
 use withdrawals::domain::WithdrawalStatus;
 use withdrawals::provider::breaker::{BreakerConfig, SlidingWindow};
-use withdrawals::service;
+use withdrawals::startup;
 use withdrawals::storage::{dead_letters, jobs as job_store};
 
 both_backends!(
@@ -85,7 +85,7 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
         permitted_calls_in_half_open: 1,
         ..BreakerConfig::default()
     };
-    app.start_worker(service::gateway_with(provider.provider.clone(), breaker), worker_config("w-metrics"));
+    app.start_worker(startup::gateway_with(provider.provider.clone(), breaker), worker_config("w-metrics"));
     let alice = app.customer("100.00").await;
     let before = scrape(&app).await;
 

@@ -1,0 +1,400 @@
+//! The composition root: the one place that knows how the parts make a running process. It opens
+//! the database ([`open`]), builds the provider (or the sandbox mock) behind its circuit breaker
+//! ([`provider_from`], [`gateway`]), assembles the complete router — the customer API of
+//! [`crate::http`], the operator API of [`crate::ops`], the console of [`crate::console`] — with
+//! the layers `http` owns ([`app`], [`serve_with`]), and runs `serve`/`worker`
+//! ([`Application::build`], [`Application::run_until_stopped`], [`serve`]): workers, listeners,
+//! the metrics listener, background purges, and shutdown on SIGTERM or Ctrl-C.
+//!
+//! What was `service` (provider, breaker, worker identity) lives here too: it is exactly the
+//! assembly this module does, and the tests build their apps and workers through the same
+//! functions, so they run what production runs. The CLI parses flags into [`Settings`] and
+//! dispatches; it builds nothing. Nothing below the composition root imports it, except the
+//! tools that are whole processes of their own (`bench`, `ops_cli`), which open the database
+//! and build workers through it.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use secrecy::SecretString;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::AppConfig;
+use crate::http::{self, AppState, MetricsAccess, ServerLimits};
+use crate::jobs::worker::{Worker, WorkerConfig};
+use crate::provider::breaker::{BreakerConfig, BreakerState, CircuitBreaker, SystemClock};
+use crate::provider::{Gateway, HttpProvider, Provider, ProviderConfig};
+use crate::storage::{Db, PoolSettings};
+use crate::telemetry::{self, LogFormat};
+
+/// Connects and applies migrations: every command works on a fresh database.
+pub async fn open(url: &str, settings: PoolSettings) -> anyhow::Result<Db> {
+    let db = Db::connect(url, &settings).await.context("cannot open the database")?;
+    db.migrate().await.context("cannot apply migrations")?;
+    Ok(db)
+}
+
+// ---- the router -------------------------------------------------------------------------------
+
+/// The complete application router, without `/metrics` and with the default request timeout.
+pub fn app(state: AppState) -> Router {
+    app_with(state, &ServerLimits::default(), &MetricsAccess::Hidden)
+}
+
+/// The complete application router — the customer API, `/ops/v1` and the console under `/ops` —
+/// with the layers every route shares: `limits` gives the request timeout, `metrics` who may
+/// read `/metrics` on this port.
+pub fn app_with(state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
+    let routes = http::router().merge(http::ops::router()).merge(crate::console::router());
+    http::layered(routes, state, limits, metrics)
+}
+
+/// Serves the app with the default [`ServerLimits`] and no `/metrics` (see [`serve_with`]).
+pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+    serve_with(listener, state, &ServerLimits::default(), &MetricsAccess::Hidden, shutdown).await
+}
+
+/// Serves the app until `shutdown` is cancelled, then lets in-flight requests finish. Every
+/// connection gets the header-read and idle timeouts and counts against the connection cap of
+/// `limits`, every request its request timeout; accepted connections get `TCP_NODELAY` (an answer
+/// is sent at once, not held back by Nagle's algorithm waiting for the client's acknowledgement).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    limits: &ServerLimits,
+    metrics: &MetricsAccess,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    http::limits::serve_router(listener, app_with(state, limits, metrics), limits, shutdown).await
+}
+
+// ---- the provider -----------------------------------------------------------------------------
+
+/// The provider named by `url`, or — with no URL — an in-process provider mock (sandbox mode),
+/// returned too so the caller keeps it running.
+pub async fn provider_from(
+    url: Option<String>,
+    api_key: Option<String>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+) -> anyhow::Result<(Arc<dyn Provider>, Option<provider_mocks::RunningMock>)> {
+    let (base_url, api_key, sandbox) = match url {
+        Some(url) => {
+            let key = api_key.ok_or_else(|| anyhow::anyhow!("PROVIDER_API_KEY is required with PROVIDER_URL"))?;
+            (url, key, None)
+        }
+        None => {
+            let key = "sandbox-provider-key".to_owned();
+            let mock = provider_mocks::spawn(provider_mocks::MockConfig {
+                api_key: Some(key.clone()),
+                ..provider_mocks::MockConfig::default()
+            })
+            .await?;
+            tracing::warn!(
+                provider_url = %mock.url(),
+                "SANDBOX MODE: PROVIDER_URL is not set, payouts go to an in-process provider mock; no money moves"
+            );
+            (mock.url(), key, Some(mock))
+        }
+    };
+    let provider = HttpProvider::new(ProviderConfig {
+        base_url,
+        api_key: SecretString::from(api_key),
+        connect_timeout,
+        request_timeout,
+    })?;
+    Ok((Arc::new(provider), sandbox))
+}
+
+/// The provider behind its circuit breaker, with every state change logged.
+pub fn gateway(provider: Arc<dyn Provider>) -> Gateway {
+    gateway_with(provider, BreakerConfig::default())
+}
+
+pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
+    let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
+        |name: &str, from: BreakerState, to: BreakerState| {
+            tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
+            crate::metrics::breaker_transition(name, from.as_str(), to.as_str());
+        },
+    );
+    Gateway { provider, breaker: Arc::new(breaker) }
+}
+
+/// `host-pid-random`: unique per process, readable in leases and attempt rows.
+pub fn worker_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+    format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+}
+
+// ---- the process ------------------------------------------------------------------------------
+
+/// What a `serve` process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    Api,
+    Worker,
+    All,
+}
+
+/// Where the payout provider is, or that there is none (sandbox mode). Not `Debug`: it holds
+/// the provider's key.
+#[derive(Clone)]
+pub struct ProviderSettings {
+    /// Unset: sandbox mode, an in-process provider mock.
+    pub url: Option<String>,
+    /// Bearer credential for the provider (never logged).
+    pub api_key: Option<String>,
+    /// Sandbox mode asked for deliberately (`--sandbox`): required on PostgreSQL.
+    pub sandbox: bool,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+/// Everything a `serve`/`worker` process needs, parsed and checked (the CLI builds it from its
+/// flags and environment). Not `Debug`: it holds the provider's key.
+pub struct Settings {
+    pub database_url: String,
+    pub role: Role,
+    pub pool: PoolSettings,
+    /// The API's settings; `sandbox` is decided by [`Application::build`].
+    pub app: AppConfig,
+    pub provider: ProviderSettings,
+    pub breaker: BreakerConfig,
+    /// The worker's settings; `sandbox` is decided by [`Application::build`].
+    pub worker: WorkerConfig,
+    pub bind: SocketAddr,
+    /// A separate listener for `/metrics` and `/healthz`.
+    pub metrics_bind: Option<SocketAddr>,
+    pub server: ServerLimits,
+    pub log_format: LogFormat,
+}
+
+/// Whether this process runs in sandbox mode (no `PROVIDER_URL`), or why it must not start: on
+/// PostgreSQL — a production database — sandbox mode must be asked for with `--sandbox`, so a
+/// lost provider setting cannot debit customers and mark withdrawals completed while paying
+/// nothing.
+pub fn sandbox_mode(database_url: &str, provider: &ProviderSettings) -> anyhow::Result<bool> {
+    match (&provider.url, provider.sandbox) {
+        (Some(_), true) => anyhow::bail!("--sandbox (WITHDRAWALS_SANDBOX) and PROVIDER_URL exclude each other: choose one"),
+        (Some(_), false) => Ok(false),
+        (None, true) => Ok(true),
+        (None, false) if database_url.starts_with("sqlite:") => Ok(true),
+        (None, false) => anyhow::bail!(
+            "refusing to start: PROVIDER_URL is not set and the database is PostgreSQL; set PROVIDER_URL (and PROVIDER_API_KEY) to pay out for real, or pass --sandbox (WITHDRAWALS_SANDBOX=1) to run a sandbox that pays nothing"
+        ),
+    }
+}
+
+/// Runs `serve` (or `worker`) until SIGTERM or Ctrl-C: logging set up, the process built, then
+/// run until stopped.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    telemetry::init(settings.log_format);
+    let app = Application::build(settings).await?;
+    tokio::spawn(shutdown_on_signal(app.shutdown_token()));
+    app.run_until_stopped().await
+}
+
+/// A process built and bound, not yet running: the database open and migrated, the provider
+/// ready, the listeners bound (so a port in use fails before any work starts).
+pub struct Application {
+    db: Db,
+    worker: Option<Worker>,
+    metrics_listener: Option<TcpListener>,
+    api: Option<Api>,
+    server: ServerLimits,
+    shutdown: CancellationToken,
+    /// Kept alive for the whole run: dropping it stops the sandbox provider.
+    _sandbox: Option<provider_mocks::RunningMock>,
+}
+
+/// The API listener and what it serves.
+struct Api {
+    listener: TcpListener,
+    state: AppState,
+    metrics: MetricsAccess,
+}
+
+impl Application {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+        let sandbox = sandbox_mode(&settings.database_url, &settings.provider)?;
+        settings.app.sandbox = sandbox;
+        settings.worker.sandbox = sandbox;
+        let db = open(&settings.database_url, settings.pool).await?;
+
+        // An API-only process gets the provider too when one is configured (operators check
+        // references against it).
+        let mut sandbox_mock = None;
+        let mut gateway = None;
+        if settings.role != Role::Api || settings.provider.url.is_some() {
+            let provider = settings.provider;
+            let (provider, mock) =
+                provider_from(provider.url, provider.api_key, provider.connect_timeout, provider.request_timeout)
+                    .await?;
+            sandbox_mock = mock;
+            gateway = Some(gateway_with(provider, settings.breaker));
+        }
+        let worker = match (settings.role != Role::Api, gateway.clone()) {
+            (true, Some(gateway)) => Some(Worker::new(db.clone(), gateway, settings.worker)),
+            _ => None,
+        };
+        let metrics_listener = match settings.metrics_bind {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+                tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+                Some(listener)
+            }
+            None => None,
+        };
+        let mut api = None;
+        if settings.role != Role::Worker {
+            crate::metrics::install();
+            let listener = TcpListener::bind(settings.bind)
+                .await
+                .with_context(|| format!("cannot listen on {}", settings.bind))?;
+            tracing::info!(addr = %listener.local_addr()?, backend = ?db.backend(), "withdrawals API listening");
+            let state = match gateway {
+                Some(gateway) => AppState::with_gateway(db.clone(), settings.app, gateway),
+                None => AppState::new(db.clone(), settings.app),
+            };
+            let metrics = settings.server.api_metrics(settings.metrics_bind.is_some());
+            if matches!(metrics, MetricsAccess::Hidden) && settings.metrics_bind.is_none() {
+                tracing::warn!("neither METRICS_BIND nor METRICS_TOKEN is set: /metrics is not served");
+            }
+            api = Some(Api { listener, state, metrics });
+        }
+        Ok(Self {
+            db,
+            worker,
+            metrics_listener,
+            api,
+            server: settings.server,
+            shutdown: CancellationToken::new(),
+            _sandbox: sandbox_mock,
+        })
+    }
+
+    /// Cancelling it stops the process: listeners finish in-flight requests, workers hand back
+    /// their jobs.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Where the API listens (none in a worker-only process).
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api.as_ref().and_then(|api| api.listener.local_addr().ok())
+    }
+
+    /// Runs the workers, the listeners and the purges until the shutdown token is cancelled (or
+    /// the worker fails: a service that accepts withdrawals nobody pays out is worse than one
+    /// that is down), then waits for all of them.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let Self { db, worker, metrics_listener, api, server, shutdown, _sandbox } = self;
+        let tasks = TaskTracker::new();
+        let worker_failed: Arc<Mutex<Option<anyhow::Error>>> = Default::default();
+        if let Some(worker) = worker {
+            let stop = shutdown.clone();
+            let failed = worker_failed.clone();
+            tasks.spawn(async move {
+                if let Err(err) = worker.run(stop.clone()).await {
+                    tracing::error!(error = format!("{err:#}"), "worker stopped with an error; shutting down");
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                    stop.cancel();
+                }
+            });
+        }
+        if let Some(listener) = metrics_listener {
+            let (limits, stop) = (server.clone(), shutdown.clone());
+            tasks.spawn(async move { http::serve_metrics(listener, &limits, stop).await });
+        }
+        if let Some(Api { listener, state, metrics }) = api {
+            tasks.spawn(purge_expired_records(db.clone(), shutdown.clone()));
+            tasks.spawn(crate::metrics::refresh_loop(db.clone(), Duration::from_secs(15), shutdown.clone()));
+            serve_with(listener, state, &server, &metrics, shutdown.clone()).await?;
+        } else {
+            shutdown.cancelled().await;
+        }
+        tasks.close();
+        tasks.wait().await;
+        db.close().await;
+        tracing::info!("stopped");
+        let failure = worker_failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match failure {
+            Some(err) => Err(err.context("the payout worker failed")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs the provider mock as a process (`withdrawals provider-mock`, used by `chaos`) until
+/// SIGTERM or Ctrl-C; says where it listens on stdout.
+pub async fn run_provider_mock(port: u16, seed: u64, api_key: Option<String>) -> anyhow::Result<()> {
+    let config = provider_mocks::MockConfig {
+        addr: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+        api_key,
+        seed,
+        ..provider_mocks::MockConfig::default()
+    };
+    let mock = provider_mocks::spawn(config).await?;
+    println!("provider-mock listening on {}", mock.url());
+    let stop = CancellationToken::new();
+    shutdown_on_signal(stop.clone()).await;
+    mock.shutdown().await;
+    Ok(())
+}
+
+/// Console sessions are kept this long after they expire, then deleted.
+const CONSOLE_SESSION_KEEP_DAYS: i64 = 30;
+
+/// Every ten minutes: forgets idempotency records past their retention, and console sessions
+/// that expired more than [`CONSOLE_SESSION_KEEP_DAYS`] ago.
+async fn purge_expired_records(db: Db, shutdown: CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = every.tick() => {
+                match crate::storage::idempotency::purge_expired(&db).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
+                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
+                }
+                let before = crate::storage::DbTime::now().plus(chrono::TimeDelta::days(-CONSOLE_SESSION_KEEP_DAYS));
+                match crate::storage::sessions::purge_expired(&db, before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(purged = n, "old console sessions removed"),
+                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "console session purge failed"),
+                }
+            }
+        }
+    }
+}
+
+/// Cancels `token` on SIGTERM or Ctrl-C.
+pub async fn shutdown_on_signal(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                token.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested; finishing in-flight requests");
+    token.cancel();
+}
