@@ -4,14 +4,29 @@
 //! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
 //! for scripts. The credential commands also take `--direct`: the same ops routes run in this
 //! process against `DATABASE_URL` (same token check, role and audit), for when the API is down.
+//!
+//! Requests are built from, and answers read into, the DTOs of [`crate::ops::types`]: the tables
+//! print typed fields, and `--json` prints the answer exactly as the API wrote it.
+
+use std::fmt::Display;
 
 use anyhow::{bail, Context};
 use axum::http::{header, Method};
+use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tower::ServiceExt;
+use uuid::Uuid;
 
 use crate::http::AppState;
+use crate::ops::types::{
+    ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterGroup, DeadLetterQuery,
+    DeadLetterView, Decided, Decision, List, OperatorView, OpsWithdrawal, OptionalReason, Overview, Page,
+    ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest, Resolved,
+    SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+};
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
@@ -34,7 +49,7 @@ pub enum ReviewCommand {
         status: String,
         /// Only this customer account's withdrawals.
         #[arg(long)]
-        account: Option<String>,
+        account: Option<Uuid>,
         #[arg(long)]
         limit: Option<u32>,
     },
@@ -71,7 +86,7 @@ pub enum ReviewCommand {
 }
 
 /// The dead-letter triage filters, shared by `dlq list` and `replay start`.
-#[derive(Debug, Args, Clone, serde::Serialize)]
+#[derive(Debug, Args, Clone)]
 pub struct FilterArgs {
     #[arg(long)]
     pub queue: Option<String>,
@@ -83,25 +98,22 @@ pub struct FilterArgs {
     pub category: Option<String>,
     /// RFC 3339 time.
     #[arg(long)]
-    pub failed_after: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
     /// RFC 3339 time.
     #[arg(long)]
-    pub failed_before: Option<String>,
+    pub failed_before: Option<DateTime<Utc>>,
 }
 
-impl FilterArgs {
-    fn query(&self) -> Vec<(&'static str, String)> {
-        [
-            opt("queue", &self.queue),
-            opt("job_type", &self.job_type),
-            opt("error_code", &self.error_code),
-            opt("category", &self.category),
-            opt("failed_after", &self.failed_after),
-            opt("failed_before", &self.failed_before),
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
+impl From<FilterArgs> for SelectionFilter {
+    fn from(f: FilterArgs) -> Self {
+        SelectionFilter {
+            queue: f.queue,
+            job_type: f.job_type,
+            error_code: f.error_code,
+            category: f.category,
+            failed_after: f.failed_after,
+            failed_before: f.failed_before,
+        }
     }
 }
 
@@ -159,6 +171,31 @@ struct Client {
     token: String,
 }
 
+/// An answer of the API: read into its DTO, and kept as the API wrote it for `--json`.
+struct Answer<T> {
+    typed: T,
+    json: Value,
+}
+
+impl<T> Answer<T> {
+    /// With `--json`, prints the API's JSON and gives nothing to print as a table.
+    fn unless_json(self, json: bool) -> Option<T> {
+        if json {
+            println!("{}", self.json);
+            None
+        } else {
+            Some(self.typed)
+        }
+    }
+}
+
+/// The parts of a problem+json refusal the CLI reports.
+#[derive(Deserialize)]
+struct ProblemBody {
+    code: Option<String>,
+    detail: Option<String>,
+}
+
 /// Largest in-process response read (a list of keys or operators is far smaller).
 const MAX_LOCAL_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -188,66 +225,64 @@ impl Client {
         }
     }
 
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-    ) -> anyhow::Result<Value> {
-        let (status, body) = match &self.transport {
+    /// `uri` is the path and query; `body` JSON. `Ok` holds a 2xx answer's JSON.
+    async fn call(&self, method: Method, uri: &str, body: Option<Vec<u8>>) -> anyhow::Result<Value> {
+        let (status, bytes) = match &self.transport {
             Transport::Http { http, base } => {
-                let mut request = http.request(method, format!("{base}{path}")).query(query).bearer_auth(&self.token);
+                let mut request = http.request(method, format!("{base}{uri}")).bearer_auth(&self.token);
                 if let Some(body) = body {
-                    request = request.json(body);
+                    request = request.header(header::CONTENT_TYPE, "application/json").body(body);
                 }
                 let response = request.send().await.with_context(|| format!("cannot reach {}", self.describe()))?;
                 let status = response.status();
-                (status, response.json::<Value>().await.unwrap_or(Value::Null))
+                (status, response.bytes().await.unwrap_or_default())
             }
             Transport::Local(state) => {
-                let mut uri = path.to_owned();
-                if !query.is_empty() {
-                    uri = format!("{uri}?{}", serde_urlencoded::to_string(query)?);
-                }
                 let request = axum::http::Request::builder()
                     .method(method)
                     .uri(uri)
                     .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
                     .header(header::CONTENT_TYPE, "application/json")
-                    .body(
-                        body.map(|b| axum::body::Body::from(b.to_string())).unwrap_or_else(axum::body::Body::empty),
-                    )?;
+                    .body(body.map(axum::body::Body::from).unwrap_or_else(axum::body::Body::empty))?;
                 let response = crate::http::ops::router().with_state(state.clone()).oneshot(request).await?;
                 let status = response.status();
-                let bytes = axum::body::to_bytes(response.into_body(), MAX_LOCAL_RESPONSE_BYTES).await?;
-                (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+                (status, axum::body::to_bytes(response.into_body(), MAX_LOCAL_RESPONSE_BYTES).await?)
             }
         };
         if !status.is_success() {
-            let code = body["code"].as_str().unwrap_or("error");
-            let detail = body["detail"].as_str().unwrap_or("");
+            let problem = serde_json::from_slice::<ProblemBody>(&bytes).ok();
+            let code = problem.as_ref().and_then(|p| p.code.as_deref()).unwrap_or("error");
+            let detail = problem.as_ref().and_then(|p| p.detail.as_deref()).unwrap_or("");
             bail!("{} {code}: {detail}", status.as_u16());
         }
-        Ok(body)
+        Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
-        self.call(Method::GET, path, query, None).await
+    async fn answer<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Vec<u8>>,
+    ) -> anyhow::Result<Answer<T>> {
+        let json = self.call(method, uri, body).await?;
+        let typed = T::deserialize(&json).context("the API's answer is not what this CLI expects (a newer server?)")?;
+        Ok(Answer { typed, json })
     }
 
-    async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
-        self.call(Method::POST, path, &[], Some(body)).await
+    /// `GET path?query`; `query` is a list query of `ops::types` (or `()` for none).
+    async fn get<T: DeserializeOwned>(&self, path: &str, query: &impl Serialize) -> anyhow::Result<Answer<T>> {
+        let query = serde_urlencoded::to_string(query)?;
+        let uri = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
+        self.answer(Method::GET, &uri, None).await
+    }
+
+    async fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B) -> anyhow::Result<Answer<T>> {
+        self.answer(Method::POST, path, Some(serde_json::to_vec(body)?)).await
     }
 }
 
-fn opt(name: &'static str, value: &Option<impl ToString>) -> Option<(&'static str, String)> {
-    value.as_ref().map(|v| (name, v.to_string()))
-}
-
-fn age(seconds: &Value) -> String {
-    let s = seconds.as_i64().unwrap_or(0);
-    match s {
+fn age(seconds: i64) -> String {
+    match seconds {
         s if s < 120 => format!("{s}s"),
         s if s < 7_200 => format!("{}m", s / 60),
         s if s < 172_800 => format!("{}h", s / 3_600),
@@ -255,268 +290,276 @@ fn age(seconds: &Value) -> String {
     }
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+fn age_or_dash(seconds: Option<i64>) -> String {
+    seconds.map_or_else(|| "-".to_owned(), age)
+}
+
+/// A value that may be absent (`-`).
+fn o<T: Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
+}
+
+/// A time as the API writes it.
+fn at(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+fn at_or_dash(t: Option<DateTime<Utc>>) -> String {
+    t.map_or_else(|| "-".to_owned(), at)
+}
+
+/// A rate as the API writes it (`0.0`, `2.5`).
+fn rate(per_second: f64) -> String {
+    serde_json::Number::from_f64(per_second).map_or_else(|| "-".to_owned(), |n| n.to_string())
 }
 
 pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
-    let body = match &command {
-        ReviewCommand::List { status, account, limit } => {
-            let query: Vec<_> = [Some(("status", status.clone())), opt("account_id", account), opt("limit", limit)]
-                .into_iter()
-                .flatten()
-                .collect();
-            client.get("/ops/v1/withdrawals", &query).await?
-        }
-        ReviewCommand::Show { id } => client.get(&format!("/ops/v1/withdrawals/{id}"), &[]).await?,
-        ReviewCommand::Resolve { id, action, reason, version, provider_reference } => {
-            let request = json!({"action": action, "reason": reason, "version": version, "provider_reference": provider_reference});
-            client.post(&format!("/ops/v1/withdrawals/{id}/resolve"), &request).await?
-        }
-        ReviewCommand::Decisions => client.get("/ops/v1/review-decisions", &[]).await?,
-        ReviewCommand::Approve { id, reason } => {
-            client.post(&format!("/ops/v1/withdrawals/{id}/decision/approve"), &json!({"reason": reason})).await?
-        }
-        ReviewCommand::Reject { id, reason } => {
-            client.post(&format!("/ops/v1/withdrawals/{id}/decision/reject"), &json!({"reason": reason})).await?
-        }
-    };
-    if conn.json {
-        println!("{body}");
-        return Ok(());
-    }
     match command {
-        ReviewCommand::List { .. } => {
+        ReviewCommand::List { status, account, limit } => {
+            let query = WithdrawalQuery {
+                status: Some(status),
+                account_id: account,
+                limit: limit.map(i64::from),
+                cursor: None,
+            };
+            let answer = client.get::<Page<OpsWithdrawal>>("/ops/v1/withdrawals", &query).await?;
+            let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
             println!("{:<38} {:>12} {:<4} {:>5} {:>7}  status", "id", "amount", "cur", "ver", "age");
-            for w in body["data"].as_array().into_iter().flatten() {
+            for w in page.data {
                 println!(
                     "{:<38} {:>12} {:<4} {:>5} {:>7}  {}",
-                    s(&w["id"]),
-                    s(&w["amount"]),
-                    s(&w["currency"]),
-                    s(&w["version"]),
-                    age(&w["age_seconds"]),
-                    s(&w["status"])
+                    w.id.to_string(),
+                    w.amount,
+                    w.currency,
+                    w.version,
+                    age(w.age_seconds),
+                    w.status
                 );
             }
         }
-        ReviewCommand::Show { .. } => {
-            let w = &body["withdrawal"];
-            if w["sandbox"] == true {
-                println!("SANDBOX: made in sandbox mode; no real money is paid out for it");
-            }
-            println!(
-                "{} {} {} — {} (version {}, {} in state)",
-                s(&w["id"]),
-                s(&w["amount"]),
-                s(&w["currency"]),
-                s(&w["status"]),
-                s(&w["version"]),
-                age(&w["age_seconds"])
-            );
-            for d in body["review_decisions"].as_array().into_iter().flatten() {
-                println!(
-                    "  decision {} {} {} requested by {} ({}): {}",
-                    s(&d["id"]),
-                    s(&d["action"]),
-                    s(&d["status"]),
-                    s(&d["requested_by"]),
-                    s(&d["requested_at"]),
-                    s(&d["reason"])
-                );
-            }
-            for t in body["transitions"].as_array().into_iter().flatten() {
-                println!(
-                    "  transition  {} → {}  by {}: {}  ({})",
-                    s(&t["from"]),
-                    s(&t["to"]),
-                    s(&t["actor"]),
-                    s(&t["reason"]),
-                    s(&t["at"])
-                );
-                if let Some(verdict) = t["evidence"]["verdict"].as_str() {
-                    let transfer = t["evidence"]["transfer"]["id"].as_str().unwrap_or("none");
-                    println!("    provider said: {verdict} (transfer {transfer}) at {}", s(&t["evidence"]["asked_at"]));
-                }
-            }
-            for a in body["provider_attempts"].as_array().into_iter().flatten() {
-                println!(
-                    "  attempt #{} {} side effect {} {} ({})",
-                    s(&a["attempt_no"]),
-                    s(&a["outcome"]),
-                    s(&a["side_effect"]),
-                    s(&a["error_code"]),
-                    s(&a["started_at"])
-                );
-            }
-            for r in body["reconciliation_results"].as_array().into_iter().flatten() {
-                println!("  reconciliation {}: {} ({})", s(&r["result"]), s(&r["detail"]), s(&r["at"]));
-            }
-            for d in body["dead_letters"].as_array().into_iter().flatten() {
-                println!(
-                    "  dead letter {} {} {} — owner {}, see {}",
-                    s(&d["id"]),
-                    s(&d["category"]),
-                    s(&d["error_code"]),
-                    s(&d["owner"]),
-                    s(&d["runbook"])
-                );
-            }
-            for e in body["ledger_entries"].as_array().into_iter().flatten() {
-                println!(
-                    "  ledger {} available {} held {} paid out {}",
-                    s(&e["kind"]),
-                    s(&e["available"]),
-                    s(&e["held"]),
-                    s(&e["paid_out"])
-                );
+        ReviewCommand::Show { id } => {
+            let answer = client.get::<WithdrawalDetail>(&format!("/ops/v1/withdrawals/{id}"), &()).await?;
+            if let Some(shown) = answer.unless_json(conn.json) {
+                print_withdrawal(&shown);
             }
         }
-        ReviewCommand::Resolve { action, .. } => {
-            let w = &body["withdrawal"];
-            if body["status"] == "pending_approval" {
+        ReviewCommand::Resolve { id, action, reason, version, provider_reference } => {
+            let request = ResolveRequest { action: action.clone(), reason, version, provider_reference };
+            let answer = client.post::<_, Resolved>(&format!("/ops/v1/withdrawals/{id}/resolve"), &request).await?;
+            let Some(resolved) = answer.unless_json(conn.json) else { return Ok(()) };
+            let w = &resolved.withdrawal;
+            if resolved.is_pending_approval() {
                 println!(
                     "{action}: decision {} on {} waits for a second operator (withdrawals review approve {} --reason …)",
-                    s(&body["decision"]["id"]),
-                    s(&w["id"]),
-                    s(&w["id"])
+                    o(&resolved.decision.as_ref().map(|d| d.id)),
+                    w.id,
+                    w.id
                 );
             } else {
-                println!("{action}: {} is now {} (version {})", s(&w["id"]), s(&w["status"]), s(&w["version"]));
+                println!("{action}: {} is now {} (version {})", w.id, w.status, w.version);
             }
         }
         ReviewCommand::Decisions => {
+            let answer = client.get::<List<Decision>>("/ops/v1/review-decisions", &()).await?;
+            let Some(decisions) = answer.unless_json(conn.json) else { return Ok(()) };
             println!("{:<38} {:<9} {:<38}  reason", "withdrawal", "action", "requested by");
-            for d in body["data"].as_array().into_iter().flatten() {
+            for d in decisions.data {
                 println!(
                     "{:<38} {:<9} {:<38}  {}",
-                    s(&d["withdrawal_id"]),
-                    s(&d["action"]),
-                    s(&d["requested_by"]),
-                    s(&d["reason"])
+                    d.withdrawal_id.to_string(),
+                    d.action,
+                    d.requested_by.to_string(),
+                    d.reason
                 );
             }
         }
-        ReviewCommand::Approve { id, .. } => {
-            let w = &body["withdrawal"];
-            println!("approved: {id} is now {} (version {})", s(&w["status"]), s(&w["version"]));
+        ReviewCommand::Approve { id, reason } => {
+            let path = format!("/ops/v1/withdrawals/{id}/decision/approve");
+            let answer = client.post::<_, Decided>(&path, &ReasonRequest { reason }).await?;
+            if let Some(decided) = answer.unless_json(conn.json) {
+                let w = decided.withdrawal.as_ref();
+                println!("approved: {id} is now {} (version {})", o(&w.map(|w| w.status)), o(&w.map(|w| w.version)));
+            }
         }
-        ReviewCommand::Reject { id, .. } => println!("rejected: the decision on {id} is dropped; nothing moved"),
+        ReviewCommand::Reject { id, reason } => {
+            let path = format!("/ops/v1/withdrawals/{id}/decision/reject");
+            let answer = client.post::<_, Decided>(&path, &ReasonRequest { reason }).await?;
+            if answer.unless_json(conn.json).is_some() {
+                println!("rejected: the decision on {id} is dropped; nothing moved");
+            }
+        }
     }
     Ok(())
 }
 
+/// `review show`: the withdrawal, then each kind of evidence.
+fn print_withdrawal(shown: &WithdrawalDetail) {
+    let w = &shown.withdrawal;
+    if w.sandbox {
+        println!("SANDBOX: made in sandbox mode; no real money is paid out for it");
+    }
+    println!(
+        "{} {} {} — {} (version {}, {} in state)",
+        w.id,
+        w.amount,
+        w.currency,
+        w.status,
+        w.version,
+        age(w.age_seconds)
+    );
+    for d in &shown.review_decisions {
+        println!(
+            "  decision {} {} {} requested by {} ({}): {}",
+            d.id,
+            d.action,
+            d.status,
+            d.requested_by,
+            at(d.requested_at),
+            d.reason
+        );
+    }
+    for t in &shown.transitions {
+        println!("  transition  {} → {}  by {}: {}  ({})", o(&t.from), t.to, t.actor, t.reason, at(t.at));
+        let evidence = t.evidence.as_ref().map(ProviderEvidence::read).unwrap_or_default();
+        if let Some(verdict) = &evidence.verdict {
+            let transfer = evidence.transfer.as_ref().map_or("none", |t| t.id.as_str());
+            println!("    provider said: {verdict} (transfer {transfer}) at {}", at_or_dash(evidence.asked_at));
+        }
+    }
+    for a in &shown.provider_attempts {
+        println!(
+            "  attempt #{} {} side effect {} {} ({})",
+            a.attempt_no,
+            o(&a.outcome),
+            a.side_effect,
+            o(&a.error_code),
+            at(a.started_at)
+        );
+    }
+    for r in &shown.reconciliation_results {
+        println!("  reconciliation {}: {} ({})", r.result, r.detail, at(r.at));
+    }
+    for d in &shown.dead_letters {
+        println!("  dead letter {} {} {} — owner {}, see {}", d.id, d.category, d.error_code, d.owner, d.runbook);
+    }
+    for e in &shown.ledger_entries {
+        println!("  ledger {} available {} held {} paid out {}", e.kind, e.available, e.held, e.paid_out);
+    }
+}
+
 pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
-    let body = match &command {
-        DlqCommand::List { filter, state, limit, cursor } => {
-            let mut query = filter.query();
-            query.extend([opt("state", state), opt("limit", limit), opt("cursor", cursor)].into_iter().flatten());
-            client.get("/ops/v1/dead-letters", &query).await?
-        }
-        DlqCommand::Summary => client.get("/ops/v1/dead-letters/summary", &[]).await?,
-        DlqCommand::Show { id } => client.get(&format!("/ops/v1/dead-letters/{id}"), &[]).await?,
-        DlqCommand::Close { id, reason } => {
-            client.post(&format!("/ops/v1/dead-letters/{id}/close"), &json!({"reason": reason})).await?
-        }
-    };
-    if conn.json {
-        println!("{body}");
-        return Ok(());
-    }
     match command {
-        DlqCommand::List { .. } => {
+        DlqCommand::List { filter, state, limit, cursor } => {
+            let f = SelectionFilter::from(filter);
+            let query = DeadLetterQuery {
+                queue: f.queue,
+                job_type: f.job_type,
+                error_code: f.error_code,
+                category: f.category,
+                failed_after: f.failed_after,
+                failed_before: f.failed_before,
+                state,
+                limit: limit.map(i64::from),
+                cursor,
+            };
+            let answer = client.get::<Page<DeadLetterView>>("/ops/v1/dead-letters", &query).await?;
+            let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
             println!(
                 "{:<38} {:<20} {:<28} {:<12} {:>7}  withdrawal",
                 "id", "category", "error_code", "side_effect", "age"
             );
-            for d in body["data"].as_array().into_iter().flatten() {
+            for d in &page.data {
                 println!(
                     "{:<38} {:<20} {:<28} {:<12} {:>7}  {}",
-                    s(&d["id"]),
-                    s(&d["category"]),
-                    s(&d["error_code"]),
-                    s(&d["side_effect_state"]),
-                    age(&d["age_seconds"]),
-                    s(&d["withdrawal_id"])
+                    d.id.to_string(),
+                    d.category,
+                    d.error_code,
+                    d.side_effect_state,
+                    age(d.age_seconds),
+                    o(&d.withdrawal_id)
                 );
             }
-            if let Some(next) = body["next_cursor"].as_str() {
+            if let Some(next) = page.next_cursor {
                 println!("more: --cursor {next}");
             }
         }
         DlqCommand::Summary => {
+            let answer = client.get::<List<DeadLetterGroup>>("/ops/v1/dead-letters/summary", &()).await?;
+            let Some(groups) = answer.unless_json(conn.json) else { return Ok(()) };
             println!("{:<20} {:<28} {:>6} {:>10}", "category", "error_code", "open", "oldest");
-            for g in body["data"].as_array().into_iter().flatten() {
+            for g in groups.data {
                 println!(
                     "{:<20} {:<28} {:>6} {:>10}",
-                    s(&g["category"]),
-                    s(&g["error_code"]),
-                    s(&g["open"]),
-                    age(&g["oldest_open_age_seconds"])
+                    g.category,
+                    g.error_code,
+                    g.open,
+                    age(g.oldest_open_age_seconds.unwrap_or(0))
                 );
             }
         }
-        DlqCommand::Show { .. } => println!("{}", serde_json::to_string_pretty(&body)?),
-        DlqCommand::Close { id, .. } => println!("closed {id}"),
+        DlqCommand::Show { id } => {
+            let answer = client.get::<DeadLetterView>(&format!("/ops/v1/dead-letters/{id}"), &()).await?;
+            // The envelope is shown whole, as the API wrote it (every field, in its order).
+            let json = answer.json.clone();
+            if answer.unless_json(conn.json).is_some() {
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            }
+        }
+        DlqCommand::Close { id, reason } => {
+            let answer = client
+                .post::<_, Closed>(&format!("/ops/v1/dead-letters/{id}/close"), &ReasonRequest { reason })
+                .await?;
+            if answer.unless_json(conn.json).is_some() {
+                println!("closed {id}");
+            }
+        }
     }
     Ok(())
 }
 
 /// `withdrawals status`: the overview (withdrawals by state, dead letters, queues, breakers, replays).
 pub async fn status(conn: &Connection) -> anyhow::Result<()> {
-    let body = Client::new(conn)?.get("/ops/v1/overview", &[]).await?;
-    if conn.json {
-        println!("{body}");
-        return Ok(());
-    }
-    let age_or_dash = |v: &Value| if v.is_null() { "-".to_owned() } else { age(v) };
-    if body["sandbox"] == true {
+    let answer = Client::new(conn)?.get::<Overview>("/ops/v1/overview", &()).await?;
+    let Some(overview) = answer.unless_json(conn.json) else { return Ok(()) };
+    if overview.sandbox {
         println!("SANDBOX MODE: payouts go to an in-process provider mock; no money moves");
     }
     println!("withdrawals            count  oldest");
-    for w in body["withdrawals"].as_array().into_iter().flatten() {
-        println!("  {:<20} {:>5}  {}", s(&w["state"]), s(&w["count"]), age_or_dash(&w["oldest_age_seconds"]));
+    for w in &overview.withdrawals {
+        println!("  {:<20} {:>5}  {}", w.state, w.count, age_or_dash(w.oldest_age_seconds));
     }
-    let dl = &body["dead_letters"];
-    println!("dead letters open      {:>5}  {}", s(&dl["open"]), age_or_dash(&dl["oldest_open_age_seconds"]));
-    for c in dl["by_category"].as_array().into_iter().flatten() {
-        println!("  {:<20} {:>5}  {}", s(&c["category"]), s(&c["open"]), age(&c["oldest_age_seconds"]));
+    let dl = &overview.dead_letters;
+    println!("dead letters open      {:>5}  {}", dl.open, age_or_dash(dl.oldest_open_age_seconds));
+    for c in &dl.by_category {
+        println!("  {:<20} {:>5}  {}", c.category, c.open, age(c.oldest_age_seconds));
     }
     println!("queues                 scheduled  due  running  oldest due");
-    for q in body["queues"].as_array().into_iter().flatten() {
+    for q in &overview.queues {
         println!(
             "  {:<20} {:>9}  {:>3}  {:>7}  {}",
-            s(&q["queue"]),
-            s(&q["scheduled"]),
-            s(&q["due"]),
-            s(&q["running"]),
-            age_or_dash(&q["oldest_due_age_seconds"])
+            q.queue,
+            q.scheduled,
+            q.due,
+            q.running,
+            age_or_dash(q.oldest_due_age_seconds)
         );
     }
-    for b in body["breakers"].as_array().into_iter().flatten() {
-        println!("breaker {}: {}", s(&b["name"]), s(&b["state"]));
+    for b in &overview.breakers {
+        println!("breaker {}: {}", b.name, b.state);
     }
-    for r in body["replays"].as_array().into_iter().flatten() {
-        println!("replays {}: {} (pending items {})", s(&r["status"]), s(&r["runs"]), s(&r["pending_items"]));
+    for r in &overview.replays {
+        println!("replays {}: {} (pending items {})", r.status, r.runs, r.pending_items);
     }
     Ok(())
 }
 
 /// `withdrawals breakers`: each provider breaker's state as the API process sees it.
 pub async fn breakers(conn: &Connection) -> anyhow::Result<()> {
-    let body = Client::new(conn)?.get("/ops/v1/breakers", &[]).await?;
-    if conn.json {
-        println!("{body}");
-        return Ok(());
-    }
-    for b in body["data"].as_array().into_iter().flatten() {
-        println!("{}  {}", s(&b["name"]), s(&b["state"]));
+    let answer = Client::new(conn)?.get::<List<BreakerView>>("/ops/v1/breakers", &()).await?;
+    for b in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {
+        println!("{}  {}", b.name, b.state);
     }
     Ok(())
 }
@@ -528,24 +571,19 @@ pub async fn audit(
     limit: Option<u32>,
 ) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
-    let query: Vec<_> =
-        [opt("action", &action), opt("target_id", &target), opt("limit", &limit)].into_iter().flatten().collect();
-    let body = client.get("/ops/v1/audit", &query).await?;
-    if conn.json {
-        println!("{body}");
-        return Ok(());
-    }
-    for r in body["data"].as_array().into_iter().flatten() {
+    let query = AuditQuery { action, target_id: target, limit: limit.map(i64::from), ..AuditQuery::default() };
+    let answer = client.get::<Page<AuditEntry>>("/ops/v1/audit", &query).await?;
+    for r in answer.unless_json(conn.json).map(|p| p.data).unwrap_or_default() {
         println!(
             "{}  {} ({})  {} {} {}  {}  reason: {}",
-            s(&r["at"]),
-            s(&r["operator_name"]),
-            s(&r["role"]),
-            s(&r["action"]),
-            s(&r["target_type"]),
-            s(&r["target_id"]),
-            s(&r["result"]),
-            s(&r["reason"])
+            at(r.at),
+            r.operator_name,
+            r.role,
+            r.action,
+            r.target_type,
+            r.target_id,
+            r.result,
+            r.reason
         );
     }
     Ok(())
@@ -561,7 +599,7 @@ pub enum ReplayCommand {
         reason: String,
         /// Dead-letter ids to replay (repeatable); or select with the filters.
         #[arg(long = "id")]
-        ids: Vec<String>,
+        ids: Vec<Uuid>,
         #[command(flatten)]
         filter: FilterArgs,
         #[arg(long)]
@@ -639,108 +677,107 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
             watch,
             expect_selection,
         } => {
-            let mut request = json!({
-                "reason": reason, "expected_payload_version": expected_payload_version,
-                "destination_queue": destination, "dry_run": dry_run, "rate_per_second": rate,
-                "max_concurrency": max_concurrency, "auto_pause_threshold": auto_pause,
-                "expected_selection_digest": expect_selection,
-            });
-            if ids.is_empty() {
-                request["filter"] = serde_json::to_value(&filter)?;
-            } else {
-                request["dead_letter_ids"] = json!(ids);
-            }
-            let body = client.post("/ops/v1/replays", &request).await?;
-            if conn.json {
-                println!("{body}");
-            } else if dry_run {
-                println!(
-                    "dry run: {} dead letters would be replayed{}",
-                    s(&body["count"]),
-                    if body["needs_approval"] == true { " (needs a second operator's approval)" } else { "" }
-                );
-                println!(
-                    "selection {} (start with --expect-selection {} to require exactly these)",
-                    s(&body["selection_digest"]),
-                    s(&body["selection_digest"])
-                );
-                for item in body["sample"].as_array().into_iter().flatten() {
+            let (dead_letter_ids, filter) =
+                if ids.is_empty() { (None, Some(filter.into())) } else { (Some(ids), None) };
+            let request = StartReplay {
+                reason,
+                dead_letter_ids,
+                filter,
+                expected_payload_version,
+                destination_queue: destination,
+                dry_run,
+                rate_per_second: rate,
+                max_concurrency,
+                auto_pause_threshold: auto_pause,
+                expected_selection_digest: expect_selection,
+            };
+            let answer = client.post::<_, Started>("/ops/v1/replays", &request).await?;
+            let run = match &answer.typed {
+                Started::Run(run) => Some(run.id),
+                Started::DryRun(_) => None,
+            };
+            match answer.unless_json(conn.json) {
+                Some(Started::DryRun(preview)) => {
                     println!(
-                        "  {} {} {} withdrawal {}",
-                        s(&item["dead_letter_id"]),
-                        s(&item["category"]),
-                        s(&item["error_code"]),
-                        s(&item["withdrawal_id"])
+                        "dry run: {} dead letters would be replayed{}",
+                        preview.count,
+                        if preview.needs_approval { " (needs a second operator's approval)" } else { "" }
                     );
+                    println!(
+                        "selection {} (start with --expect-selection {} to require exactly these)",
+                        preview.selection_digest, preview.selection_digest
+                    );
+                    for item in &preview.sample {
+                        println!(
+                            "  {} {} {} withdrawal {}",
+                            item.dead_letter_id,
+                            item.category,
+                            item.error_code,
+                            o(&item.withdrawal_id)
+                        );
+                    }
                 }
-            } else {
-                println!(
-                    "replay run {} started: {} items, status {}",
-                    s(&body["id"]),
-                    s(&body["total"]),
-                    s(&body["status"])
-                );
+                Some(Started::Run(run)) => {
+                    println!("replay run {} started: {} items, status {}", run.id, run.total, run.status)
+                }
+                None => {}
             }
-            if watch && !dry_run {
-                follow(&client, &s(&body["id"])).await?;
+            if let Some(run) = run.filter(|_| watch) {
+                follow(&client, &run.to_string()).await?;
             }
         }
         ReplayCommand::List { status, limit } => {
-            let query: Vec<_> =
-                [opt("status", &status), Some(("limit", limit.to_string()))].into_iter().flatten().collect();
-            let body = client.get("/ops/v1/replays", &query).await?;
-            if conn.json {
-                println!("{body}");
-            } else {
-                for run in body["data"].as_array().into_iter().flatten() {
-                    let p = &run["progress"];
-                    println!(
-                        "{} {:<17} {} items: {} succeeded, {} failed, {} pending  {}",
-                        s(&run["id"]),
-                        s(&run["status"]),
-                        s(&run["total"]),
-                        s(&p["succeeded"]),
-                        s(&p["failed"]),
-                        s(&p["pending"]),
-                        s(&run["reason"])
-                    );
-                }
+            let query = ReplayQuery { status, limit: Some(limit) };
+            let answer = client.get::<List<ReplayRunView>>("/ops/v1/replays", &query).await?;
+            for run in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {
+                let p = run.progress.as_ref();
+                println!(
+                    "{} {:<17} {} items: {} succeeded, {} failed, {} pending  {}",
+                    run.id,
+                    run.status,
+                    run.total,
+                    o(&p.map(|p| p.succeeded)),
+                    o(&p.map(|p| p.failed)),
+                    o(&p.map(|p| p.pending)),
+                    run.reason
+                );
             }
         }
         ReplayCommand::Status { id, watch } => {
             if watch {
                 follow(&client, &id).await?;
             } else {
-                let body = client.get(&format!("/ops/v1/replays/{id}"), &[]).await?;
-                if conn.json {
-                    println!("{body}");
-                } else {
-                    let p = &body["progress"];
+                let answer = client.get::<ReplayRunView>(&format!("/ops/v1/replays/{id}"), &()).await?;
+                if let Some(run) = answer.unless_json(conn.json) {
+                    let p = run.progress.as_ref();
+                    let count = |f: fn(&crate::ops::types::ReplayProgress) -> i64| o(&p.map(f));
                     println!(
                         "run {} {}: total {}, released {}, reconciling {}, skipped {}, succeeded {}, failed {}, new dead letters {}, {} /s{}",
-                        s(&body["id"]), s(&body["status"]), s(&p["total"]), s(&p["released"]), s(&p["reconciling"]), s(&p["skipped"]),
-                        s(&p["succeeded"]), s(&p["failed"]), s(&p["new_dead_letters"]), s(&p["released_per_second"]),
-                        body["paused_reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default()
+                        run.id, run.status, count(|p| p.total), count(|p| p.released), count(|p| p.reconciling),
+                        count(|p| p.skipped), count(|p| p.succeeded), count(|p| p.failed), count(|p| p.new_dead_letters),
+                        o(&p.map(|p| rate(p.released_per_second))),
+                        run.paused_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
                     );
                 }
             }
         }
-        ReplayCommand::Pause { id, reason } => return replay_control(conn, "pause", &id, &reason).await,
-        ReplayCommand::Resume { id, reason } => return replay_control(conn, "resume", &id, &reason).await,
-        ReplayCommand::Cancel { id, reason } => return replay_control(conn, "cancel", &id, &reason).await,
-        ReplayCommand::Approve { id, reason } => return replay_control(conn, "approve", &id, &reason).await,
+        ReplayCommand::Pause { id, reason } => return replay_control(conn, ReplayControl::Pause, &id, reason).await,
+        ReplayCommand::Resume { id, reason } => return replay_control(conn, ReplayControl::Resume, &id, reason).await,
+        ReplayCommand::Cancel { id, reason } => return replay_control(conn, ReplayControl::Cancel, &id, reason).await,
+        ReplayCommand::Approve { id, reason } => {
+            return replay_control(conn, ReplayControl::Approve, &id, reason).await
+        }
     }
     Ok(())
 }
 
 /// pause | resume | cancel | approve.
-async fn replay_control(conn: &Connection, action: &str, id: &str, reason: &str) -> anyhow::Result<()> {
+async fn replay_control(conn: &Connection, action: ReplayControl, id: &str, reason: String) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
-    let body = client.post(&format!("/ops/v1/replays/{id}/{action}"), &json!({"reason": reason})).await?;
-    if conn.json {
-        println!("{body}");
-    } else {
-        println!("run {} is now {}", s(&body["id"]), s(&body["status"]));
+    let path = format!("/ops/v1/replays/{id}/{}", action.as_str());
+    let answer = client.post::<_, ReplayRunView>(&path, &ReasonRequest { reason }).await?;
+    if let Some(run) = answer.unless_json(conn.json) {
+        println!("run {} is now {}", run.id, run.status);
     }
     Ok(())
 }
@@ -753,23 +790,32 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<()> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     loop {
-        let body = client.get(&format!("/ops/v1/replays/{id}"), &[]).await?;
-        let p = &body["progress"];
-        let done = p["released"].as_u64().unwrap_or(0)
-            + p["reconciling"].as_u64().unwrap_or(0)
-            + p["skipped"].as_u64().unwrap_or(0)
-            + p["cancelled"].as_u64().unwrap_or(0);
-        bar.set_length(p["total"].as_u64().unwrap_or(0));
-        bar.set_position(done);
+        let run = client.get::<ReplayRunView>(&format!("/ops/v1/replays/{id}"), &()).await?.typed;
+        let p = run.progress.unwrap_or(crate::ops::types::ReplayProgress {
+            total: 0,
+            pending: 0,
+            released: 0,
+            reconciling: 0,
+            skipped: 0,
+            cancelled: 0,
+            in_flight: 0,
+            succeeded: 0,
+            failed: 0,
+            new_dead_letters: 0,
+            released_per_second: 0.0,
+        });
+        let done = p.released + p.reconciling + p.skipped + p.cancelled;
+        bar.set_length(u64::try_from(p.total).unwrap_or(0));
+        bar.set_position(u64::try_from(done).unwrap_or(0));
         bar.set_message(format!(
             "{} · succeeded {} · failed {} · new dead letters {} · {} /s",
-            s(&body["status"]),
-            s(&p["succeeded"]),
-            s(&p["failed"]),
-            s(&p["new_dead_letters"]),
-            s(&p["released_per_second"])
+            run.status,
+            p.succeeded,
+            p.failed,
+            p.new_dead_letters,
+            rate(p.released_per_second)
         ));
-        if matches!(body["status"].as_str(), Some("completed" | "cancelled" | "paused")) {
+        if matches!(run.status.as_str(), "completed" | "cancelled" | "paused") {
             bar.finish();
             return Ok(());
         }
@@ -804,47 +850,45 @@ pub enum KeysCommand {
 
 pub async fn api_keys(database_url: &str, remote: &Remote, command: KeysCommand) -> anyhow::Result<()> {
     let client = Client::for_remote(remote, database_url).await?;
-    let body = match &command {
-        KeysCommand::Create { account_id, label, reason } => {
-            client
-                .post(&format!("/ops/v1/accounts/{account_id}/keys"), &json!({"label": label, "reason": reason}))
-                .await?
-        }
-        KeysCommand::List { account_id } => client.get(&format!("/ops/v1/accounts/{account_id}/keys"), &[]).await?,
-        KeysCommand::Revoke { key_id, reason } => {
-            client.post(&format!("/ops/v1/api-keys/{key_id}/revoke"), &json!({"reason": reason})).await?
-        }
-    };
-    if remote.conn.json {
-        println!("{body}");
-        return Ok(());
-    }
+    let json = remote.conn.json;
     match command {
-        KeysCommand::Create { .. } => println!(
-            "key_id:     {}\naccount_id: {}\nlabel:      {}\napi_key:    {}\n(the API key is shown once; store it now. The account's other keys keep working until revoked.)",
-            s(&body["id"]),
-            s(&body["account_id"]),
-            s(&body["label"]),
-            s(&body["api_key"])
-        ),
-        KeysCommand::List { .. } => {
+        KeysCommand::Create { account_id, label, reason } => {
+            let path = format!("/ops/v1/accounts/{account_id}/keys");
+            let answer = client.post::<_, ApiKeyView>(&path, &CreateKey { label, reason }).await?;
+            if let Some(key) = answer.unless_json(json) {
+                println!(
+                    "key_id:     {}\naccount_id: {}\nlabel:      {}\napi_key:    {}\n(the API key is shown once; store it now. The account's other keys keep working until revoked.)",
+                    key.id,
+                    key.account_id,
+                    o(&key.label),
+                    o(&key.api_key)
+                );
+            }
+        }
+        KeysCommand::List { account_id } => {
+            let answer = client.get::<List<ApiKeyView>>(&format!("/ops/v1/accounts/{account_id}/keys"), &()).await?;
+            let Some(keys) = answer.unless_json(json) else { return Ok(()) };
             println!("{:<36}  {:<7}  {:<27}  {:<27}  label", "id", "status", "created", "last used");
-            for k in body["data"].as_array().into_iter().flatten() {
+            for k in keys.data {
                 println!(
                     "{:<36}  {:<7}  {:<27}  {:<27}  {}",
-                    s(&k["id"]),
-                    s(&k["status"]),
-                    s(&k["created_at"]),
-                    s(&k["last_used_at"]),
-                    s(&k["label"])
+                    k.id.to_string(),
+                    k.status,
+                    at(k.created_at),
+                    at_or_dash(k.last_used_at),
+                    o(&k.label)
                 );
-                if let Some(reason) = k["revoked_reason"].as_str() {
-                    println!("  revoked {}: {reason}", s(&k["revoked_at"]));
+                if let Some(reason) = &k.revoked_reason {
+                    println!("  revoked {}: {reason}", at_or_dash(k.revoked_at));
                 }
             }
         }
-        KeysCommand::Revoke { key_id, .. } => {
-            println!("revoked {key_id} (account {}): it fails from the next request on", s(&body["account_id"]))
+        KeysCommand::Revoke { key_id, reason } => {
+            let path = format!("/ops/v1/api-keys/{key_id}/revoke");
+            let answer = client.post::<_, ApiKeyView>(&path, &ReasonRequest { reason }).await?;
+            if let Some(key) = answer.unless_json(json) {
+                println!("revoked {key_id} (account {}): it fails from the next request on", key.account_id)
+            }
         }
     }
     Ok(())
@@ -888,62 +932,67 @@ pub enum OperatorCommand {
 }
 
 pub async fn operators(database_url: &str, command: OperatorCommand) -> anyhow::Result<()> {
-    let (remote, path, body) = match &command {
-        OperatorCommand::List { remote } => (remote, "/ops/v1/operators".to_owned(), None),
-        OperatorCommand::Disable { id, reason, remote } => {
-            (remote, format!("/ops/v1/operators/{id}/disable"), Some(json!({"reason": reason})))
-        }
-        OperatorCommand::Enable { id, reason, remote } => {
-            (remote, format!("/ops/v1/operators/{id}/enable"), Some(json!({"reason": reason})))
-        }
-        OperatorCommand::RotateToken { id, reason, remote } => {
-            (remote, format!("/ops/v1/operators/{id}/rotate-token"), Some(json!({"reason": reason})))
-        }
+    let remote = match &command {
+        OperatorCommand::List { remote }
+        | OperatorCommand::Disable { remote, .. }
+        | OperatorCommand::Enable { remote, .. }
+        | OperatorCommand::RotateToken { remote, .. } => remote,
     };
     let client = Client::for_remote(remote, database_url).await?;
-    let body = match &body {
-        Some(body) => client.post(&path, body).await?,
-        None => client.get(&path, &[]).await?,
-    };
-    if remote.conn.json {
-        println!("{body}");
-        return Ok(());
-    }
-    match command {
+    let json = remote.conn.json;
+    match &command {
         OperatorCommand::List { .. } => {
+            let answer = client.get::<List<OperatorView>>("/ops/v1/operators", &()).await?;
+            let Some(operators) = answer.unless_json(json) else { return Ok(()) };
             println!("{:<36}  {:<8}  {:<8}  {:<27}  {:<27}  name", "id", "role", "status", "created", "token rotated");
-            for o in body["data"].as_array().into_iter().flatten() {
+            for op in operators.data {
                 println!(
                     "{:<36}  {:<8}  {:<8}  {:<27}  {:<27}  {}",
-                    s(&o["id"]),
-                    s(&o["role"]),
-                    s(&o["status"]),
-                    s(&o["created_at"]),
-                    s(&o["token_rotated_at"]),
-                    s(&o["name"])
+                    op.id.to_string(),
+                    op.role.as_str(),
+                    op.status,
+                    at(op.created_at),
+                    at_or_dash(op.token_rotated_at),
+                    op.name
                 );
-                if let Some(reason) = o["disabled_reason"].as_str() {
-                    println!("  disabled {}: {reason}", s(&o["disabled_at"]));
+                if let Some(reason) = &op.disabled_reason {
+                    println!("  disabled {}: {reason}", at_or_dash(op.disabled_at));
                 }
             }
         }
-        OperatorCommand::Disable { .. } => println!(
-            "disabled {} ({}): their token fails from the next request on; {} console sessions ended",
-            s(&body["name"]),
-            s(&body["id"]),
-            s(&body["sessions_ended"])
-        ),
-        OperatorCommand::Enable { .. } => println!("enabled {} ({})", s(&body["name"]), s(&body["id"])),
-        OperatorCommand::RotateToken { .. } => {
-            println!(
-                "operator_id: {}\nstatus:      {}\ntoken:       {}\n(the token is shown once; the old token no longer works and {} console sessions ended)",
-                s(&body["id"]),
-                s(&body["status"]),
-                s(&body["token"]),
-                s(&body["sessions_ended"])
-            );
-            if body["own_token"] == true {
-                println!("(this was your own token: use the new one from now on)");
+        OperatorCommand::Disable { id, reason, .. } => {
+            let path = format!("/ops/v1/operators/{id}/disable");
+            let answer = client.post::<_, OperatorView>(&path, &ReasonRequest { reason: reason.clone() }).await?;
+            if let Some(op) = answer.unless_json(json) {
+                println!(
+                    "disabled {} ({}): their token fails from the next request on; {} console sessions ended",
+                    op.name,
+                    op.id,
+                    o(&op.sessions_ended)
+                );
+            }
+        }
+        OperatorCommand::Enable { id, reason, .. } => {
+            let path = format!("/ops/v1/operators/{id}/enable");
+            let answer = client.post::<_, OperatorView>(&path, &ReasonRequest { reason: reason.clone() }).await?;
+            if let Some(op) = answer.unless_json(json) {
+                println!("enabled {} ({})", op.name, op.id);
+            }
+        }
+        OperatorCommand::RotateToken { id, reason, .. } => {
+            let path = format!("/ops/v1/operators/{id}/rotate-token");
+            let answer = client.post::<_, OperatorView>(&path, &OptionalReason { reason: reason.clone() }).await?;
+            if let Some(op) = answer.unless_json(json) {
+                println!(
+                    "operator_id: {}\nstatus:      {}\ntoken:       {}\n(the token is shown once; the old token no longer works and {} console sessions ended)",
+                    op.id,
+                    op.status,
+                    o(&op.token),
+                    o(&op.sessions_ended)
+                );
+                if op.own_token == Some(true) {
+                    println!("(this was your own token: use the new one from now on)");
+                }
             }
         }
     }

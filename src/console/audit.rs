@@ -5,22 +5,22 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::api;
 use super::session::Session;
-use super::views::{self, state, text, when, Banner};
+use super::views::{self, state, when, Banner};
 use crate::http::AppState;
+use crate::ops::types::{self, Page};
 
 #[derive(Debug, Default, Deserialize)]
-pub struct AuditQuery {
+pub struct LogQuery {
     operator_id: Option<String>,
     action: Option<String>,
     target_id: Option<String>,
     cursor: Option<String>,
 }
 
-pub async fn log(State(state_): State<AppState>, session: Session, Query(q): Query<AuditQuery>) -> Response {
+pub async fn log(State(state_): State<AppState>, session: Session, Query(q): Query<LogQuery>) -> Response {
     let pairs = |cursor: Option<&'_ str>| {
         vec![
             ("operator_id", q.operator_id.clone()),
@@ -32,12 +32,15 @@ pub async fn log(State(state_): State<AppState>, session: Session, Query(q): Que
     let owned = pairs(q.cursor.as_deref());
     let mut borrowed: Vec<(&str, Option<&str>)> = owned.iter().map(|(k, v)| (*k, v.as_deref())).collect();
     borrowed.push(("limit", Some("100")));
-    let (listed, banner, code) =
-        match api::get(&state_, &session, &format!("/ops/v1/audit{}", api::query(&borrowed))).await {
-            Ok(v) => (v, None, StatusCode::OK),
-            Err(r) => (json!({"data": []}), Some(Banner::error(r.to_string())), r.status),
-        };
-    let rows = listed["data"].as_array().cloned().unwrap_or_default();
+    let listed = async {
+        let query: types::AuditQuery = api::parse_query(&borrowed)?;
+        api::audit(&state_, &session, &query).await
+    };
+    let (listed, banner, code) = match listed.await {
+        Ok(page) => (page, None, StatusCode::OK),
+        Err(r) => (Page { data: Vec::new(), next_cursor: None }, Some(Banner::error(r.to_string())), r.status),
+    };
+    let rows = &listed.data;
     let body = html! {
         h1 { "Audit log" }
         p.hint { "Every operator action, and every refusal, newest first. Rows are append-only." }
@@ -53,20 +56,20 @@ pub async fn log(State(state_): State<AppState>, session: Session, Query(q): Que
                 th scope="col" { "Reason" } th scope="col" { "Result" }
             } }
             tbody {
-                @for r in &rows {
+                @for r in rows {
                     tr {
-                        td { (when(&r["at"])) }
-                        td { (text(&r["operator_name"])) " (" (text(&r["role"])) ")" }
-                        td { code { (text(&r["action"])) } }
-                        td { (text(&r["target_type"])) " " code { (text(&r["target_id"])) } }
-                        td { (text(&r["reason"])) }
-                        td { (state(&r["result"])) }
+                        td { (when(r.at)) }
+                        td { (r.operator_name) " (" (r.role) ")" }
+                        td { code { (r.action) } }
+                        td { (r.target_type) " " code { (r.target_id) } }
+                        td { (r.reason) }
+                        td { (state(&r.result)) }
                     }
                 }
                 @if rows.is_empty() { tr { td colspan="6" { "No entries match." } } }
             }
         }
-        @if let Some(next) = listed["next_cursor"].as_str() {
+        @if let Some(next) = listed.next_cursor.as_deref() {
             @let next_pairs = pairs(Some(next));
             @let next_borrowed: Vec<(&str, Option<&str>)> = next_pairs.iter().map(|(k, v)| (*k, v.as_deref())).collect();
             p { a href={ "/ops/audit" (api::query(&next_borrowed)) } { "Older entries" } }

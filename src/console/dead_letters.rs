@@ -4,17 +4,19 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
 use maud::html;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::api;
-use super::session::{urlencode, Session};
-use super::views::{self, age, csrf_field, role_note, state, text, when, Banner};
+use super::session::{urlencode, CsrfForm, Session};
+use super::views::{self, age, csrf_field, opt, role_note, state, when, Banner};
 use crate::dead_letter::Category;
 use crate::http::AppState;
+use crate::ops::types::{DeadLetterGroup, DeadLetterQuery, List, Page, ReasonRequest};
 use crate::ops::Role;
+
+/// The list's state filter: open (the default), closed or both.
+const LETTER_STATES: [&str; 3] = ["open", "closed", "all"];
 
 #[derive(Debug, Default, Deserialize)]
 pub struct TriageQuery {
@@ -48,12 +50,12 @@ impl TriageQuery {
 pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): Query<TriageQuery>) -> Response {
     let mut banner = None;
     let mut code = StatusCode::OK;
-    let summary = match api::get(&state_, &session, "/ops/v1/dead-letters/summary").await {
-        Ok(v) => v,
+    let summary = match api::dead_letter_summary(&state_, &session).await {
+        Ok(groups) => groups,
         Err(r) => {
             code = r.status;
             banner = Some(Banner::error(r.to_string()));
-            json!({"data": []})
+            List { data: Vec::new() }
         }
     };
     let mut pairs: Vec<(&str, Option<String>)> = q
@@ -62,18 +64,22 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
         .map(|(k, v)| (k, v.map(|v| if k.starts_with("failed_") { api::utc_param(v) } else { v.to_owned() })))
         .collect();
     pairs.push(("limit", Some("50".to_owned())));
-    let listed = match api::get(&state_, &session, &format!("/ops/v1/dead-letters{}", api::query(&pairs))).await {
-        Ok(v) => v,
+    let listed = async {
+        let query: DeadLetterQuery = api::parse_query(&pairs)?;
+        api::dead_letters(&state_, &session, &query).await
+    };
+    let listed = match listed.await {
+        Ok(page) => page,
         Err(r) => {
             code = r.status;
             banner = Some(Banner::error(r.to_string()));
-            json!({"data": []})
+            Page { data: Vec::new(), next_cursor: None }
         }
     };
-    let groups = summary["data"].as_array().cloned().unwrap_or_default();
-    let rows = listed["data"].as_array().cloned().unwrap_or_default();
-    let selected = |g: &Value| {
-        q.category.as_deref() == g["category"].as_str() && q.error_code.as_deref() == g["error_code"].as_str()
+    let groups = &summary.data;
+    let rows = &listed.data;
+    let selected = |g: &DeadLetterGroup| {
+        q.category.as_deref() == Some(g.category.as_str()) && q.error_code.as_deref() == Some(g.error_code.as_str())
     };
     // A replay needs a filter that narrows (the open/closed state does not).
     let filtered = q.pairs(None).iter().any(|(k, v)| *k != "state" && v.is_some_and(|v| !v.trim().is_empty()));
@@ -85,17 +91,17 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
             table #dead-letter-summary {
                 thead { tr { th scope="col" { "Category / error code" } th.num scope="col" { "Open" } th scope="col" { "Oldest open" } } }
                 tbody {
-                    @for g in &groups {
+                    @for g in groups {
                         tr {
                             th scope="row" {
-                                a href={ "/ops/dead-letters" (api::query(&[("category", g["category"].as_str()), ("error_code", g["error_code"].as_str())])) }
+                                a href={ "/ops/dead-letters" (api::query(&[("category", Some(&g.category)), ("error_code", Some(&g.error_code))])) }
                                   aria-current=[selected(g).then_some("true")] {
-                                    (text(&g["category"])) " / " (text(&g["error_code"]))
+                                    (g.category) " / " (g.error_code)
                                 }
                                 @if selected(g) { " (shown below)" }
                             }
-                            td.num { (text(&g["open"])) }
-                            td { (when(&g["oldest_open_at"])) }
+                            td.num { (g.open) }
+                            td { (when(g.oldest_open_at)) }
                         }
                     }
                     @if groups.is_empty() { tr { td colspan="3" { "No open dead letters." } } }
@@ -120,7 +126,7 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
                 p {
                     label for="f-state" { "State" } br;
                     select #f-state name="state" {
-                        @for s in ["open", "closed", "all"] {
+                        @for s in LETTER_STATES {
                             option value=(s) selected[q.state.as_deref().unwrap_or("open") == s] { (s) }
                         }
                     }
@@ -139,21 +145,21 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
                     th scope="col" { "Withdrawal" } th scope="col" { "Side effect" } th scope="col" { "Failed" } th scope="col" { "State" }
                 } }
                 tbody {
-                    @for d in &rows {
+                    @for d in rows {
                         tr {
-                            td { a href={ "/ops/dead-letters/" (text(&d["id"])) } { code { (text(&d["id"])) } } }
-                            td.group { (text(&d["category"])) " / " (text(&d["error_code"])) }
-                            td { (text(&d["queue"])) " · " (text(&d["job_type"])) " v" (text(&d["payload_version"])) }
-                            td { @if d["withdrawal_id"].is_null() { "-" } @else { a href={ "/ops/withdrawals/" (text(&d["withdrawal_id"])) } { code { (text(&d["withdrawal_id"])) } } } }
-                            td { (text(&d["side_effect_state"])) }
-                            td { (when(&d["failed_at"])) }
-                            td { (state(&d["state"])) }
+                            td { a href={ "/ops/dead-letters/" (d.id) } { code { (d.id) } } }
+                            td.group { (d.category) " / " (d.error_code) }
+                            td { (d.queue) " · " (d.job_type) " v" (d.payload_version) }
+                            td { @if let Some(w) = d.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } } @else { "-" } }
+                            td { (d.side_effect_state) }
+                            td { (when(d.failed_at)) }
+                            td { (state(&d.state)) }
                         }
                     }
                     @if rows.is_empty() { tr { td colspan="7" { "No dead letter matches." } } }
                 }
             }
-            @if let Some(next) = listed["next_cursor"].as_str() {
+            @if let Some(next) = listed.next_cursor.as_deref() {
                 p { a href={ "/ops/dead-letters" (api::query(&q.pairs(Some(next)))) } { "Next page" } }
             }
         }
@@ -178,53 +184,56 @@ pub async fn letter(
 }
 
 async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<Banner>, code: StatusCode) -> Response {
-    let d = match api::get(state_, session, &format!("/ops/v1/dead-letters/{}", urlencode(id))).await {
-        Ok(v) => v,
+    let d = async { api::dead_letter(state_, session, api::uuid(id)?).await };
+    let d = match d.await {
+        Ok(d) => d,
         Err(r) => return views::refused(r.status, "Dead letter", &r.to_string()),
     };
-    let field = |label: &str, key: &str| html! { tr { th scope="row" { (label) } td { (text(&d[key])) } } };
-    let payload = if d["payload"].is_null() {
-        text(&d["raw_payload"])
-    } else {
-        serde_json::to_string_pretty(&d["payload"]).unwrap_or_default()
+    let field = |label: &str, value: &dyn std::fmt::Display| {
+        html! { tr { th scope="row" { (label) } td { (value) } } }
     };
+    let payload = match &d.payload {
+        Some(payload) => serde_json::to_string_pretty(payload).unwrap_or_default(),
+        None => opt(&d.raw_payload),
+    };
+    let events = d.events.as_deref().unwrap_or_default();
     let body = html! {
-        h1 { "Dead letter " code { (text(&d["id"])) } }
-        p { "State: " (state(&d["state"])) " · failed " (when(&d["failed_at"])) " (" (age(&d["age_seconds"])) ")" }
-        p { "Owner: " strong { (text(&d["owner"])) } " · runbook: " code { (text(&d["runbook"])) } }
+        h1 { "Dead letter " code { (d.id) } }
+        p { "State: " (state(&d.state)) " · failed " (when(d.failed_at)) " (" (age(d.age_seconds)) ")" }
+        p { "Owner: " strong { (d.owner) } " · runbook: " code { (d.runbook) } }
         table #envelope {
             tbody {
-                (field("Category", "category")) (field("Error code", "error_code")) (field("Error class", "error_class"))
-                (field("Error message", "error_message")) (field("Side effect", "side_effect_state"))
-                (field("Queue", "queue")) (field("Job type", "job_type")) (field("Payload version", "payload_version"))
-                (field("Job", "job_id")) (field("Attempts", "attempts")) (field("Correlation id", "correlation_id"))
-                (field("Idempotency key", "idempotency_key")) (field("Worker", "worker_host")) (field("Worker version", "worker_version"))
-                tr { th scope="row" { "Withdrawal" } td { @if d["withdrawal_id"].is_null() { "-" } @else { a href={ "/ops/withdrawals/" (text(&d["withdrawal_id"])) } { code { (text(&d["withdrawal_id"])) } } } } }
+                (field("Category", &d.category)) (field("Error code", &d.error_code)) (field("Error class", &d.error_class))
+                (field("Error message", &d.error_message)) (field("Side effect", &d.side_effect_state))
+                (field("Queue", &d.queue)) (field("Job type", &d.job_type)) (field("Payload version", &d.payload_version))
+                (field("Job", &d.job_id)) (field("Attempts", &d.attempts)) (field("Correlation id", &d.correlation_id))
+                (field("Idempotency key", &opt(&d.idempotency_key))) (field("Worker", &d.worker_host)) (field("Worker version", &d.worker_version))
+                tr { th scope="row" { "Withdrawal" } td { @if let Some(w) = d.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } } @else { "-" } } }
             }
         }
         h2 { "Payload (redacted)" }
         pre #payload { (payload) }
-        @if !d["stack"].is_null() { h2 { "Stack" } pre { (text(&d["stack"])) } }
+        @if let Some(stack) = &d.stack { h2 { "Stack" } pre { (stack) } }
         h2 { "History" }
         ol #letter-events {
-            @for e in d["events"].as_array().cloned().unwrap_or_default() {
-                li { (when(&e["at"])) " · " strong { (text(&e["action"])) } " by " (text(&e["actor"])) ": " (text(&e["reason"]))
-                     @if !e["replay_job_status"].is_null() { " — replayed job is " (state(&e["replay_job_status"])) } }
+            @for e in events {
+                li { (when(e.at)) " · " strong { (e.action) } " by " (e.actor) ": " (e.reason)
+                     @if let Some(Some(job_status)) = &e.replay_job_status { " — replayed job is " (state(job_status)) } }
             }
-            @if d["events"].as_array().is_none_or(|e| e.is_empty()) { li { "Nothing yet." } }
+            @if events.is_empty() { li { "Nothing yet." } }
         }
-        @if d["state"] == "open" {
+        @if d.is_open() {
             section aria-labelledby="h-close" {
                 h2 #h-close { "Close" }
                 (role_note(session, Role::Operator, "close dead letters"))
                 @if session.can(Role::Operator) {
-                    form #close-form method="post" action={ "/ops/dead-letters/" (text(&d["id"])) "/close" } {
+                    form #close-form method="post" action={ "/ops/dead-letters/" (d.id) "/close" } {
                         (csrf_field(session))
                         p.hint { "Closing archives the letter with your reason; it is never deleted." }
                         p { label for="close-reason" { "Reason (required)" } br; textarea #close-reason name="reason" rows="2" cols="50" required maxlength="500" {} }
                         button type="submit" { "Close dead letter" }
                     }
-                    p { a #replay-this href={ "/ops/replays" (api::query(&[("dead_letter_id", d["id"].as_str())])) } { "Replay this dead letter…" } }
+                    p { a #replay-this href={ "/ops/replays" (api::query(&[("dead_letter_id", Some(d.id.to_string()))])) } { "Replay this dead letter…" } }
                 }
             }
         }
@@ -234,22 +243,18 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
 
 #[derive(Debug, Deserialize)]
 pub struct CloseForm {
-    csrf: Option<String>,
     reason: Option<String>,
 }
 
 /// `POST /ops/dead-letters/{id}/close`.
 pub async fn close(
     State(state_): State<AppState>,
-    session: Session,
     Path(id): Path<String>,
-    Form(form): Form<CloseForm>,
+    CsrfForm(session, form): CsrfForm<CloseForm>,
 ) -> Response {
-    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
-        return refused;
-    }
-    let body = json!({"reason": form.reason.unwrap_or_default()});
-    match api::post(&state_, &session, &format!("/ops/v1/dead-letters/{}/close", urlencode(&id)), body).await {
+    let request = ReasonRequest { reason: form.reason.unwrap_or_default() };
+    let closed = async { api::close_dead_letter(&state_, &session, api::uuid(&id)?, &request).await };
+    match closed.await {
         Ok(_) => Redirect::to(&format!("/ops/dead-letters/{}?done=close", urlencode(&id))).into_response(),
         Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status).await,
     }

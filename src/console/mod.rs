@@ -4,9 +4,11 @@
 //! is a plain form post carrying the session's CSRF token; a little inline script only refreshes
 //! a running replay's progress.
 //!
-//! Owns no data path of its own: `api` calls the ops API (`/ops/v1`) in process as the
-//! signed-in operator, so roles, validation and audit are exactly the API's. [`session`] owns
-//! sign-in, the session cookie and CSRF.
+//! Owns no data path of its own: pages call only `api`'s typed functions (one per operation, each
+//! answering with a DTO of [`crate::ops::types`]), which act as the signed-in operator through the
+//! ops API (`/ops/v1`) in process, so roles, validation and audit are exactly the API's.
+//! [`session`] owns sign-in, the session cookie and CSRF: every form post is read through its
+//! [`session::CsrfForm`], which refuses a wrong token before the handler runs.
 
 mod api;
 mod audit;

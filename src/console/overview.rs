@@ -6,12 +6,13 @@ use maud::html;
 
 use super::api;
 use super::session::Session;
-use super::views::{self, age, state, text, Banner};
+use super::views::{self, age, state, Banner};
+use crate::domain::WithdrawalStatus;
 use crate::http::AppState;
 
 pub async fn page(State(state_): State<AppState>, session: Session) -> Response {
     let session = &session;
-    let o = match api::get(&state_, session, "/ops/v1/overview").await {
+    let o = match api::overview(&state_, session).await {
         Ok(o) => o,
         Err(refusal) => {
             return (
@@ -21,11 +22,9 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
                 .into_response()
         }
     };
-    let empty = Vec::new();
-    let list = |v: &serde_json::Value| v.as_array().unwrap_or(&empty).clone();
     let body = html! {
         h1 { "Overview" }
-        @if o["sandbox"] == true {
+        @if o.sandbox {
             p #sandbox-mode role="status" { strong { "SANDBOX MODE" } ": no provider is configured; payouts go to an in-process mock and no money moves. Withdrawals made here are marked sandbox and are never paid by a real provider." }
         }
         section aria-labelledby="h-withdrawals" {
@@ -33,33 +32,33 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
             table #withdrawals-by-state {
                 thead { tr { th scope="col" { "State" } th.num scope="col" { "Count" } th scope="col" { "Oldest in state" } } }
                 tbody {
-                    @for w in list(&o["withdrawals"]) {
+                    @for w in &o.withdrawals {
                         tr {
                             th scope="row" {
-                                @if w["state"] == "requires_review" {
-                                    a href="/ops/review" { (state(&w["state"])) }
-                                } @else { (state(&w["state"])) }
+                                @if w.state == WithdrawalStatus::RequiresReview.as_str() {
+                                    a href="/ops/review" { (state(&w.state)) }
+                                } @else { (state(&w.state)) }
                             }
-                            td.num { (text(&w["count"])) }
-                            td { (age(&w["oldest_age_seconds"])) }
+                            td.num { (w.count) }
+                            td { (age(w.oldest_age_seconds)) }
                         }
                     }
                 }
             }
         }
         section aria-labelledby="h-dead-letters" {
-            h2 #h-dead-letters { "Open dead letters: " (text(&o["dead_letters"]["open"])) }
-            p { "Oldest open: " (age(&o["dead_letters"]["oldest_open_age_seconds"])) }
+            h2 #h-dead-letters { "Open dead letters: " (o.dead_letters.open) }
+            p { "Oldest open: " (age(o.dead_letters.oldest_open_age_seconds)) }
             table #dead-letters-by-category {
                 thead { tr { th scope="col" { "Category" } th.num scope="col" { "Open" } th scope="col" { "Oldest" } } }
                 tbody {
-                    @for c in list(&o["dead_letters"]["by_category"]) {
+                    @for c in &o.dead_letters.by_category {
                         tr {
                             th scope="row" {
-                                a href={ "/ops/dead-letters" (api::query(&[("category", c["category"].as_str())])) } { (text(&c["category"])) }
+                                a href={ "/ops/dead-letters" (api::query(&[("category", Some(&c.category))])) } { (c.category) }
                             }
-                            td.num { (text(&c["open"])) }
-                            td { (age(&c["oldest_age_seconds"])) }
+                            td.num { (c.open) }
+                            td { (age(c.oldest_age_seconds)) }
                         }
                     }
                 }
@@ -70,10 +69,10 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
             table {
                 thead { tr { th scope="col" { "Provider" } th scope="col" { "State" } } }
                 tbody {
-                    @for b in list(&o["breakers"]) {
-                        tr { th scope="row" { (text(&b["name"])) } td { (state(&b["state"])) } }
+                    @for b in &o.breakers {
+                        tr { th scope="row" { (b.name) } td { (state(&b.state)) } }
                     }
-                    @if list(&o["breakers"]).is_empty() {
+                    @if o.breakers.is_empty() {
                         tr { td colspan="2" { "This process does not call the provider (API-only role); read the workers' metrics." } }
                     }
                 }
@@ -84,14 +83,14 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
             table {
                 thead { tr { th scope="col" { "Status" } th.num scope="col" { "Runs" } th.num scope="col" { "Items pending" } } }
                 tbody {
-                    @for r in list(&o["replays"]) {
+                    @for r in &o.replays {
                         tr {
-                            th scope="row" { a href={ "/ops/replays" (api::query(&[("status", r["status"].as_str())])) } { (state(&r["status"])) } }
-                            td.num { (text(&r["runs"])) }
-                            td.num { (text(&r["pending_items"])) }
+                            th scope="row" { a href={ "/ops/replays" (api::query(&[("status", Some(&r.status))])) } { (state(&r.status)) } }
+                            td.num { (r.runs) }
+                            td.num { (r.pending_items) }
                         }
                     }
-                    @if list(&o["replays"]).is_empty() { tr { td colspan="3" { "No replay has been started." } } }
+                    @if o.replays.is_empty() { tr { td colspan="3" { "No replay has been started." } } }
                 }
             }
         }
@@ -100,13 +99,13 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
             table {
                 thead { tr { th scope="col" { "Queue" } th.num scope="col" { "Scheduled" } th.num scope="col" { "Due" } th.num scope="col" { "Running" } th scope="col" { "Oldest due" } } }
                 tbody {
-                    @for q in list(&o["queues"]) {
+                    @for q in &o.queues {
                         tr {
-                            th scope="row" { (text(&q["queue"])) }
-                            td.num { (text(&q["scheduled"])) }
-                            td.num { (text(&q["due"])) }
-                            td.num { (text(&q["running"])) }
-                            td { (age(&q["oldest_due_age_seconds"])) }
+                            th scope="row" { (q.queue) }
+                            td.num { (q.scheduled) }
+                            td.num { (q.due) }
+                            td.num { (q.running) }
+                            td { (age(q.oldest_due_age_seconds)) }
                         }
                     }
                 }

@@ -5,24 +5,26 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use uuid::Uuid;
 
-use super::api;
-use super::session::{urlencode, Session};
-use super::views::{self, csrf_field, role_note, state, text, when, Banner};
+use super::api::{self, Refusal};
+use super::session::{urlencode, CsrfForm, Session};
+use super::views::{self, csrf_field, opt, rate, role_note, state, when, Banner};
 use crate::dead_letter::Category;
 use crate::http::AppState;
 use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::ops::types::{
+    DryRun, ReasonRequest, ReplayControl, ReplayProgress, ReplayQuery, ReplayRunView, SelectionFilter, StartReplay,
+    Started,
+};
 use crate::ops::Role;
 
 /// A replay as the start form describes it (also the index page's query: a filter to prefill).
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
 pub struct ReplayForm {
-    #[serde(default)]
-    csrf: Option<String>,
     #[serde(default)]
     status: Option<String>,
     #[serde(default)]
@@ -62,40 +64,60 @@ fn non_empty(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-/// A number field: absent means "the default"; anything else is passed on for the API to judge.
-fn number(v: &Option<String>) -> Value {
-    match non_empty(v) {
-        None => Value::Null,
-        Some(n) => n.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(n.to_owned())),
-    }
+fn owned(v: &Option<String>) -> Option<String> {
+    non_empty(v).map(str::to_owned)
+}
+
+/// A field the core could not read from a body: refused as it refuses one (422 `invalid_body`).
+fn unreadable(field: &str, value: &str, what: &str) -> Refusal {
+    Refusal::invalid("invalid_body", format!("{field}: `{value}` is not {what}"))
+}
+
+/// A number field: absent means "the default".
+fn number(field: &str, v: &Option<String>) -> Result<Option<i64>, Refusal> {
+    non_empty(v).map(|n| n.parse::<i64>().map_err(|_| unreadable(field, n, "a whole number"))).transpose()
+}
+
+/// A time field: a browser's `datetime-local` (read as UTC) or RFC 3339.
+fn time(field: &str, v: &Option<String>) -> Result<Option<DateTime<Utc>>, Refusal> {
+    non_empty(v).map(|t| api::utc_param(t).parse().map_err(|_| unreadable(field, t, "a time"))).transpose()
 }
 
 impl ReplayForm {
-    fn request(&self, dry_run: bool) -> Value {
-        let mut request = json!({
-            "reason": self.reason.clone().unwrap_or_default(),
-            "expected_payload_version": number(&self.expected_payload_version),
-            "destination_queue": non_empty(&self.destination_queue).unwrap_or(PAYOUTS_QUEUE),
-            "dry_run": dry_run,
-            "rate_per_second": number(&self.rate_per_second),
-            "max_concurrency": number(&self.max_concurrency),
-            "auto_pause_threshold": number(&self.auto_pause_threshold),
-        });
-        if !dry_run {
-            request["expected_selection_digest"] = json!(non_empty(&self.selection_digest));
-        }
-        match non_empty(&self.dead_letter_id) {
-            Some(id) => request["dead_letter_ids"] = json!([id]),
-            None => {
-                request["filter"] = json!({
-                    "category": non_empty(&self.category), "error_code": non_empty(&self.error_code),
-                    "queue": non_empty(&self.queue), "job_type": non_empty(&self.job_type),
-                    "failed_after": non_empty(&self.failed_after).map(api::utc_param),
-                    "failed_before": non_empty(&self.failed_before).map(api::utc_param),
-                })
+    /// The replay this form describes, as the core's request; a field it could not read is
+    /// refused here, before asking.
+    fn request(&self, dry_run: bool) -> Result<StartReplay, Refusal> {
+        let (dead_letter_ids, filter) = match non_empty(&self.dead_letter_id) {
+            Some(id) => {
+                let id = Uuid::parse_str(id).map_err(|_| unreadable("dead_letter_ids", id, "a dead letter id"))?;
+                (Some(vec![id]), None)
             }
-        }
-        request
+            None => {
+                let filter = SelectionFilter {
+                    queue: owned(&self.queue),
+                    job_type: owned(&self.job_type),
+                    error_code: owned(&self.error_code),
+                    category: owned(&self.category),
+                    failed_after: time("filter.failed_after", &self.failed_after)?,
+                    failed_before: time("filter.failed_before", &self.failed_before)?,
+                };
+                (None, Some(filter))
+            }
+        };
+        let expected_payload_version = number("expected_payload_version", &self.expected_payload_version)?
+            .ok_or_else(|| Refusal::invalid("invalid_body", "expected_payload_version: a whole number is required"))?;
+        Ok(StartReplay {
+            reason: self.reason.clone().unwrap_or_default(),
+            dead_letter_ids,
+            filter,
+            expected_payload_version,
+            destination_queue: non_empty(&self.destination_queue).unwrap_or(PAYOUTS_QUEUE).to_owned(),
+            dry_run,
+            rate_per_second: number("rate_per_second", &self.rate_per_second)?,
+            max_concurrency: number("max_concurrency", &self.max_concurrency)?,
+            auto_pause_threshold: number("auto_pause_threshold", &self.auto_pause_threshold)?,
+            expected_selection_digest: if dry_run { None } else { owned(&self.selection_digest) },
+        })
     }
 
     /// The selection as query pairs, to come back to the start form.
@@ -170,9 +192,9 @@ async fn render_index(
     banner: Option<Banner>,
     code: StatusCode,
 ) -> Response {
-    let uri = format!("/ops/v1/replays{}", api::query(&[("status", non_empty(&f.status)), ("limit", Some("50"))]));
-    let (runs, banner, code) = match api::get(state_, session, &uri).await {
-        Ok(v) => (v["data"].as_array().cloned().unwrap_or_default(), banner, code),
+    let query = ReplayQuery { status: owned(&f.status), limit: Some(50) };
+    let (runs, banner, code) = match api::replays(state_, session, &query).await {
+        Ok(runs) => (runs.data, banner, code),
         Err(r) => (Vec::new(), Some(Banner::error(r.to_string())), r.status),
     };
     let settings = state_.config().replay;
@@ -187,14 +209,15 @@ async fn render_index(
                 } }
                 tbody {
                     @for r in &runs {
+                        @let p = r.progress.as_ref();
                         tr {
-                            td { a href={ "/ops/replays/" (text(&r["id"])) } { code { (text(&r["id"])) } } }
-                            td { (state(&r["status"])) }
-                            td.num { (text(&r["total"])) }
-                            td { (text(&r["progress"]["succeeded"])) " succeeded, " (text(&r["progress"]["failed"])) " failed, "
-                                 (text(&r["progress"]["pending"])) " pending" }
-                            td { (text(&r["reason"])) }
-                            td { (when(&r["created_at"])) }
+                            td { a href={ "/ops/replays/" (r.id) } { code { (r.id) } } }
+                            td { (state(&r.status)) }
+                            td.num { (r.total) }
+                            td { (opt(&p.map(|p| p.succeeded))) " succeeded, " (opt(&p.map(|p| p.failed))) " failed, "
+                                 (opt(&p.map(|p| p.pending))) " pending" }
+                            td { (r.reason) }
+                            td { (when(r.created_at)) }
                         }
                     }
                     @if runs.is_empty() { tr { td colspan="6" { "No runs." } } }
@@ -260,37 +283,45 @@ async fn render_index(
 }
 
 /// `POST /ops/replays/preview`: the dry run, and a confirm form for exactly this replay.
-pub async fn preview(State(state_): State<AppState>, session: Session, Form(f): Form<ReplayForm>) -> Response {
-    if let Some(refused) = session.csrf_refusal(f.csrf.as_deref()) {
-        return refused;
-    }
+pub async fn preview(State(state_): State<AppState>, CsrfForm(session, f): CsrfForm<ReplayForm>) -> Response {
     dry_run(&state_, &session, &f, None).await
 }
 
+/// The dry run of the replay `f` describes.
+async fn preview_of(state_: &AppState, session: &Session, f: &ReplayForm) -> Result<DryRun, Refusal> {
+    match api::start_replay(state_, session, &f.request(true)?).await? {
+        Started::DryRun(preview) => Ok(preview),
+        Started::Run(run) => {
+            tracing::error!(run = %run.id, "a replay dry run was answered with a run");
+            Err(Refusal::internal())
+        }
+    }
+}
+
 async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: Option<Banner>) -> Response {
-    let preview = match api::post(state_, session, "/ops/v1/replays", f.request(true)).await {
-        Ok(v) => v,
+    let preview = match preview_of(state_, session, f).await {
+        Ok(preview) => preview,
         Err(r) => return render_index(state_, session, f, Some(Banner::error(r.to_string())), r.status).await,
     };
-    let count = text(&preview["count"]);
+    let count = preview.count;
     let body = html! {
         h1 { "Replay preview (dry run)" }
-        p #preview-count { strong { (count) } " " (selection_words(f)) " would be released to the " code { (text(&json!(non_empty(&f.destination_queue).unwrap_or(PAYOUTS_QUEUE)))) } " queue. Nothing has started." }
-        @if preview["needs_approval"] == true { p #needs-approval { strong { "This run needs a second operator's approval" } " (more than " (state_.config().replay.approval_threshold) " letters): it will wait until an admin other than you approves it." } }
-        @if preview["payload_version_mismatches"].as_i64().unwrap_or(0) > 0 {
-            p role="alert" { strong { (text(&preview["payload_version_mismatches"])) } " of them have a payload version other than the expected one; they will be skipped, not released." }
+        p #preview-count { strong { (count) } " " (selection_words(f)) " would be released to the " code { (non_empty(&f.destination_queue).unwrap_or(PAYOUTS_QUEUE)) } " queue. Nothing has started." }
+        @if preview.needs_approval { p #needs-approval { strong { "This run needs a second operator's approval" } " (more than " (state_.config().replay.approval_threshold) " letters): it will wait until an admin other than you approves it." } }
+        @if preview.payload_version_mismatches > 0 {
+            p role="alert" { strong { (preview.payload_version_mismatches) } " of them have a payload version other than the expected one; they will be skipped, not released." }
         }
         h2 { "Sample" }
         table #preview-sample {
             thead { tr { th scope="col" { "Dead letter" } th scope="col" { "Withdrawal" } th scope="col" { "Category / error code" } th scope="col" { "Payload version" } th scope="col" { "Side effect" } } }
             tbody {
-                @for s in preview["sample"].as_array().cloned().unwrap_or_default() {
+                @for s in &preview.sample {
                     tr {
-                        td { a href={ "/ops/dead-letters/" (text(&s["dead_letter_id"])) } { code { (text(&s["dead_letter_id"])) } } }
-                        td { (text(&s["withdrawal_id"])) }
-                        td { (text(&s["category"])) " / " (text(&s["error_code"])) }
-                        td { (text(&s["payload_version"])) }
-                        td { (text(&s["side_effect_state"])) }
+                        td { a href={ "/ops/dead-letters/" (s.dead_letter_id) } { code { (s.dead_letter_id) } } }
+                        td { (opt(&s.withdrawal_id)) }
+                        td { (s.category) " / " (s.error_code) }
+                        td { (s.payload_version) }
+                        td { (s.side_effect_state) }
                     }
                 }
             }
@@ -299,7 +330,7 @@ async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: O
         form #confirm-form method="post" action="/ops/replays" {
             (csrf_field(session))
             (f.hidden())
-            input type="hidden" name="selection_digest" value=(text(&preview["selection_digest"]));
+            input type="hidden" name="selection_digest" value=(preview.selection_digest);
             button type="submit" #confirm-replay { "Confirm: replay these " (count) " dead letters" }
         }
         p { a href={ "/ops/replays" (f.selection_query()) } { "Change the selection" } }
@@ -310,16 +341,22 @@ async fn dry_run(state_: &AppState, session: &Session, f: &ReplayForm, banner: O
 /// `POST /ops/replays`: starts a confirmed replay. The confirm form carries the dry run's
 /// selection digest: if the selection is no longer exactly those dead letters, the API refuses
 /// (`selection_changed`) and the new preview is shown instead.
-pub async fn start(State(state_): State<AppState>, session: Session, Form(f): Form<ReplayForm>) -> Response {
-    if let Some(refused) = session.csrf_refusal(f.csrf.as_deref()) {
-        return refused;
-    }
+pub async fn start(State(state_): State<AppState>, CsrfForm(session, f): CsrfForm<ReplayForm>) -> Response {
     if non_empty(&f.selection_digest).is_none() {
         let banner = Banner::error("A replay starts only from a confirmed dry run: check this preview, then confirm.");
         return dry_run(&state_, &session, &f, Some(banner)).await;
     }
-    match api::post(&state_, &session, "/ops/v1/replays", f.request(false)).await {
-        Ok(run) => Redirect::to(&format!("/ops/replays/{}?done=start", urlencode(&text(&run["id"])))).into_response(),
+    let started = async {
+        match api::start_replay(&state_, &session, &f.request(false)?).await? {
+            Started::Run(run) => Ok(run),
+            Started::DryRun(_) => {
+                tracing::error!("a replay start was answered with a dry run");
+                Err(Refusal::internal())
+            }
+        }
+    };
+    match started.await {
+        Ok(run) => Redirect::to(&format!("/ops/replays/{}?done=start", run.id)).into_response(),
         Err(r) if r.code == "selection_changed" => {
             let banner =
                 Banner::error(format!("Not started: {r}. This is the selection now; check it and confirm again."));
@@ -356,7 +393,7 @@ pub async fn run(
     Query(q): Query<RunQuery>,
 ) -> Response {
     if q.part.as_deref() == Some("progress") {
-        return match api::get(&state_, &session, &format!("/ops/v1/replays/{}", urlencode(&id))).await {
+        return match async { api::replay(&state_, &session, api::uuid(&id)?).await }.await {
             Ok(r) => axum::response::Html(progress(&r).into_string()).into_response(),
             Err(r) => (r.status, r.to_string()).into_response(),
         };
@@ -364,18 +401,23 @@ pub async fn run(
     render_run(&state_, &session, &id, done_banner(q.done.as_deref()), StatusCode::OK).await
 }
 
-fn progress(r: &Value) -> Markup {
-    let p = &r["progress"];
-    let row = |label: &str, key: &str| html! { tr { th scope="row" { (label) } td.num id={ "progress-" (key) } { (text(&p[key])) } } };
+fn progress(r: &ReplayRunView) -> Markup {
+    let p = r.progress.as_ref();
+    let row = |label: &str, key: &str, count: fn(&ReplayProgress) -> i64| {
+        html! { tr { th scope="row" { (label) } td.num id={ "progress-" (key) } { (opt(&p.map(count))) } } }
+    };
     html! {
-        div #progress aria-live="polite" data-status=(text(&r["status"])) {
-            p { "Status: " span #run-status { (state(&r["status"])) }
-                @if !r["paused_reason"].is_null() { " — " (text(&r["paused_reason"])) } }
+        div #progress aria-live="polite" data-status=(r.status) {
+            p { "Status: " span #run-status { (state(&r.status)) }
+                @if let Some(why) = &r.paused_reason { " — " (why) } }
             table {
                 tbody {
-                    (row("Items", "total")) (row("Pending", "pending")) (row("Released", "released")) (row("Reconciling", "reconciling"))
-                    (row("In flight", "in_flight")) (row("Succeeded", "succeeded")) (row("Failed", "failed")) (row("Skipped", "skipped"))
-                    (row("Cancelled", "cancelled")) (row("New dead letters", "new_dead_letters")) (row("Released per second", "released_per_second"))
+                    (row("Items", "total", |p| p.total)) (row("Pending", "pending", |p| p.pending))
+                    (row("Released", "released", |p| p.released)) (row("Reconciling", "reconciling", |p| p.reconciling))
+                    (row("In flight", "in_flight", |p| p.in_flight)) (row("Succeeded", "succeeded", |p| p.succeeded))
+                    (row("Failed", "failed", |p| p.failed)) (row("Skipped", "skipped", |p| p.skipped))
+                    (row("Cancelled", "cancelled", |p| p.cancelled)) (row("New dead letters", "new_dead_letters", |p| p.new_dead_letters))
+                    tr { th scope="row" { "Released per second" } td.num id="progress-released_per_second" { (opt(&p.map(|p| rate(p.released_per_second)))) } }
                 }
             }
         }
@@ -389,16 +431,16 @@ async fn render_run(
     banner: Option<Banner>,
     code: StatusCode,
 ) -> Response {
-    let r = match api::get(state_, session, &format!("/ops/v1/replays/{}", urlencode(id))).await {
-        Ok(v) => v,
+    let r = match async { api::replay(state_, session, api::uuid(id)?).await }.await {
+        Ok(r) => r,
         Err(refusal) => return views::refused(refusal.status, "Replay", &refusal.to_string()),
     };
-    let status = r["status"].as_str().unwrap_or("").to_owned();
-    let mine = r["started_by"].as_str() == Some(session.operator.id.to_string().as_str());
+    let status = r.status.clone();
+    let mine = r.started_by == session.operator.id.0;
     let live = matches!(status.as_str(), "running" | "awaiting_approval" | "paused");
     let control = |action: &str, label: &str| {
         html! {
-            form method="post" action={ "/ops/replays/" (text(&r["id"])) "/" (action) } #{ "control-" (action) } {
+            form method="post" action={ "/ops/replays/" (r.id) "/" (action) } #{ "control-" (action) } {
                 (csrf_field(session))
                 p { label for={ "reason-" (action) } { "Reason to " (action) " (required)" } br;
                     textarea #{ "reason-" (action) } name="reason" rows="2" cols="40" required maxlength="500" {} }
@@ -407,14 +449,14 @@ async fn render_run(
         }
     };
     let body = html! {
-        h1 { "Replay " code { (text(&r["id"])) } }
+        h1 { "Replay " code { (r.id) } }
         dl {
-            dt { "Reason" } dd { (text(&r["reason"])) }
-            dt { "Destination queue" } dd { (text(&r["destination_queue"])) }
-            dt { "Expected payload version" } dd { (text(&r["expected_payload_version"])) }
-            dt { "Limits" } dd { (text(&r["rate_per_second"])) "/s, " (text(&r["max_concurrency"])) " in flight, pauses after " (text(&r["auto_pause_threshold"])) " new dead letters" }
-            dt { "Started" } dd { (when(&r["created_at"])) " by " code { (text(&r["started_by"])) } @if mine { " (you)" } }
-            dt { "Approved by" } dd { (text(&r["approved_by"])) }
+            dt { "Reason" } dd { (r.reason) }
+            dt { "Destination queue" } dd { (r.destination_queue) }
+            dt { "Expected payload version" } dd { (r.expected_payload_version) }
+            dt { "Limits" } dd { (r.rate_per_second) "/s, " (r.max_concurrency) " in flight, pauses after " (r.auto_pause_threshold) " new dead letters" }
+            dt { "Started" } dd { (when(r.created_at)) " by " code { (r.started_by) } @if mine { " (you)" } }
+            dt { "Approved by" } dd { (opt(&r.approved_by)) }
         }
         section aria-labelledby="h-progress" {
             h2 #h-progress { "Progress" }
@@ -442,12 +484,12 @@ async fn render_run(
             table #replay-items {
                 thead { tr { th scope="col" { "Dead letter" } th scope="col" { "Status" } th scope="col" { "Detail" } th scope="col" { "Job" } } }
                 tbody {
-                    @for i in r["items"].as_array().cloned().unwrap_or_default() {
+                    @for i in r.items.as_deref().unwrap_or_default() {
                         tr {
-                            td { a href={ "/ops/dead-letters/" (text(&i["dead_letter_id"])) } { code { (text(&i["dead_letter_id"])) } } }
-                            td { (state(&i["status"])) }
-                            td { (text(&i["detail"])) }
-                            td { code { (text(&i["job_id"])) } }
+                            td { a href={ "/ops/dead-letters/" (i.dead_letter_id) } { code { (i.dead_letter_id) } } }
+                            td { (state(&i.status)) }
+                            td { (opt(&i.detail)) }
+                            td { code { (opt(&i.job_id)) } }
                         }
                     }
                 }
@@ -497,22 +539,22 @@ pub(super) const REFRESH_SCRIPT: &str = r#"
 
 #[derive(Debug, Deserialize)]
 pub struct ControlForm {
-    csrf: Option<String>,
     reason: Option<String>,
 }
 
 /// `POST /ops/replays/{id}/{pause|resume|cancel|approve}`.
 pub async fn control(
     State(state_): State<AppState>,
-    session: Session,
     Path((id, action)): Path<(String, String)>,
-    Form(form): Form<ControlForm>,
+    CsrfForm(session, form): CsrfForm<ControlForm>,
 ) -> Response {
-    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
-        return refused;
-    }
-    let uri = format!("/ops/v1/replays/{}/{}", urlencode(&id), urlencode(&action));
-    match api::post(&state_, &session, &uri, json!({"reason": form.reason.unwrap_or_default()})).await {
+    let request = ReasonRequest { reason: form.reason.unwrap_or_default() };
+    let controlled = async {
+        let run = api::uuid(&id)?;
+        let control = ReplayControl::parse(&action).ok_or_else(Refusal::not_found)?;
+        api::control_replay(&state_, &session, run, control, &request).await
+    };
+    match controlled.await {
         Ok(_) => Redirect::to(&format!("/ops/replays/{}?done={}", urlencode(&id), urlencode(&action))).into_response(),
         Err(r) => render_run(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status).await,
     }

@@ -5,16 +5,19 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::api;
-use super::session::{urlencode, Session};
-use super::views::{self, age, csrf_field, role_note, state, text, when, Banner};
+use super::session::{urlencode, CsrfForm, Session};
+use super::views::{self, age, csrf_field, opt, role_note, state, text, when, Banner};
 use crate::domain::WithdrawalStatus;
 use crate::http::AppState;
+use crate::ops::types::{
+    Decision, DecisionVerdict, OpsWithdrawal, Page, ProviderEvidence, ReasonRequest, ResolveRequest, WithdrawalDetail,
+    WithdrawalQuery,
+};
 use crate::ops::Role;
 
 #[derive(Debug, Default, Deserialize)]
@@ -27,20 +30,20 @@ pub struct QueueQuery {
 /// `GET /ops/review`: withdrawals in a state (`requires_review` by default), oldest first.
 pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Query<QueueQuery>) -> Response {
     let status = q.status.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "requires_review".into());
-    let uri = format!(
-        "/ops/v1/withdrawals{}",
-        api::query(&[
+    let listed = async {
+        let query: WithdrawalQuery = api::parse_query(&[
             ("status", Some(status.as_str())),
             ("account_id", q.account_id.as_deref()),
             ("cursor", q.cursor.as_deref()),
             ("limit", Some("50")),
-        ])
-    );
-    let (listed, banner, code) = match api::get(&state_, &session, &uri).await {
-        Ok(v) => (v, None, StatusCode::OK),
-        Err(r) => (json!({"data": []}), Some(Banner::error(r.to_string())), r.status),
+        ])?;
+        api::withdrawals(&state_, &session, &query).await
     };
-    let rows = listed["data"].as_array().cloned().unwrap_or_default();
+    let (listed, banner, code) = match listed.await {
+        Ok(page) => (page, None, StatusCode::OK),
+        Err(r) => (Page { data: Vec::new(), next_cursor: None }, Some(Banner::error(r.to_string())), r.status),
+    };
+    let rows = &listed.data;
     let body = html! {
         h1 { "Review queue" }
         form.filters method="get" action="/ops/review" aria-label="Filter withdrawals" {
@@ -62,20 +65,20 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
                 th scope="col" { "Failure code" } th scope="col" { "In state for" } th scope="col" { "Last change" }
             } }
             tbody {
-                @for w in &rows {
+                @for w in rows {
                     tr {
-                        td { a href={ "/ops/withdrawals/" (text(&w["id"])) } { code { (text(&w["id"])) } } }
-                        td { (state(&w["status"])) }
-                        td.num { (text(&w["amount"])) " " (text(&w["currency"])) }
-                        td { (text(&w["failure_code"])) }
-                        td { (age(&w["age_seconds"])) }
-                        td { (when(&w["updated_at"])) }
+                        td { a href={ "/ops/withdrawals/" (w.id) } { code { (w.id) } } }
+                        td { (state(w.status)) }
+                        td.num { (w.amount) " " (w.currency) }
+                        td { (opt(&w.failure_code)) }
+                        td { (age(w.age_seconds)) }
+                        td { (when(w.updated_at)) }
                     }
                 }
                 @if rows.is_empty() { tr { td colspan="6" { "Nothing in this state." } } }
             }
         }
-        @if let Some(next) = listed["next_cursor"].as_str() {
+        @if let Some(next) = listed.next_cursor.as_deref() {
             p { a href={ "/ops/review" (api::query(&[("status", Some(status.as_str())), ("account_id", q.account_id.as_deref()), ("cursor", Some(next))])) } { "Next page" } }
         }
     };
@@ -121,33 +124,36 @@ async fn render(
     code: StatusCode,
     typed: Option<&ResolveForm>,
 ) -> Response {
-    let shown = match api::get(state_, session, &format!("/ops/v1/withdrawals/{}", urlencode(id))).await {
-        Ok(v) => v,
+    let shown = async { api::withdrawal(state_, session, api::withdrawal_id(id)?).await };
+    let shown = match shown.await {
+        Ok(shown) => shown,
         Err(r) => return views::refused(r.status, "Withdrawal", &r.to_string()),
     };
-    let w = &shown["withdrawal"];
+    let w = &shown.withdrawal;
+    let in_review = w.status == WithdrawalStatus::RequiresReview;
     let body = html! {
-        h1 { "Withdrawal " code { (text(&w["id"])) } }
-        @if w["sandbox"] == true {
+        h1 { "Withdrawal " code { (w.id) } }
+        @if w.sandbox {
             p #sandbox-marker role="status" { strong { "SANDBOX" } ": made in sandbox mode; no real money is paid out for it." }
         }
         dl #withdrawal-facts {
-            dt { "State" } dd #withdrawal-state { (state(&w["status"])) " for " (age(&w["age_seconds"])) }
-            dt { "Amount" } dd { (text(&w["amount"])) " " (text(&w["currency"])) }
-            dt { "Account" } dd { code { (text(&w["account_id"])) } }
+            dt { "State" } dd #withdrawal-state { (state(w.status)) " for " (age(w.age_seconds)) }
+            dt { "Amount" } dd { (w.amount) " " (w.currency) }
+            dt { "Account" } dd { code { (w.account_id) } }
             dt { "Destination" } dd {
-                @for (k, v) in w["destination"].as_object().cloned().unwrap_or_default() { (k) ": " code { (text(&v)) } " " }
+                // A masked destination, shown whole: its parts are whatever its type has.
+                @for (k, v) in w.destination.as_object().into_iter().flatten() { (k) ": " code { (text(v)) } " " }
             }
-            dt { "Customer reference" } dd { (text(&w["reference"])) }
-            dt { "Failure code" } dd { (text(&w["failure_code"])) }
-            dt { "Version" } dd #withdrawal-version { (text(&w["version"])) }
-            dt { "Created" } dd { (when(&w["created_at"])) }
+            dt { "Customer reference" } dd { (opt(&w.reference)) }
+            dt { "Failure code" } dd { (opt(&w.failure_code)) }
+            dt { "Version" } dd #withdrawal-version { (w.version) }
+            dt { "Created" } dd { (when(w.created_at)) }
         }
         @if let Some(pending) = pending_decision(&shown) {
-            @if w["status"] == "requires_review" {
-                (decision_section(session, w, &pending))
+            @if in_review {
+                (decision_section(session, w, pending))
             }
-        } @else if w["status"] == "requires_review" {
+        } @else if in_review {
             section aria-labelledby="h-resolve" {
                 h2 #h-resolve { "Resolve" }
                 (role_note(session, Role::Operator, "resolve withdrawals"))
@@ -162,15 +168,15 @@ async fn render(
     (code, views::page(session, "Withdrawal", banner, body)).into_response()
 }
 
-fn pending_decision(shown: &Value) -> Option<Value> {
-    shown["review_decisions"].as_array()?.iter().find(|d| d["status"] == "pending").cloned()
+fn pending_decision(shown: &WithdrawalDetail) -> Option<&Decision> {
+    shown.review_decisions.iter().find(|d| d.status == "pending")
 }
 
 /// A decision waiting for a second operator (the two-person rule): who asked for what, on which
 /// provider answer; approve (not the requester) or reject.
-fn decision_section(session: &Session, w: &Value, d: &Value) -> Markup {
-    let id = text(&w["id"]);
-    let mine = text(&d["requested_by"]) == session.operator.id.to_string();
+fn decision_section(session: &Session, w: &OpsWithdrawal, d: &Decision) -> Markup {
+    let id = w.id;
+    let mine = d.requested_by == session.operator.id.0;
     let form = |verdict: &str, label: &str, help: &str| {
         html! {
             form method="post" action={ "/ops/withdrawals/" (id) "/decision/" (verdict) } #{ "decision-" (verdict) } aria-labelledby={ "h-decision-" (verdict) } {
@@ -189,12 +195,12 @@ fn decision_section(session: &Session, w: &Value, d: &Value) -> Markup {
         section #pending-decision aria-labelledby="h-decision" {
             h2 #h-decision { "Waiting for a second operator" }
             p {
-                "Decision " code { (text(&d["id"])) } ": " strong { (text(&d["action"])) }
-                @if !d["provider_reference"].is_null() { " with transfer " code { (text(&d["provider_reference"])) } }
-                ", requested by " code { (text(&d["requested_by"])) } " " (when(&d["requested_at"]))
-                ": " (text(&d["reason"]))
+                "Decision " code { (d.id) } ": " strong { (d.action) }
+                @if let Some(reference) = &d.provider_reference { " with transfer " code { (reference) } }
+                ", requested by " code { (d.requested_by) } " " (when(d.requested_at))
+                ": " (d.reason)
             }
-            p { "When it was requested the provider said: " (provider_said(&d["request_evidence"])) ". Approving asks the provider again." }
+            p { "When it was requested the provider said: " (provider_said(&ProviderEvidence::read(&d.request_evidence))) ". Approving asks the provider again." }
             (role_note(session, Role::Operator, "approve or reject decisions"))
             @if session.can(Role::Operator) {
                 div.actions {
@@ -211,23 +217,23 @@ fn decision_section(session: &Session, w: &Value, d: &Value) -> Markup {
 }
 
 /// What the provider said, from a decision's evidence.
-fn provider_said(evidence: &Value) -> Markup {
+fn provider_said(evidence: &ProviderEvidence) -> Markup {
     html! {
-        (state(&evidence["verdict"]))
-        @if let Some(t) = evidence["transfer"].as_object() {
-            " (transfer " code { (text(&t["id"].clone())) } ", " (text(&t["amount"].clone())) " " (text(&t["currency"].clone())) ")"
+        (state(opt(&evidence.verdict)))
+        @if let Some(t) = &evidence.transfer {
+            " (transfer " code { (t.id) } ", " (t.amount) " " (t.currency) ")"
         }
-        @if let Some(fields) = evidence["mismatch"].as_array() {
-            " — differs in " (fields.iter().map(text).collect::<Vec<_>>().join(", "))
+        @if let Some(fields) = &evidence.mismatch {
+            " — differs in " (fields.join(", "))
         }
-        @if !evidence["asked_at"].is_null() { ", asked " (when(&evidence["asked_at"])) }
+        @if let Some(at) = evidence.asked_at { ", asked " (when(at)) }
     }
 }
 
 /// `typed`: what the operator entered in a form that was refused, shown again in that form.
-fn resolve_forms(session: &Session, w: &Value, typed: Option<&ResolveForm>) -> Markup {
-    let id = text(&w["id"]);
-    let version = text(&w["version"]);
+fn resolve_forms(session: &Session, w: &OpsWithdrawal, typed: Option<&ResolveForm>) -> Markup {
+    let id = w.id;
+    let version = w.version;
     let typed_in = |action: &str| typed.filter(|t| t.action.as_deref() == Some(action));
     let reference = typed_in("complete").and_then(|t| t.provider_reference.clone()).unwrap_or_default();
     let form = |action: &str, label: &str, help: &str, extra: Markup| {
@@ -262,70 +268,73 @@ fn resolve_forms(session: &Session, w: &Value, typed: Option<&ResolveForm>) -> M
 }
 
 /// All evidence in time order.
-fn timeline(shown: &Value) -> Markup {
-    let mut events: Vec<(String, Markup)> = Vec::new();
-    let empty = Vec::new();
-    let each = |key: &str| shown[key].as_array().unwrap_or(&empty).clone();
-    for t in each("transitions") {
+fn timeline(shown: &WithdrawalDetail) -> Markup {
+    let mut events: Vec<(DateTime<Utc>, Markup)> = Vec::new();
+    for t in &shown.transitions {
         events.push((
-            text(&t["at"]),
+            t.at,
             html! {
-                span.kind { "Transition" } " " (state(&t["from"])) " → " (state(&t["to"])) " by " (text(&t["actor"]))
-                ": " (text(&t["reason"]))
-                @if t["evidence"].is_object() { " — the provider said " (provider_said(&t["evidence"])) }
+                span.kind { "Transition" } " " (state(opt(&t.from))) " → " (state(&t.to)) " by " (t.actor)
+                ": " (t.reason)
+                @if let Some(evidence) = t.evidence.as_ref().filter(|e| e.is_object()) {
+                    " — the provider said " (provider_said(&ProviderEvidence::read(evidence)))
+                }
             },
         ));
     }
-    for d in each("review_decisions") {
+    for d in &shown.review_decisions {
         events.push((
-            text(&d["requested_at"]),
+            d.requested_at,
             html! {
-                span.kind { "Decision requested" } " " (text(&d["action"])) " by " code { (text(&d["requested_by"])) }
-                ": " (text(&d["reason"])) " — " (state(&d["status"]))
-                @if !d["decided_by"].is_null() { " by " code { (text(&d["decided_by"])) } ": " (text(&d["decision_reason"])) }
+                span.kind { "Decision requested" } " " (d.action) " by " code { (d.requested_by) }
+                ": " (d.reason) " — " (state(&d.status))
+                @if let Some(by) = d.decided_by { " by " code { (by) } ": " (opt(&d.decision_reason)) }
             },
         ));
     }
-    for a in each("provider_attempts") {
-        events.push((text(&a["started_at"]), html! {
-            span.kind { "Provider attempt " (text(&a["attempt_no"])) } " — outcome " (state(&a["outcome"]))
-            ", side effect " (text(&a["side_effect"])) ", HTTP " (text(&a["http_status"]))
-            @if !a["provider_transfer_id"].is_null() { ", transfer " code { (text(&a["provider_transfer_id"])) } }
-            @if !a["error_code"].is_null() { ", error " code { (text(&a["error_code"])) } ": " (text(&a["error_message"])) }
+    for a in &shown.provider_attempts {
+        events.push((
+            a.started_at,
+            html! {
+                span.kind { "Provider attempt " (a.attempt_no) } " — outcome " (state(opt(&a.outcome)))
+                ", side effect " (a.side_effect) ", HTTP " (opt(&a.http_status))
+                @if let Some(transfer) = &a.provider_transfer_id { ", transfer " code { (transfer) } }
+                @if let Some(error) = &a.error_code { ", error " code { (error) } ": " (opt(&a.error_message)) }
+            },
+        ));
+    }
+    for r in &shown.reconciliation_results {
+        events.push((
+            r.at,
+            html! {
+                span.kind { "Reconciliation" } " — the provider says " (state(&r.result))
+                @if let Some(transfer) = &r.provider_transfer_id { ", transfer " code { (transfer) } }
+                ": " (r.detail)
+            },
+        ));
+    }
+    for d in &shown.dead_letters {
+        events.push((d.failed_at, html! {
+            span.kind { "Dead letter" } " " a href={ "/ops/dead-letters/" (d.id) } { (d.category) " / " (d.error_code) }
+            " — side effect " (d.side_effect_state) ", owner " (d.owner) ": " (d.error_message)
         }));
     }
-    for r in each("reconciliation_results") {
+    for e in &shown.ledger_entries {
         events.push((
-            text(&r["at"]),
+            e.at,
             html! {
-                span.kind { "Reconciliation" } " — the provider says " (state(&r["result"]))
-                @if !r["provider_transfer_id"].is_null() { ", transfer " code { (text(&r["provider_transfer_id"])) } }
-                @if !r["detail"].is_null() { ": " (text(&r["detail"])) }
+                span.kind { "Ledger entry " (e.kind) } " — available " (e.available) ", held "
+                (e.held) ", paid out " (e.paid_out)
             },
         ));
     }
-    for d in each("dead_letters") {
-        events.push((text(&d["failed_at"]), html! {
-            span.kind { "Dead letter" } " " a href={ "/ops/dead-letters/" (text(&d["id"])) } { (text(&d["category"])) " / " (text(&d["error_code"])) }
-            " — side effect " (text(&d["side_effect_state"])) ", owner " (text(&d["owner"])) ": " (text(&d["error_message"]))
-        }));
-    }
-    for e in each("ledger_entries") {
-        events.push((
-            text(&e["at"]),
-            html! {
-                span.kind { "Ledger entry " (text(&e["kind"])) } " — available " (text(&e["available"])) ", held "
-                (text(&e["held"])) ", paid out " (text(&e["paid_out"]))
-            },
-        ));
-    }
-    // By time (parsed: RFC 3339 text with and without fractions does not sort as text); stable
-    // for equal times, so a transition stays before the ledger entry written with it.
-    events.sort_by_key(|(at, _)| chrono::DateTime::parse_from_rfc3339(at).ok());
+    // By time; stable for equal times, so a transition stays before the ledger entry written
+    // with it.
+    events.sort_by_key(|(at, _)| *at);
     html! {
         ol.timeline #timeline {
             @for (at, event) in &events {
-                li { (when(&Value::String(at.clone()))) " · " (event) }
+                li { (when(*at)) " · " (event) }
             }
         }
     }
@@ -333,7 +342,6 @@ fn timeline(shown: &Value) -> Markup {
 
 #[derive(Debug, Deserialize)]
 pub struct ResolveForm {
-    csrf: Option<String>,
     action: Option<String>,
     reason: Option<String>,
     version: Option<String>,
@@ -343,23 +351,21 @@ pub struct ResolveForm {
 /// `POST /ops/withdrawals/{id}/resolve`: the ops API's resolve, as this operator.
 pub async fn resolve(
     State(state_): State<AppState>,
-    session: Session,
     Path(id): Path<String>,
-    Form(form): Form<ResolveForm>,
+    CsrfForm(session, form): CsrfForm<ResolveForm>,
 ) -> Response {
-    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
-        return refused;
-    }
     let action = form.action.clone().unwrap_or_default();
-    let body = json!({
-        "action": action,
-        "reason": form.reason.clone().unwrap_or_default(),
-        "version": form.version.as_deref().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1),
-        "provider_reference": form.provider_reference.clone().filter(|r| !r.trim().is_empty()),
-    });
-    match api::post(&state_, &session, &format!("/ops/v1/withdrawals/{}/resolve", urlencode(&id)), body).await {
+    let request = ResolveRequest {
+        action: action.clone(),
+        reason: form.reason.clone().unwrap_or_default(),
+        // No number is no version: the core refuses it as stale.
+        version: form.version.as_deref().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1),
+        provider_reference: form.provider_reference.clone().filter(|r| !r.trim().is_empty()),
+    };
+    let resolved = async { api::resolve(&state_, &session, api::withdrawal_id(&id)?, &request).await };
+    match resolved.await {
         Ok(answer) => {
-            let done = if answer["status"] == "pending_approval" { "pending_approval" } else { action.as_str() };
+            let done = if answer.is_pending_approval() { "pending_approval" } else { action.as_str() };
             Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), urlencode(done))).into_response()
         }
         Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, Some(&form)).await,
@@ -368,27 +374,24 @@ pub async fn resolve(
 
 #[derive(Debug, Deserialize)]
 pub struct DecisionForm {
-    csrf: Option<String>,
     reason: Option<String>,
 }
 
 /// `POST /ops/withdrawals/{id}/decision/approve|reject`: the ops API's, as this operator.
 pub async fn decide(
     State(state_): State<AppState>,
-    session: Session,
     Path((id, verdict)): Path<(String, String)>,
-    Form(form): Form<DecisionForm>,
+    CsrfForm(session, form): CsrfForm<DecisionForm>,
 ) -> Response {
-    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
-        return refused;
-    }
-    if !matches!(verdict.as_str(), "approve" | "reject") {
+    let Some(verdict) = DecisionVerdict::parse(&verdict) else {
         return views::refused(StatusCode::NOT_FOUND, "Withdrawal", "no such decision action");
-    }
-    let body = json!({"reason": form.reason.clone().unwrap_or_default()});
-    let uri = format!("/ops/v1/withdrawals/{}/decision/{verdict}", urlencode(&id));
-    match api::post(&state_, &session, &uri, body).await {
-        Ok(_) => Redirect::to(&format!("/ops/withdrawals/{}?done={verdict}", urlencode(&id))).into_response(),
+    };
+    let request = ReasonRequest { reason: form.reason.clone().unwrap_or_default() };
+    let decided = async { api::decide(&state_, &session, api::withdrawal_id(&id)?, verdict, &request).await };
+    match decided.await {
+        Ok(_) => {
+            Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), verdict.as_str())).into_response()
+        }
         Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, None).await,
     }
 }

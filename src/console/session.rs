@@ -1,8 +1,11 @@
 //! Console sign-in: an operator token is exchanged for a session cookie (`HttpOnly`,
 //! `SameSite=Strict`, `Secure` over TLS) that expires and ends at sign-out. Each session derives
 //! its CSRF token from its own secret, so every form carries a value an attacker's page cannot know.
+//!
+//! [`CsrfForm`] is how every console form post reads its session and fields: it checks the
+//! form's token before the handler runs, so a new form cannot forget to.
 
-use axum::extract::{FromRequestParts, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Query, RawForm, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -11,6 +14,7 @@ use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
 use chrono::Utc;
 use maud::html;
 use rand::RngCore;
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -42,24 +46,54 @@ impl Session {
         &self.csrf
     }
 
-    /// The refusal of a form post whose CSRF token is missing or not this session's; `None` when
-    /// the token is right.
-    pub fn csrf_refusal(&self, presented: Option<&str>) -> Option<Response> {
-        let ok = presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(self.csrf.as_bytes())));
-        if ok {
-            None
-        } else {
-            tracing::warn!(operator = %self.operator.id, "console form refused: missing or wrong CSRF token");
-            Some(views::refused(
-                StatusCode::FORBIDDEN,
-                "Form refused",
-                "This form did not carry this session's CSRF token, so nothing was changed. Reload the page and try again.",
-            ))
+    /// The refusal of a form post whose CSRF token is missing or not this session's (compared in
+    /// constant time); `None` when the token is right.
+    fn csrf_refusal(&self, presented: Option<&str>) -> Option<Response> {
+        if presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(self.csrf.as_bytes()))) {
+            return None;
         }
+        tracing::warn!(operator = %self.operator.id, "console form refused: missing or wrong CSRF token");
+        Some(views::refused(
+            StatusCode::FORBIDDEN,
+            "Form refused",
+            "This form did not carry this session's CSRF token, so nothing was changed. Reload the page and try again.",
+        ))
     }
 
     pub fn can(&self, role: Role) -> bool {
         self.operator.role >= role
+    }
+}
+
+/// A console form post: the signed-in session and the form's fields `T`, read only after the
+/// form's `csrf` field matched the session's token. A post without a live session goes to
+/// sign-in; one without the right token is refused (403) before its handler runs. `T` names the
+/// form's own fields; the `csrf` field is this extractor's.
+pub struct CsrfForm<T>(pub Session, pub T);
+
+/// Only the token, whatever else the form carries.
+#[derive(Deserialize)]
+struct CsrfField {
+    csrf: Option<String>,
+}
+
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for CsrfForm<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let session = Session::from_request_parts(&mut parts, state).await?;
+        let RawForm(bytes) = RawForm::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let presented = serde_urlencoded::from_bytes::<CsrfField>(&bytes).ok().and_then(|f| f.csrf);
+        if let Some(refused) = session.csrf_refusal(presented.as_deref()) {
+            return Err(refused);
+        }
+        let fields = serde_urlencoded::from_bytes::<T>(&bytes).map_err(|err| {
+            (StatusCode::UNPROCESSABLE_ENTITY, format!("Failed to deserialize form body: {err}")).into_response()
+        })?;
+        Ok(CsrfForm(session, fields))
     }
 }
 
@@ -262,22 +296,17 @@ pub async fn sign_in(
     (jar, Redirect::to(&safe_next(form.next.as_deref()))).into_response()
 }
 
+/// A form with no fields of its own (only the token).
 #[derive(Debug, Deserialize)]
-pub struct CsrfOnly {
-    csrf: Option<String>,
-}
+pub struct NoFields {}
 
 /// `POST /ops/sign-out`: ends the session in the database (the cookie stops working everywhere)
 /// and clears the cookie.
 pub async fn sign_out(
     State(state): State<AppState>,
-    session: Session,
     jar: CookieJar,
-    Form(form): Form<CsrfOnly>,
+    CsrfForm(session, NoFields {}): CsrfForm<NoFields>,
 ) -> Response {
-    if let Some(refused) = session.csrf_refusal(form.csrf.as_deref()) {
-        return refused;
-    }
     let audited = Audited {
         action: "console.sign_out",
         target_type: "console_session",

@@ -1,6 +1,8 @@
 //! The console's page frame and small view helpers: layout with navigation, banners, times shown
-//! as an age with the exact UTC time on hover, and JSON values as text. Markup is maud, compiled
-//! into the binary and escaped by default.
+//! as an age with the exact UTC time on hover, absent values as `-`. Markup is maud, compiled into
+//! the binary and escaped by default.
+
+use std::fmt::Display;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -142,13 +144,23 @@ pub fn csrf_field(session: &Session) -> Markup {
     html! { input type="hidden" name="csrf" value=(session.csrf()); }
 }
 
-/// A JSON value as plain text (`-` for null).
+/// A JSON value as plain text (`-` for null): the values of a free-form map, like a destination.
 pub fn text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
         other => other.to_string(),
     }
+}
+
+/// A value that may be absent, as text (`-` when it is).
+pub fn opt<T: Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), T::to_string)
+}
+
+/// A rate as the API writes it (`0.0`, `2.5`).
+pub fn rate(per_second: f64) -> String {
+    serde_json::Number::from_f64(per_second).map_or_else(|| "-".into(), |n| n.to_string())
 }
 
 /// An age in words: "45 s", "12 min", "3 h", "2 d".
@@ -162,11 +174,11 @@ pub fn age_words(seconds: i64) -> String {
     }
 }
 
-/// A time as "3 h ago" with the exact UTC time on hover (and in the `datetime` attribute).
-pub fn when(v: &Value) -> Markup {
-    match v.as_str().and_then(|s| DateTime::parse_from_rfc3339(s).ok()) {
+/// A time as "3 h ago" with the exact UTC time on hover (and in the `datetime` attribute); `-`
+/// when there is none.
+pub fn when(at: impl Into<Option<DateTime<Utc>>>) -> Markup {
+    match at.into() {
         Some(at) => {
-            let at = at.with_timezone(&Utc);
             let exact = at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
             // The exact time on hover, and for screen readers and keyboards in hidden text.
             html! {
@@ -179,13 +191,13 @@ pub fn when(v: &Value) -> Markup {
 }
 
 /// An age in seconds as words, or `-`.
-pub fn age(v: &Value) -> String {
-    v.as_i64().map(age_words).unwrap_or_else(|| "-".into())
+pub fn age(seconds: impl Into<Option<i64>>) -> String {
+    seconds.into().map(age_words).unwrap_or_else(|| "-".into())
 }
 
 /// A state as a bordered word: readable without colour.
-pub fn state(v: &Value) -> Markup {
-    html! { span.state { (text(v)) } }
+pub fn state(v: impl Display) -> Markup {
+    html! { span.state { (v) } }
 }
 
 /// Only roles that may act see an action's form; the server refuses the others anyway.

@@ -6,7 +6,7 @@
 //! `Serialize + Deserialize` so the CLI reads exactly what the API wrote.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -24,6 +24,53 @@ pub struct Page<T> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct List<T> {
     pub data: Vec<T>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// List queries: what each list route reads from its query string. `None` means "not given"
+// (the route's default); serialised, a `None` is left out of the query string.
+
+/// `GET /ops/v1/withdrawals`: withdrawals in a state (`requires_review` by default), oldest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WithdrawalQuery {
+    /// A [`WithdrawalStatus`] name; the route judges it (422 `invalid_status`).
+    pub status: Option<String>,
+    pub account_id: Option<Uuid>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// `GET /ops/v1/dead-letters`: the triage filters, the open/closed state, paging.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeadLetterQuery {
+    pub queue: Option<String>,
+    pub job_type: Option<String>,
+    pub error_code: Option<String>,
+    pub category: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
+    pub failed_before: Option<DateTime<Utc>>,
+    /// `open` (default), `closed` or `all`.
+    pub state: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// `GET /ops/v1/replays`: runs newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReplayQuery {
+    /// `awaiting_approval`, `running`, `paused`, `completed` or `cancelled`.
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// `GET /ops/v1/audit`: newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AuditQuery {
+    pub operator_id: Option<Uuid>,
+    pub action: Option<String>,
+    pub target_id: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -72,6 +119,34 @@ pub struct TransitionView {
     pub at: DateTime<Utc>,
     /// The provider's answer the move rested on (SPEC §8.1), when it rested on one.
     pub evidence: Option<Value>,
+}
+
+/// The parts of a provider answer (a transition's `evidence`, a decision's `request_evidence`)
+/// operators are shown. The stored evidence carries more (its source, both records on a
+/// mismatch, who approved); those stay in the JSON.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProviderEvidence {
+    /// `paid`, `failed`, `pending`, `no_transfer`, `mismatch`, …
+    pub verdict: Option<String>,
+    pub asked_at: Option<DateTime<Utc>>,
+    /// The provider's transfer, when the verdict rests on one (not on a mismatch).
+    pub transfer: Option<EvidenceTransfer>,
+    /// The fields in which the provider's transfer differs from the withdrawal.
+    pub mismatch: Option<Vec<String>>,
+}
+
+impl ProviderEvidence {
+    /// Reads evidence as stored; evidence of another shape shows as nothing known.
+    pub fn read(evidence: &Value) -> Self {
+        Self::deserialize(evidence).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvidenceTransfer {
+    pub id: String,
+    pub amount: String,
+    pub currency: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -181,6 +256,32 @@ pub struct ReasonRequest {
     pub reason: String,
 }
 
+/// `POST /ops/v1/withdrawals/{id}/decision/{approve|reject}`: what a second operator does with a
+/// pending decision (the path segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionVerdict {
+    Approve,
+    Reject,
+}
+
+impl DecisionVerdict {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "approve" => Some(Self::Approve),
+            "reject" => Some(Self::Reject),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Reject => "reject",
+        }
+    }
+}
+
 /// What approving or rejecting a pending decision did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Decided {
@@ -244,9 +345,16 @@ pub struct DeadLetterEventView {
     pub reason: String,
     pub details: Option<Value>,
     pub at: DateTime<Utc>,
-    /// A replay's outcome: the status of the job it released.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A replay's outcome: the status of the job it released (`null` when that job is gone);
+    /// absent on events that released no job.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub replay_job_status: Option<Option<String>>,
+}
+
+/// A field that is present, even as `null`, is `Some`: serde's default would read `null` as
+/// absent, and the answer would lose the difference when it is written again.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// Triage step one: open dead letters by category and error code.
@@ -333,6 +441,38 @@ pub struct SampleLetter {
     pub error_code: String,
     pub payload_version: i64,
     pub side_effect_state: String,
+}
+
+/// `POST /ops/v1/replays/{id}/{pause|resume|cancel|approve}` (the path segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayControl {
+    Pause,
+    Resume,
+    Cancel,
+    /// A second operator (admin) lets a run over the threshold start.
+    Approve,
+}
+
+impl ReplayControl {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "pause" => Some(Self::Pause),
+            "resume" => Some(Self::Resume),
+            "cancel" => Some(Self::Cancel),
+            "approve" => Some(Self::Approve),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Cancel => "cancel",
+            Self::Approve => "approve",
+        }
+    }
 }
 
 /// A replay run, with its progress where it was asked for.
@@ -512,48 +652,4 @@ pub struct CreateKey {
 pub struct OptionalReason {
     #[serde(default)]
     pub reason: Option<String>,
-}
-
-// ---------------------------------------------------------------------------------------------
-// List queries (`?…` on the list routes; the console's filter forms)
-
-/// `GET /ops/v1/withdrawals?status=&account_id=&limit=&cursor=`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct WithdrawalQuery {
-    /// Default `requires_review`.
-    pub status: Option<String>,
-    pub account_id: Option<Uuid>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
-}
-
-/// `GET /ops/v1/dead-letters?…`: the triage filters, `state` (`open` default, `closed`, `all`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct DeadLetterQuery {
-    pub queue: Option<String>,
-    pub job_type: Option<String>,
-    pub error_code: Option<String>,
-    pub category: Option<String>,
-    pub failed_after: Option<DateTime<Utc>>,
-    pub failed_before: Option<DateTime<Utc>>,
-    pub state: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
-}
-
-/// `GET /ops/v1/replays?status=&limit=`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ReplayQuery {
-    pub status: Option<String>,
-    pub limit: Option<i64>,
-}
-
-/// `GET /ops/v1/audit?operator_id=&action=&target_id=&limit=&cursor=`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct AuditQuery {
-    pub operator_id: Option<Uuid>,
-    pub action: Option<String>,
-    pub target_id: Option<String>,
-    pub limit: Option<i64>,
-    pub cursor: Option<String>,
 }

@@ -23,6 +23,7 @@ both_backends!(
     dead_letters_are_filtered_from_the_summary_and_a_confirmed_replay_is_approved_and_watched_to_the_end,
     a_viewer_sees_no_resolve_form_and_the_server_refuses_a_forged_one,
     a_form_post_without_the_csrf_token_is_refused,
+    a_dead_letter_close_without_this_sessions_csrf_token_is_refused_before_it_acts,
     sign_out_ends_the_session_on_the_server,
     sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should,
     one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply,
@@ -335,6 +336,54 @@ async fn a_form_post_without_the_csrf_token_is_refused(app: TestApp) {
     .await
     .unwrap();
     assert!(rows.is_empty(), "the request never reached the action: {rows:?}");
+}
+
+/// Over plain HTTP (no browser): a close posted with no CSRF token, then with one that is not this
+/// session's, is refused before it reaches the action — the letter stays open and the audit log
+/// has no `dead_letter.close` row, not even a refusal; the page's own token then closes it.
+async fn a_dead_letter_close_without_this_sessions_csrf_token_is_refused_before_it_acts(app: TestApp) {
+    let (ids, _alice) = rejected(&app, 1).await;
+    let letter = withdrawals::storage::dead_letters::for_withdrawal(&app.db, ids[0]).await.unwrap().remove(0).id;
+    let signed_in = http_sign_in(&app.base_url, &app.operator("operator").await, "/ops/overview", false).await;
+    let cookie = session_cookie(&signed_in).split(';').next().unwrap().to_owned();
+    let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let close = |form: Vec<(&'static str, String)>| {
+        plain.post(app.url(&format!("/ops/dead-letters/{letter}/close"))).header("cookie", &cookie).form(&form).send()
+    };
+    let closes = || async {
+        let rows = audit::list(
+            &app.db,
+            &AuditFilter { action: Some("dead_letter.close".into()), limit: 10, ..Default::default() },
+        )
+        .await
+        .unwrap();
+        let events = withdrawals::storage::dead_letters::events(&app.db, letter).await.unwrap();
+        (rows.len(), events.iter().filter(|e| e.action == "closed").count())
+    };
+
+    let reason = || ("reason", "handled by support".to_owned());
+    for (what, form) in [("no token", vec![reason()]), ("another token", vec![("csrf", "a".repeat(64)), reason()])] {
+        let refused = close(form).await.unwrap();
+        assert_eq!(refused.status(), 403, "{what}");
+        let page = refused.text().await.unwrap();
+        assert!(page.contains("did not carry this session's CSRF token, so nothing was changed"), "{what}: {page}");
+        assert_eq!(closes().await, (0, 0), "{what}: the letter is open and nothing was audited");
+    }
+
+    let page = plain
+        .get(app.url(&format!("/ops/dead-letters/{letter}")))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let token = page.split("name=\"csrf\" value=\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap();
+    let closed = close(vec![("csrf", token.to_owned()), reason()]).await.unwrap();
+    assert_eq!(closed.status(), 303);
+    assert_eq!(closed.headers()["location"], format!("/ops/dead-letters/{letter}?done=close").as_str());
+    assert_eq!(closes().await, (1, 1), "the session's own token closes it, audited once");
 }
 
 /// Clicks: signs in, reads the session cookie's flags, clicks "Sign out", then tries the overview
