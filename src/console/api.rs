@@ -2,17 +2,12 @@
 //! (`withdrawals`, `resolve`, `start_replay`, …), each taking the signed-in operator's [`Session`]
 //! and answering with the DTO of [`crate::ops::types`] or a [`Refusal`] to show.
 //!
-//! Today each goes through the ops API (`/ops/v1/…`) in process, as that operator, and reads the
-//! answer into its DTO; so roles, validation, guarded transitions and audit rows are the API's
-//! own, and the console adds no second path to the data. Pages call only these functions, never
-//! the transport, so it can become a direct call to the service layer without touching a page.
+//! Each calls the operator core's function directly, as that operator — the same function the
+//! ops API's handler calls — so roles, validation, guarded transitions and audit rows are the
+//! core's own, and the console adds no second path to the data and no HTTP round trip.
 
-use axum::body::Body;
-use axum::http::{header, Method, Request, StatusCode};
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use tower::ServiceExt;
 use uuid::Uuid;
 
 use super::session::Session;
@@ -24,7 +19,7 @@ use crate::ops::types::{
     OpsWithdrawal, Overview, Page, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest, Resolved,
     StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
 };
-use crate::http::ops::Delegated;
+use crate::ops::{self, OpsError};
 
 /// What the core refused, to show the operator.
 #[derive(Debug, Clone)]
@@ -71,17 +66,26 @@ impl From<ApiError> for Refusal {
                 code: p.code,
                 detail: p.detail,
             },
-            ApiError::Internal(_) => Refusal::internal(),
+            ApiError::Internal(err) => {
+                tracing::error!(error = format!("{err:#}"), "internal error");
+                Refusal::internal()
+            }
         }
+    }
+}
+
+impl From<OpsError> for Refusal {
+    fn from(err: OpsError) -> Self {
+        ApiError::from(err).into()
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The operations
 
-/// `GET /ops/v1/overview`.
+/// The overview page's numbers.
 pub async fn overview(state: &AppState, session: &Session) -> Result<Overview, Refusal> {
-    get(state, session, "/ops/v1/overview", &()).await
+    Ok(ops::overview::overview(&state.ops(), &session.operator).await?)
 }
 
 /// The review queue: withdrawals in a state, oldest first.
@@ -90,12 +94,12 @@ pub async fn withdrawals(
     session: &Session,
     query: &WithdrawalQuery,
 ) -> Result<Page<OpsWithdrawal>, Refusal> {
-    get(state, session, "/ops/v1/withdrawals", query).await
+    Ok(ops::review::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One withdrawal with all its evidence.
 pub async fn withdrawal(state: &AppState, session: &Session, id: WithdrawalId) -> Result<WithdrawalDetail, Refusal> {
-    get(state, session, &format!("/ops/v1/withdrawals/{id}"), &()).await
+    Ok(ops::review::show(&state.ops(), &session.operator, id).await?)
 }
 
 /// Resolves a withdrawal in review (or stores the decision for a second operator).
@@ -105,7 +109,7 @@ pub async fn resolve(
     id: WithdrawalId,
     request: &ResolveRequest,
 ) -> Result<Resolved, Refusal> {
-    post(state, session, &format!("/ops/v1/withdrawals/{id}/resolve"), request).await
+    Ok(ops::review::resolve(&state.ops(), &session.operator, id, request.clone()).await?)
 }
 
 /// Approves or rejects the decision waiting on a withdrawal.
@@ -116,12 +120,16 @@ pub async fn decide(
     verdict: DecisionVerdict,
     request: &ReasonRequest,
 ) -> Result<Decided, Refusal> {
-    post(state, session, &format!("/ops/v1/withdrawals/{id}/decision/{}", verdict.as_str()), request).await
+    let (ops, operator, request) = (state.ops(), &session.operator, request.clone());
+    Ok(match verdict {
+        DecisionVerdict::Approve => ops::decisions::approve(&ops, operator, id, request).await?,
+        DecisionVerdict::Reject => ops::decisions::reject(&ops, operator, id, request).await?,
+    })
 }
 
 /// Open dead letters by category and error code.
 pub async fn dead_letter_summary(state: &AppState, session: &Session) -> Result<List<DeadLetterGroup>, Refusal> {
-    get(state, session, "/ops/v1/dead-letters/summary", &()).await
+    Ok(ops::dead_letters::summary(&state.ops(), &session.operator).await?)
 }
 
 /// Dead letters, newest first, filtered.
@@ -130,12 +138,12 @@ pub async fn dead_letters(
     session: &Session,
     query: &DeadLetterQuery,
 ) -> Result<Page<DeadLetterView>, Refusal> {
-    get(state, session, "/ops/v1/dead-letters", query).await
+    Ok(ops::dead_letters::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One dead letter with its history.
 pub async fn dead_letter(state: &AppState, session: &Session, id: Uuid) -> Result<DeadLetterView, Refusal> {
-    get(state, session, &format!("/ops/v1/dead-letters/{id}"), &()).await
+    Ok(ops::dead_letters::show(&state.ops(), &session.operator, id).await?)
 }
 
 /// Closes (archives) a dead letter.
@@ -145,22 +153,22 @@ pub async fn close_dead_letter(
     id: Uuid,
     request: &ReasonRequest,
 ) -> Result<Closed, Refusal> {
-    post(state, session, &format!("/ops/v1/dead-letters/{id}/close"), request).await
+    Ok(ops::dead_letters::close(&state.ops(), &session.operator, id, request.clone()).await?)
 }
 
 /// Replay runs, newest first, with their progress.
 pub async fn replays(state: &AppState, session: &Session, query: &ReplayQuery) -> Result<List<ReplayRunView>, Refusal> {
-    get(state, session, "/ops/v1/replays", query).await
+    Ok(ops::replays::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One run with its progress and items.
 pub async fn replay(state: &AppState, session: &Session, id: Uuid) -> Result<ReplayRunView, Refusal> {
-    get(state, session, &format!("/ops/v1/replays/{id}"), &()).await
+    Ok(ops::replays::status(&state.ops(), &session.operator, id).await?)
 }
 
 /// A dry run's report, or the new run.
 pub async fn start_replay(state: &AppState, session: &Session, request: &StartReplay) -> Result<Started, Refusal> {
-    post(state, session, "/ops/v1/replays", request).await
+    Ok(ops::replays::start(&state.ops(), &session.operator, request.clone()).await?)
 }
 
 /// Pauses, resumes, cancels or approves a run.
@@ -171,93 +179,13 @@ pub async fn control_replay(
     action: ReplayControl,
     request: &ReasonRequest,
 ) -> Result<ReplayRunView, Refusal> {
-    post(state, session, &format!("/ops/v1/replays/{id}/{}", action.as_str()), request).await
+    Ok(ops::replays::control(&state.ops(), &session.operator, id, action, request.clone()).await?)
 }
 
 /// The audit log, newest first.
 pub async fn audit(state: &AppState, session: &Session, query: &AuditQuery) -> Result<Page<AuditEntry>, Refusal> {
-    get(state, session, "/ops/v1/audit", query).await
+    Ok(ops::audit::list(&state.ops(), &session.operator, query.clone()).await?)
 }
-
-// ---------------------------------------------------------------------------------------------
-// The transport (in-process HTTP, until the service layer is called directly)
-
-const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
-
-async fn get<Q: Serialize, T: DeserializeOwned>(
-    state: &AppState,
-    session: &Session,
-    path: &str,
-    query: &Q,
-) -> Result<T, Refusal> {
-    let query = serde_urlencoded::to_string(query).map_err(|_| Refusal::internal())?;
-    let uri = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
-    typed(call(state, session, Method::GET, &uri, None).await?)
-}
-
-async fn post<B: Serialize, T: DeserializeOwned>(
-    state: &AppState,
-    session: &Session,
-    path: &str,
-    body: &B,
-) -> Result<T, Refusal> {
-    let body = serde_json::to_vec(body).map_err(|_| Refusal::internal())?;
-    typed(call(state, session, Method::POST, path, Some(body)).await?)
-}
-
-/// A 2xx answer read into its DTO; one that does not fit is the core's fault, not the operator's.
-fn typed<T: DeserializeOwned>(answer: Value) -> Result<T, Refusal> {
-    serde_json::from_value(answer).map_err(|err| {
-        tracing::error!(error = %err, "an ops API answer does not match its DTO");
-        Refusal::internal()
-    })
-}
-
-/// Calls the ops API as `session`'s operator. `Ok` holds the JSON of a 2xx answer.
-async fn call(
-    state: &AppState,
-    session: &Session,
-    method: Method,
-    uri: &str,
-    body: Option<Vec<u8>>,
-) -> Result<Value, Refusal> {
-    let body = body.map(Body::from).unwrap_or_else(Body::empty);
-    let mut request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .map_err(|_| Refusal::internal())?;
-    request.extensions_mut().insert(Delegated(session.operator.clone()));
-    let response =
-        crate::http::ops::router().with_state(state.clone()).oneshot(request).await.map_err(|_| Refusal::internal())?;
-    let status = response.status();
-    let bytes =
-        axum::body::to_bytes(response.into_body(), MAX_RESPONSE_BYTES).await.map_err(|_| Refusal::internal())?;
-    if status.is_success() {
-        return Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
-    }
-    match serde_json::from_slice::<ProblemBody>(&bytes) {
-        Ok(problem) => Err(Refusal {
-            status,
-            code: problem.code.unwrap_or_else(|| "error".into()),
-            detail: problem.detail.unwrap_or_else(|| "the request was refused".into()),
-        }),
-        // No problem body: a path no route serves.
-        Err(_) if status == StatusCode::NOT_FOUND => {
-            Err(Refusal { status, code: "not_found".into(), detail: "no such page".into() })
-        }
-        Err(_) => Err(Refusal { status, code: "error".into(), detail: "the request was refused".into() }),
-    }
-}
-
-/// The parts of a problem+json answer the operator is shown.
-#[derive(Deserialize)]
-struct ProblemBody {
-    code: Option<String>,
-    detail: Option<String>,
-}
-
 // ---------------------------------------------------------------------------------------------
 // Form values into typed requests and queries
 

@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use super::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
 use super::types::{
-    DryRun, List, ReasonRequest, ReplayItemView, ReplayProgress, ReplayQuery, ReplayRunView, SampleLetter, StartReplay,
-    Started,
+    DryRun, List, ReasonRequest, ReplayControl, ReplayItemView, ReplayProgress, ReplayQuery, ReplayRunView,
+    SampleLetter, StartReplay, Started,
 };
 use super::{
     page_limit, parameters_of, require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
@@ -307,33 +307,13 @@ pub async fn status(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<R
     Ok(view)
 }
 
-/// What an operator may do to a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    Pause,
-    Resume,
-    Cancel,
-    /// A second operator, an admin, lets a large run start.
-    Approve,
-}
-
-impl Control {
-    pub fn act(self) -> Act {
-        match self {
-            Control::Pause => ReplayPause::ACT,
-            Control::Resume => ReplayResume::ACT,
-            Control::Cancel => ReplayCancel::ACT,
-            Control::Approve => ReplayApprove::ACT,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Control::Pause => "pause",
-            Control::Resume => "resume",
-            Control::Cancel => "cancel",
-            Control::Approve => "approve",
-        }
+/// The action a run control is audited and authorised as.
+pub fn control_act(control: ReplayControl) -> Act {
+    match control {
+        ReplayControl::Pause => ReplayPause::ACT,
+        ReplayControl::Resume => ReplayResume::ACT,
+        ReplayControl::Cancel => ReplayCancel::ACT,
+        ReplayControl::Approve => ReplayApprove::ACT,
     }
 }
 
@@ -342,10 +322,10 @@ pub async fn control(
     ops: &Ops<'_>,
     operator: &Operator,
     id: Uuid,
-    control: Control,
+    control: ReplayControl,
     req: ReasonRequest,
 ) -> OpsResult<ReplayRunView> {
-    let act = control.act();
+    let act = control_act(control);
     ops.authorize(operator, &act, &id.to_string()).await?;
     let audited = Audited::new(&act, id.to_string(), &req.reason, json!({}));
     let done = async {
@@ -353,17 +333,17 @@ pub async fn control(
         let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         let mut tx = ops.db.begin().await?;
         let changed = match control {
-            Control::Pause => {
+            ReplayControl::Pause => {
                 let reason = crate::redact::text(reason);
                 replays::set_status(&mut tx, id, &["running"], "paused", Some(&reason), None).await?
             }
-            Control::Resume => {
+            ReplayControl::Resume => {
                 let resumed = replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?;
                 let seen = replays::progress(ops.db, id).await?.new_dead_letters;
                 replays::reset_baseline(&mut tx, id, seen).await?;
                 resumed
             }
-            Control::Cancel => {
+            ReplayControl::Cancel => {
                 let ok = replays::set_status(
                     &mut tx,
                     id,
@@ -378,7 +358,7 @@ pub async fn control(
                 }
                 ok
             }
-            Control::Approve => {
+            ReplayControl::Approve => {
                 if run.started_by == operator.id.0 {
                     return Err(OpsError::forbidden(
                         "second_operator_required",

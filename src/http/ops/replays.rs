@@ -10,8 +10,7 @@ use super::{Authorized, OpsJson, OpsQuery, PathId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
-use crate::ops::replays::Control;
-use crate::ops::types::{List, ReasonRequest, ReplayQuery, ReplayRunView, StartReplay, Started};
+use crate::ops::types::{List, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, StartReplay, Started};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
@@ -58,7 +57,7 @@ async fn control(
     state: &AppState,
     operator: &Operator,
     id: uuid::Uuid,
-    control: Control,
+    control: ReplayControl,
     req: ReasonRequest,
 ) -> Result<Json<ReplayRunView>, ApiError> {
     Ok(Json(ops::replays::control(&state.ops(), operator, id, control, req).await?))
@@ -70,7 +69,7 @@ async fn pause(
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    control(&state, &operator, id, Control::Pause, req).await
+    control(&state, &operator, id, ReplayControl::Pause, req).await
 }
 
 async fn resume(
@@ -79,7 +78,7 @@ async fn resume(
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    control(&state, &operator, id, Control::Resume, req).await
+    control(&state, &operator, id, ReplayControl::Resume, req).await
 }
 
 async fn cancel(
@@ -88,7 +87,7 @@ async fn cancel(
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    control(&state, &operator, id, Control::Cancel, req).await
+    control(&state, &operator, id, ReplayControl::Cancel, req).await
 }
 
 async fn approve(
@@ -97,5 +96,5 @@ async fn approve(
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    control(&state, &operator, id, Control::Approve, req).await
+    control(&state, &operator, id, ReplayControl::Approve, req).await
 }
