@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::{path_id, require_reason, Audited, Operator, Role};
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
-use crate::domain::{AccountId, OperatorId};
+use crate::domain::{AccountId, ApiKeyId, OperatorId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::storage::credentials::{self as stored, ApiKeyRow, Disabled, OperatorRow};
@@ -147,12 +147,12 @@ async fn create_key(
         if !accounts::account_exists(&mut tx, account).await? {
             return Err(ApiError::not_found());
         }
-        stored::insert_api_key(&mut tx, issued.id, account, label, &issued.secret_hash).await?;
+        stored::insert_api_key(&mut tx, ApiKeyId(issued.id), account, label, &issued.secret_hash).await?;
         let done =
             Audited { reason, parameters: json!({"key_id": issued.id, "label": label}), ..audited.clone_shallow() };
         done.record_ok(&mut tx, &operator).await?;
         tx.commit().await?;
-        let row = stored::get_api_key(state.db(), issued.id).await?.ok_or_else(ApiError::not_found)?;
+        let row = stored::get_api_key(state.db(), ApiKeyId(issued.id)).await?.ok_or_else(ApiError::not_found)?;
         let mut body = key_json(&row);
         body["api_key"] = json!(issued.token);
         Ok((StatusCode::CREATED, Json(body)))
@@ -193,10 +193,11 @@ async fn revoke_key(
     audited.reason = &req.reason;
     let result = async {
         let reason = require_reason(&req.reason)?;
-        let current = stored::get_api_key(state.db(), key_id).await?.ok_or_else(ApiError::not_found)?;
+        let current = stored::get_api_key(state.db(), ApiKeyId(key_id)).await?.ok_or_else(ApiError::not_found)?;
         let done = Audited { parameters: json!({"account_id": current.account_id}), ..audited.clone_shallow() };
         let mut tx = state.db().begin().await?;
-        let Some(revoked) = stored::revoke_api_key(&mut tx, key_id, &crate::redact::text(reason)).await? else {
+        let Some(revoked) = stored::revoke_api_key(&mut tx, ApiKeyId(key_id), &crate::redact::text(reason)).await?
+        else {
             return Err(conflict("already_revoked", "this API key is already revoked"));
         };
         done.record_ok(&mut tx, &operator).await?;
@@ -256,7 +257,7 @@ async fn disable(
                 ))
             }
         };
-        let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
+        let ended = sessions::end_all_for_operator(&mut tx, target).await?;
         let done = Audited { parameters: json!({"sessions_ended": ended}), ..audited.clone_shallow() };
         done.record_ok(&mut tx, &operator).await?;
         tx.commit().await?;
@@ -333,7 +334,7 @@ async fn rotate_token(
         let Some(row) = stored::rotate_operator_secret(&mut tx, target, &issued.secret_hash).await? else {
             return Err(ApiError::not_found());
         };
-        let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
+        let ended = sessions::end_all_for_operator(&mut tx, target).await?;
         let own = target == operator.id;
         let done = Audited {
             reason,

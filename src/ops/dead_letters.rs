@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::review::{decode_cursor, encode_cursor, page_limit};
 use super::{require_reason, Audited, Operator, Role};
+use crate::domain::DeadLetterId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
@@ -82,7 +83,7 @@ async fn list(
     let mut rows = dead_letters::list(state.db(), &filter).await?;
     let next = if rows.len() as i64 > limit {
         rows.truncate(limit as usize);
-        rows.last().map(|r| encode_cursor(r.letter.failed_at, r.letter.id))
+        rows.last().map(|r| encode_cursor(r.letter.failed_at, r.letter.id.0))
     } else {
         None
     };
@@ -111,7 +112,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let id = super::path_id(&id)?;
+    let id = DeadLetterId(super::path_id(&id)?);
     let letter = dead_letters::get(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
     let events = dead_letters::events(state.db(), id).await?;
     let closed_at = events.iter().find(|e| e.action == "closed").map(|e| e.at);
@@ -123,7 +124,8 @@ async fn show(
         // A replay's outcome: the status of the job it released.
         let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
         if let Some(job) = job {
-            event["replay_job_status"] = json!(crate::storage::jobs::job_status(state.db(), job).await?);
+            event["replay_job_status"] =
+                json!(crate::storage::jobs::job_status(state.db(), crate::domain::JobId(job)).await?);
         }
         shown.push(event);
     }
@@ -143,7 +145,7 @@ async fn close(
     Path(id): Path<String>,
     body: Result<Json<CloseRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = super::path_id(&id)?;
+    let id = DeadLetterId(super::path_id(&id)?);
     super::require_first(&state, &operator, Role::Operator, "dead_letter.close", "dead_letter", id.to_string()).await?;
     let req = super::body(body)?;
     let audited = Audited {
@@ -158,7 +160,7 @@ async fn close(
         dead_letters::get(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
         let mut tx = state.db().begin().await?;
         let event = Event {
-            id: Uuid::now_v7(),
+            id: crate::domain::DeadLetterEventId::new(),
             dead_letter_id: id,
             action: "closed".into(),
             actor: format!("operator:{}", operator.id),

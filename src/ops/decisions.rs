@@ -56,13 +56,13 @@ pub(super) async fn request(
     audited: &Audited<'_>,
 ) -> Result<Value, ApiError> {
     let decision = ReviewDecision {
-        id: Uuid::now_v7(),
-        withdrawal_id: w.id.0,
+        id: crate::domain::DecisionId::new(),
+        withdrawal_id: w.id,
         action: action.as_str().to_owned(),
         provider_reference: reference.map(str::to_owned),
         version: w.version,
         reason: reason.to_owned(),
-        requested_by: operator.id.0,
+        requested_by: operator.id,
         requested_at: DbTime::now(),
         request_evidence: sqlx::types::Json(evidence.clone()),
         status: "pending".into(),
@@ -154,7 +154,7 @@ async fn decide(
             approve_checked(&state, &operator, &pending, reason).await
         } else {
             let mut tx = state.db().begin().await?;
-            if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id.0, reason).await? {
+            if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id, reason).await? {
                 return Err(already_decided());
             }
             audited.record_ok(&mut tx, &operator).await?;
@@ -177,7 +177,7 @@ async fn approve_checked(
     pending: &ReviewDecision,
     reason: &str,
 ) -> Result<Value, ApiError> {
-    if pending.requested_by == operator.id.0 {
+    if pending.requested_by == operator.id {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "second_operator_required",
@@ -185,7 +185,7 @@ async fn approve_checked(
         ));
     }
     let action = Action::parse(&pending.action)?;
-    let withdrawal = crate::domain::WithdrawalId(pending.withdrawal_id);
+    let withdrawal = pending.withdrawal_id;
     let current = in_review(state, withdrawal, pending.version).await?;
     // Asked again now: the provider's record may have changed since the request.
     let mut evidence = check_with_provider(state, &current, action, pending.provider_reference.as_deref()).await?;
@@ -194,7 +194,7 @@ async fn approve_checked(
     evidence["approved_by"] = json!(operator.id.0);
     let correlation = format!("ops-{}", Uuid::new_v4());
     let mut tx = state.db().begin().await?;
-    if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id.0, reason).await? {
+    if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id, reason).await? {
         return Err(already_decided());
     }
     let moved =

@@ -70,7 +70,7 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<J
     let queues: Vec<Value> = [jobs::PAYOUTS_QUEUE, jobs::RECONCILIATION_QUEUE]
         .iter()
         .map(|queue| {
-            let of = |status: &str| depths.iter().find(|d| d.queue == *queue && d.status == status);
+            let of = |status: &str| depths.iter().find(|d| d.queue == *queue && d.status.as_str() == status);
             let scheduled = of("scheduled");
             json!({"queue": queue, "scheduled": scheduled.map_or(0, |d| d.count),
                    "running": of("running").map_or(0, |d| d.count), "due": scheduled.map_or(0, |d| d.due),

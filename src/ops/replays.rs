@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{require_reason, Audited, Operator, Role};
+use crate::domain::{DeadLetterId, ReplayAction, ReplayRunId, ReplayStatus};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
@@ -62,7 +63,7 @@ pub struct StartRequest {
 /// A short fingerprint of exactly which dead letters a selection holds (order-independent).
 pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
     use sha2::{Digest, Sha256};
-    let mut ids: Vec<Uuid> = letters.iter().map(|d| d.id).collect();
+    let mut ids: Vec<Uuid> = letters.iter().map(|d| d.id.0).collect();
     ids.sort();
     let mut hasher = Sha256::new();
     for id in ids {
@@ -117,7 +118,8 @@ async fn list(
     }
     let limit = super::review::page_limit(q.limit)?;
     let mut data = Vec::new();
-    for run in replays::list_runs(state.db(), q.status.as_deref(), limit).await? {
+    let status = q.status.as_deref().and_then(|s| s.parse::<ReplayStatus>().ok());
+    for run in replays::list_runs(state.db(), status, limit).await? {
         let progress = replays::progress(state.db(), run.id).await?;
         data.push(run_view(&run, Some(&progress)));
     }
@@ -128,19 +130,26 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
     let db = state.db();
     match (&req.dead_letter_ids, &req.filter) {
         (Some(ids), None) => {
-            let mut letters = Vec::new();
             let mut seen = std::collections::HashSet::new();
-            for id in ids.iter().filter(|id| seen.insert(**id)) {
-                letters.push(dead_letters::get(db, *id).await?.ok_or_else(|| {
+            let ids: Vec<DeadLetterId> =
+                ids.iter().filter(|id| seen.insert(**id)).map(|id| DeadLetterId(*id)).collect();
+            // One read for the whole selection; the checks below go in request order, so the
+            // first offending id is the one named.
+            let mut found: std::collections::HashMap<DeadLetterId, dead_letters::SelectedLetter> =
+                dead_letters::get_many(db, &ids).await?.into_iter().map(|s| (s.letter.id, s)).collect();
+            let mut letters = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let selected = found.remove(id).ok_or_else(|| {
                     ApiError::unprocessable("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
-                })?);
-                if dead_letters::events(db, *id).await?.iter().any(|e| e.action == "closed") {
+                })?;
+                if selected.closed {
                     return Err(ApiError::unprocessable(
                         "dead_letter_closed",
                         "dead_letter_ids",
                         format!("dead letter {id} is closed"),
                     ));
                 }
+                letters.push(selected.letter);
             }
             Ok(letters)
         }
@@ -168,13 +177,8 @@ async fn select(state: &AppState, req: &StartRequest, limit: i64) -> Result<Vec<
                 limit: limit + 1,
             };
             // A filter selects what still needs replaying: not what a run already released.
-            let mut letters = Vec::new();
-            for listed in dead_letters::list(db, &filter).await? {
-                if !replays::was_replayed(db, listed.letter.id).await? {
-                    letters.push(listed.letter);
-                }
-            }
-            Ok(letters)
+            let selected = dead_letters::list_selection(db, &filter).await?;
+            Ok(selected.into_iter().filter(|s| !s.replayed).map(|s| s.letter).collect())
         }
         _ => Err(ApiError::unprocessable(
             "invalid_selection",
@@ -293,20 +297,21 @@ async fn start_checked(
             ));
         }
     }
-    for letter in &letters {
-        if let Some(run) = replays::active_run_for(state.db(), letter.id).await? {
-            return Err(already_replaying(letter.id, run));
-        }
+    let ids: Vec<DeadLetterId> = letters.iter().map(|d| d.id).collect();
+    let active: std::collections::HashMap<DeadLetterId, ReplayRunId> =
+        replays::active_runs_for(state.db(), &ids).await?.into_iter().collect();
+    if let Some((letter, run)) = letters.iter().find_map(|d| active.get(&d.id).map(|run| (d.id, *run))) {
+        return Err(already_replaying(letter, run));
     }
     let now = DbTime::now();
     let run = ReplayRun {
-        id: Uuid::now_v7(),
-        started_by: operator.id.0,
+        id: ReplayRunId::new(),
+        started_by: operator.id,
         reason: crate::redact::text(reason),
         selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
         expected_payload_version: req.expected_payload_version,
         destination_queue: req.destination_queue.clone(),
-        status: if needs_approval { "awaiting_approval" } else { "running" }.into(),
+        status: if needs_approval { ReplayStatus::AwaitingApproval } else { ReplayStatus::Running },
         total: letters.len() as i64,
         rate_per_second: rate,
         max_concurrency: concurrency,
@@ -337,7 +342,7 @@ async fn start_checked(
     Ok((StatusCode::CREATED, Json(run_view(&run, None))))
 }
 
-fn already_replaying(dead_letter: Uuid, run: Uuid) -> ApiError {
+fn already_replaying(dead_letter: DeadLetterId, run: ReplayRunId) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "already_replaying",
@@ -351,7 +356,7 @@ async fn status(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     operator.require(Role::Viewer)?;
-    let id = super::path_id(&id)?;
+    let id = ReplayRunId(super::path_id(&id)?);
     let run = replays::get_run(state.db(), id).await?.ok_or_else(ApiError::not_found)?;
     let progress = replays::progress(state.db(), id).await?;
     let mut view = run_view(&run, Some(&progress));
@@ -378,7 +383,7 @@ async fn control(
     body: Result<Json<ControlRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let needed = if action == "approve" { Role::Admin } else { Role::Operator };
-    let id = super::path_id(&id)?;
+    let id = ReplayRunId(super::path_id(&id)?);
     let audited_action = match action.as_str() {
         "pause" => "replay.pause",
         "resume" => "replay.resume",
@@ -402,38 +407,30 @@ async fn control(
         let changed = match action.as_str() {
             "pause" => {
                 let reason = crate::redact::text(reason);
-                replays::set_status(&mut tx, id, &["running"], "paused", Some(&reason), None).await?
+                replays::set_status(&mut tx, id, ReplayAction::Pause, Some(&reason), None).await?
             }
             "resume" => {
-                let resumed = replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?;
+                let resumed = replays::set_status(&mut tx, id, ReplayAction::Resume, None, None).await?;
                 let seen = replays::progress(state.db(), id).await?.new_dead_letters;
                 replays::reset_baseline(&mut tx, id, seen).await?;
                 resumed
             }
             "cancel" => {
-                let ok = replays::set_status(
-                    &mut tx,
-                    id,
-                    &["running", "paused", "awaiting_approval"],
-                    "cancelled",
-                    Some(reason),
-                    None,
-                )
-                .await?;
+                let ok = replays::set_status(&mut tx, id, ReplayAction::Cancel, Some(reason), None).await?;
                 if ok {
                     replays::cancel_pending(&mut tx, id).await?;
                 }
                 ok
             }
             _ => {
-                if run.started_by == operator.id.0 {
+                if run.started_by == operator.id {
                     return Err(ApiError::new(
                         StatusCode::FORBIDDEN,
                         "second_operator_required",
                         "a run must be approved by a different operator than the one who started it",
                     ));
                 }
-                replays::set_status(&mut tx, id, &["awaiting_approval"], "running", None, Some(operator.id.0)).await?
+                replays::set_status(&mut tx, id, ReplayAction::Approve, None, Some(operator.id)).await?
             }
         };
         if !changed {
