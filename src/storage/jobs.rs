@@ -286,7 +286,7 @@ pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finis
 }
 
 /// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
-/// group commit of [`crate::jobs::finisher`]. Returns the ids whose lease still held; a run not
+/// group commit of the jobs finisher (`jobs::finisher`). Returns the ids whose lease still held; a run not
 /// among them was re-claimed by another worker and is left alone.
 pub async fn succeed_many(tx: &mut Tx, runs: &[(JobId, LeaseToken)]) -> Result<Vec<JobId>> {
     const SET: &str = "status = 'succeeded', locked_by = NULL, locked_until = NULL, lease_token = NULL,
