@@ -1,9 +1,41 @@
-//! Runtime settings shared by the HTTP layer and the CLI, with the defaults a sandbox needs.
+//! Runtime settings shared by the HTTP layer and the CLI, with the defaults a sandbox needs, and
+//! how durations travel in settings ([`millis`]). Low in the module graph: it imports only
+//! `domain`, so every layer (storage included) may read its settings types.
 
+use chrono::TimeDelta;
 use rust_decimal::Decimal;
 
 use crate::domain::AmountLimits;
-use crate::storage::idempotency::IdempotencySettings;
+
+/// How long idempotency records live and how long a claim may run before another request may
+/// take it over (`storage::idempotency`).
+#[derive(Debug, Clone, Copy)]
+pub struct IdempotencySettings {
+    pub retention: TimeDelta,
+    pub lock_timeout: TimeDelta,
+}
+
+impl Default for IdempotencySettings {
+    fn default() -> Self {
+        Self { retention: TimeDelta::hours(24), lock_timeout: TimeDelta::seconds(30) }
+    }
+}
+
+/// Serde for a `Duration` as whole milliseconds (`*_ms` fields of retry policies and breaker
+/// settings): `#[serde(with = "crate::config::millis")]`.
+pub mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Sub-millisecond parts are dropped; absurdly long durations saturate at `u64::MAX` ms.
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct AppConfig {

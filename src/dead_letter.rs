@@ -4,79 +4,19 @@
 //! [`bury`] is the one way a job dies: in the caller's transaction it writes the envelope, parks
 //! the withdrawal in `requires_review` and marks the job dead. If the envelope cannot be written,
 //! the transaction fails and nothing of it happens: the job is not lost and not counted as done.
+//! The categories themselves are domain values ([`Category`], re-exported here). This module
+//! sits below `jobs` and imports nothing from it.
 
 use serde_json::Value;
-use uuid::Uuid;
 
-use crate::domain::{Actor, WithdrawalId};
-use crate::jobs::worker::park_for_review;
+pub use crate::domain::Category;
+use crate::domain::{Actor, DeadLetterId, SideEffect, WithdrawalId};
 use crate::redact;
-use crate::storage::attempts::{self, SideEffect};
+use crate::storage::attempts;
 use crate::storage::dead_letters::{self, DeadLetter};
 use crate::storage::jobs::ClaimedJob;
 use crate::storage::withdrawals as store;
 use crate::storage::{DbTime, Tx};
-
-/// Why automation gave up, by who must act next (SPEC §6's table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Category {
-    BadPayload,
-    DependencyRejected,
-    SideEffectUnknown,
-    CodeBug,
-    RetriesExhausted,
-    Crashed,
-    /// The provider's record differs from ours (amount, currency, reference): never completed
-    /// automatically.
-    ProviderMismatch,
-}
-
-impl Category {
-    pub const ALL: [Category; 7] = [
-        Category::BadPayload,
-        Category::DependencyRejected,
-        Category::SideEffectUnknown,
-        Category::CodeBug,
-        Category::RetriesExhausted,
-        Category::Crashed,
-        Category::ProviderMismatch,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::BadPayload => "bad_payload",
-            Category::DependencyRejected => "dependency_rejected",
-            Category::SideEffectUnknown => "side_effect_unknown",
-            Category::CodeBug => "code_bug",
-            Category::RetriesExhausted => "retries_exhausted",
-            Category::Crashed => "crashed",
-            Category::ProviderMismatch => "provider_mismatch",
-        }
-    }
-
-    pub fn owner(self) -> &'static str {
-        match self {
-            Category::BadPayload => "producing team",
-            Category::DependencyRejected | Category::RetriesExhausted => "integration owner",
-            Category::SideEffectUnknown => "operator",
-            Category::CodeBug | Category::Crashed => "service team",
-            Category::ProviderMismatch => "finance operations",
-        }
-    }
-
-    /// The runbook page with the next action.
-    pub fn runbook(self) -> &'static str {
-        match self {
-            Category::BadPayload => "runbooks/dead-letter-bad-payload.md",
-            Category::DependencyRejected => "runbooks/dead-letter-dependency-rejected.md",
-            Category::SideEffectUnknown => "runbooks/dead-letter-side-effect-unknown.md",
-            Category::CodeBug => "runbooks/dead-letter-code-bug.md",
-            Category::RetriesExhausted => "runbooks/dead-letter-retries-exhausted.md",
-            Category::Crashed => "runbooks/dead-letter-crashed.md",
-            Category::ProviderMismatch => "runbooks/dead-letter-provider-mismatch.md",
-        }
-    }
-}
 
 /// A job's final failure, as the code that saw it describes it.
 #[derive(Debug, Clone)]
@@ -92,6 +32,58 @@ pub struct Failure {
     pub side_effect: Option<SideEffect>,
 }
 
+impl Failure {
+    /// A failure of `category`, its side effect derived from the withdrawal's attempts.
+    pub fn new(
+        category: Category,
+        error_code: impl Into<String>,
+        error_class: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Failure {
+            category,
+            error_code: error_code.into(),
+            error_class,
+            message: message.into(),
+            stack: None,
+            side_effect: None,
+        }
+    }
+
+    /// The provider refused before executing: nothing was paid.
+    pub fn permanent(error_code: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure::new(Category::DependencyRejected, error_code, "permanent", message)
+            .with_side_effect(SideEffect::NotStarted)
+    }
+
+    /// The retry budget ran out; the last attempt was known not executed.
+    pub fn retries_exhausted(error_code: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure::new(Category::RetriesExhausted, error_code, "retryable", message)
+            .with_side_effect(SideEffect::NotStarted)
+    }
+
+    /// Whether the provider paid cannot be known from here: a human must look.
+    pub fn side_effect_unknown(error_code: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure::new(Category::SideEffectUnknown, error_code, "unknown", message).with_side_effect(SideEffect::Unknown)
+    }
+
+    /// A payload no handler can run.
+    pub fn poison(error_code: impl Into<String>, message: impl Into<String>) -> Self {
+        Failure::new(Category::BadPayload, error_code, "poison", message)
+    }
+
+    /// What the classification knows about the side effect.
+    pub fn with_side_effect(mut self, side_effect: SideEffect) -> Self {
+        self.side_effect = Some(side_effect);
+        self
+    }
+
+    pub fn with_stack(mut self, stack: Option<String>) -> Self {
+        self.stack = stack;
+        self
+    }
+}
+
 /// Builds the envelope: everything an operator needs, nothing that must not be stored.
 pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, worker_host: &str) -> DeadLetter {
     let (payload, raw_payload) = match serde_json::from_slice::<Value>(&job.payload) {
@@ -100,7 +92,7 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
         Err(_) => (None, Some(redact_raw(&job.payload))),
     };
     DeadLetter {
-        id: Uuid::now_v7(),
+        id: DeadLetterId::new(),
         job_id: job.id,
         queue: job.queue.clone(),
         job_type: job.kind.clone(),
@@ -120,8 +112,8 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
         // The provider operation key is the withdrawal id.
         idempotency_key: job.withdrawal_id.map(|w| w.to_string()),
         withdrawal_id: job.withdrawal_id,
-        side_effect_state: side_effect.as_str().to_owned(),
-        category: failure.category.as_str().to_owned(),
+        side_effect_state: side_effect,
+        category: failure.category,
         owner: failure.category.owner().to_owned(),
         runbook: failure.category.runbook().to_owned(),
     }
@@ -136,16 +128,12 @@ fn redact_raw(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// What the service knows about the provider side effect from the withdrawal's attempts.
-async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<Uuid>) -> anyhow::Result<SideEffect> {
+async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalId>) -> anyhow::Result<SideEffect> {
     let Some(id) = withdrawal else { return Ok(SideEffect::NotStarted) };
-    Ok(match attempts::latest(tx, WithdrawalId(id)).await? {
+    Ok(match attempts::latest(tx, id).await? {
         None => SideEffect::NotStarted,
         Some(a) if a.outcome.is_none() => SideEffect::Unknown,
-        Some(a) => match a.side_effect.as_str() {
-            "confirmed" => SideEffect::Confirmed,
-            "not_started" => SideEffect::NotStarted,
-            _ => SideEffect::Unknown,
-        },
+        Some(a) => a.side_effect,
     })
 }
 
@@ -161,20 +149,26 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     // a settling transition takes the withdrawal row before that same counter row
     // (`storage::dead_letters`), so both lock in one order.
     if let Some(id) = job.withdrawal_id {
-        if let Some(w) = store::get_in_tx(tx, WithdrawalId(id)).await? {
+        if let Some(w) = store::get_in_tx(tx, id).await? {
             let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
             let actor = Actor::Worker(worker_id.to_owned());
-            park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
+            let moved =
+                store::park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
+            for (from, to) in moved {
+                crate::metrics::transition_on_commit(tx, from, to);
+            }
         }
     }
     dead_letters::insert(tx, &letter).await?;
-    crate::metrics::dead_lettered(&letter.queue, &letter.job_type, &letter.category, &letter.error_code);
+    let (queue, job_type, category, error_code) =
+        (letter.queue.clone(), letter.job_type.clone(), letter.category, letter.error_code.clone());
+    tx.after_commit(move || crate::metrics::dead_lettered(&queue, &job_type, category.as_str(), &error_code));
     tracing::error!(
         event = "dead_lettered",
         dead_letter_id = %letter.id,
-        category = letter.category,
+        category = letter.category.as_str(),
         error_code = letter.error_code,
-        side_effect = letter.side_effect_state,
+        side_effect = letter.side_effect_state.as_str(),
         "job dead-lettered"
     );
     Ok(())

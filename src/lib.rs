@@ -2,8 +2,11 @@
 //! recovers every failure without losing or doubling money.
 //!
 //! # Module map
-//! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, ids, the withdrawal
-//!   state machine. Pure: no I/O.
+//! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, typed ids, the
+//!   withdrawal and replay-run state machines, the stored states (job, side effect,
+//!   reconciliation result, dead-letter category) and the job kinds and payloads. Pure: no I/O.
+//!   The bottom of the module graph; `storage` sits above `config` and `redact`, `metrics` above
+//!   `storage`, then `provider`, `dead_letter` and `jobs` — no module imports one above it.
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
 //!   [`storage::batch`] sends a transaction's independent writes as one statement.

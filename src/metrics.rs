@@ -12,9 +12,9 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::WithdrawalStatus;
-use crate::jobs;
-use crate::storage::{metrics as queries, Db};
+use crate::domain::job::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::domain::{JobStatus, ReplayStatus, WithdrawalStatus};
+use crate::storage::{metrics as queries, Db, Tx};
 
 pub const WITHDRAWALS_CREATED: &str = "withdrawals_created_total";
 pub const WITHDRAWAL_TRANSITIONS: &str = "withdrawal_transitions_total";
@@ -87,6 +87,11 @@ pub fn transition(from: &str, to: &str) {
     counter!(WITHDRAWAL_TRANSITIONS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
 }
 
+/// Counts a transition applied in `tx` once `tx` has committed (never one that rolled back).
+pub fn transition_on_commit(tx: &mut Tx, from: WithdrawalStatus, to: WithdrawalStatus) {
+    tx.after_commit(move || transition(from.as_str(), to.as_str()));
+}
+
 pub fn job_attempt(queue: &str, kind: &str) {
     counter!(JOB_ATTEMPTS, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
 }
@@ -148,21 +153,21 @@ pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
     gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(age(open.oldest));
 
     let depths = queries::live_jobs_by_queue(db).await?;
-    for queue in [jobs::PAYOUTS_QUEUE, jobs::RECONCILIATION_QUEUE] {
-        for status in ["scheduled", "running"] {
+    for queue in [PAYOUTS_QUEUE, RECONCILIATION_QUEUE] {
+        for status in [JobStatus::Scheduled, JobStatus::Running] {
             let count = depths.iter().find(|d| d.queue == queue && d.status == status).map_or(0, |d| d.count);
-            gauge!(JOBS_LIVE, "queue" => queue, "status" => status).set(count as f64);
+            gauge!(JOBS_LIVE, "queue" => queue, "status" => status.as_str()).set(count as f64);
         }
-        let scheduled = depths.iter().find(|d| d.queue == queue && d.status == "scheduled");
+        let scheduled = depths.iter().find(|d| d.queue == queue && d.status == JobStatus::Scheduled);
         gauge!(JOBS_DUE, "queue" => queue).set(scheduled.map_or(0.0, |d| d.due as f64));
         gauge!(JOBS_OLDEST_DUE_SECONDS, "queue" => queue).set(age(scheduled.and_then(|d| d.oldest_due)));
     }
 
     let replays = queries::replay_runs_by_status(db).await?;
-    for status in ["awaiting_approval", "running", "paused", "cancelled", "completed"] {
+    for status in ReplayStatus::ALL {
         let row = replays.iter().find(|r| r.status == status);
-        gauge!(REPLAY_RUNS, "status" => status).set(row.map_or(0.0, |r| r.runs as f64));
-        gauge!(REPLAY_ITEMS_PENDING, "status" => status).set(row.map_or(0.0, |r| r.pending_items as f64));
+        gauge!(REPLAY_RUNS, "status" => status.as_str()).set(row.map_or(0.0, |r| r.runs as f64));
+        gauge!(REPLAY_ITEMS_PENDING, "status" => status.as_str()).set(row.map_or(0.0, |r| r.pending_items as f64));
     }
     Ok(())
 }

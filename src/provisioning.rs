@@ -25,7 +25,7 @@ pub async fn create_account(db: &Db, name: &str, funding: Option<Amount>) -> any
         accounts::fund(&mut tx, account_id, amount).await?;
     }
     let issued = credentials::issue(API_KEY_PREFIX);
-    stored::insert_api_key(&mut tx, issued.id, account_id, None, &issued.secret_hash).await?;
+    stored::insert_api_key(&mut tx, crate::domain::ApiKeyId(issued.id), account_id, None, &issued.secret_hash).await?;
     tx.commit().await.context("cannot create the account")?;
     Ok(NewAccount { account_id, api_key: issued.token })
 }

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::session::Session;
-use crate::domain::WithdrawalId;
+use crate::domain::{DeadLetterId, ReplayRunId, WithdrawalId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::types::{
@@ -143,7 +143,7 @@ pub async fn dead_letters(
 
 /// One dead letter with its history.
 pub async fn dead_letter(state: &AppState, session: &Session, id: Uuid) -> Result<DeadLetterView, Refusal> {
-    Ok(ops::dead_letters::show(&state.ops(), &session.operator, id).await?)
+    Ok(ops::dead_letters::show(&state.ops(), &session.operator, DeadLetterId(id)).await?)
 }
 
 /// Closes (archives) a dead letter.
@@ -153,7 +153,7 @@ pub async fn close_dead_letter(
     id: Uuid,
     request: &ReasonRequest,
 ) -> Result<Closed, Refusal> {
-    Ok(ops::dead_letters::close(&state.ops(), &session.operator, id, request.clone()).await?)
+    Ok(ops::dead_letters::close(&state.ops(), &session.operator, DeadLetterId(id), request.clone()).await?)
 }
 
 /// Replay runs, newest first, with their progress.
@@ -163,7 +163,7 @@ pub async fn replays(state: &AppState, session: &Session, query: &ReplayQuery) -
 
 /// One run with its progress and items.
 pub async fn replay(state: &AppState, session: &Session, id: Uuid) -> Result<ReplayRunView, Refusal> {
-    Ok(ops::replays::status(&state.ops(), &session.operator, id).await?)
+    Ok(ops::replays::status(&state.ops(), &session.operator, ReplayRunId(id)).await?)
 }
 
 /// A dry run's report, or the new run.
@@ -179,7 +179,7 @@ pub async fn control_replay(
     action: ReplayControl,
     request: &ReasonRequest,
 ) -> Result<ReplayRunView, Refusal> {
-    Ok(ops::replays::control(&state.ops(), &session.operator, id, action, request.clone()).await?)
+    Ok(ops::replays::control(&state.ops(), &session.operator, ReplayRunId(id), action, request.clone()).await?)
 }
 
 /// The audit log, newest first.

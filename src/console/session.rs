@@ -138,7 +138,7 @@ impl FromRequestParts<AppState> for Session {
         let Some((id, secret)) = credentials::parse(SESSION_PREFIX, cookie.value()) else {
             return Err(sign_in_redirect(parts));
         };
-        let stored = match sessions::find(state.db(), id).await {
+        let stored = match sessions::find(state.db(), crate::domain::SessionId(id)).await {
             Ok(Some(stored)) => stored,
             Ok(None) => return Err(sign_in_redirect(parts)),
             Err(err) => {
@@ -274,8 +274,14 @@ pub async fn sign_in(
     };
     let stored = async {
         let mut tx = state.db().begin().await?;
-        sessions::insert(&mut tx, issued.id, operator.id.0, &issued.secret_hash, DbTime::from(Utc::now() + ttl))
-            .await?;
+        sessions::insert(
+            &mut tx,
+            crate::domain::SessionId(issued.id),
+            operator.id,
+            &issued.secret_hash,
+            DbTime::from(Utc::now() + ttl),
+        )
+        .await?;
         audited.record_ok(&mut tx, &operator).await?;
         tx.commit().await?;
         Ok::<_, crate::http::error::ApiError>(())
@@ -316,7 +322,7 @@ pub async fn sign_out(
     };
     let ended = async {
         let mut tx = state.db().begin().await?;
-        sessions::end(&mut tx, session.id).await?;
+        sessions::end(&mut tx, crate::domain::SessionId(session.id)).await?;
         audited.record_ok(&mut tx, &session.operator).await?;
         tx.commit().await?;
         Ok::<_, crate::http::error::ApiError>(())

@@ -1,6 +1,7 @@
 //! Typed identifiers. All are UUIDs (v7 when generated here, so they sort by creation time and
 //! keep B-tree inserts local); the newtypes stop a job id from being passed where a withdrawal
-//! id is expected.
+//! id is expected. Each is `sqlx::Type` (transparent), so it binds and decodes as the UUID it
+//! wraps on both backends and rows come back typed.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -8,8 +9,9 @@ use uuid::Uuid;
 macro_rules! id_type {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
         #[serde(transparent)]
+        #[sqlx(transparent)]
         pub struct $name(pub Uuid);
 
         impl $name {
@@ -56,3 +58,55 @@ id_type!(
     /// A finance operator or on-call engineer (SPEC §8).
     OperatorId
 );
+id_type!(
+    /// A dead-letter envelope (SPEC §6).
+    DeadLetterId
+);
+id_type!(
+    /// A handling event beside a dead letter (closed, replayed, …).
+    DeadLetterEventId
+);
+id_type!(
+    /// A replay run (SPEC §8.3).
+    ReplayRunId
+);
+id_type!(
+    /// One dead letter's place in a replay run.
+    ReplayItemId
+);
+id_type!(
+    /// One provider attempt of a withdrawal (SPEC §4).
+    AttemptId
+);
+id_type!(
+    /// A run's lease on a job: every write after the claim is fenced by it (random, not
+    /// time-ordered: [`LeaseToken::random`]).
+    LeaseToken
+);
+id_type!(
+    /// A customer API key (its public half).
+    ApiKeyId
+);
+id_type!(
+    /// An operator console session.
+    SessionId
+);
+id_type!(
+    /// A four-eyes review decision waiting for, or given by, a second operator.
+    DecisionId
+);
+id_type!(
+    /// A recorded withdrawal transition.
+    TransitionId
+);
+id_type!(
+    /// A reconciliation result (SPEC §7).
+    ReconciliationId
+);
+
+impl LeaseToken {
+    /// A fresh, unguessable token.
+    pub fn random() -> Self {
+        Self(Uuid::new_v4())
+    }
+}

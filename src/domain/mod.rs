@@ -1,24 +1,44 @@
 //! The withdrawal domain: values, states and the rules between them.
 //!
 //! Everything here is pure — no I/O, no clock, no randomness — so every rule can be tested
-//! exhaustively and reused by the HTTP layer, the storage layer and (later) the workers.
+//! exhaustively and reused by the HTTP layer, the storage layer and the workers. (Ids are
+//! generated here, from the clock and randomness, but nothing else is.) This is the bottom of
+//! the module graph: it imports nothing from the crate.
+//!
+//! The states stored as TEXT ([`ReplayStatus`], [`JobStatus`], [`SideEffect`], …) derive
+//! `sqlx::Type` through [`text_enum!`](crate::text_enum), so rows come back typed.
 
 mod destination;
+mod evidence;
+mod failure;
 mod idempotency;
 mod ids;
+pub mod job;
 mod money;
 mod reference;
+mod replay;
 mod role;
 mod status;
+mod text_enum;
 mod withdrawal;
 
 pub use destination::mask_account_number;
 pub use destination::{Destination, DestinationError};
+pub use evidence::{ReconciliationResult, SideEffect};
+pub use failure::Category;
 pub use idempotency::{IdempotencyKey, IdempotencyKeyError};
-pub use ids::{AccountId, JobId, OperatorId, WithdrawalId};
+pub use ids::{
+    AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, JobId, LeaseToken, OperatorId,
+    ReconciliationId, ReplayItemId, ReplayRunId, SessionId, TransitionId, WithdrawalId,
+};
+pub use job::JobStatus;
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};
 pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};
+pub use replay::{check_replay_transition, ReplayAction, ReplayItemStatus, ReplayStatus, ReplayTransitionError};
 pub use role::Role;
-pub use status::{check_transition, Actor, LedgerEffect, TransitionError, UnknownStatus, WithdrawalStatus};
+pub use status::{
+    check_transition, path_to_review, Actor, LedgerEffect, TransitionError, UnknownStatus, WithdrawalStatus,
+};
+pub use text_enum::UnknownValue;
 pub use withdrawal::Withdrawal;

@@ -102,6 +102,18 @@ pub fn check_transition(from: WithdrawalStatus, to: WithdrawalStatus) -> Result<
     }
 }
 
+/// The moves that park a withdrawal automation gave up on in `requires_review`: through
+/// `processing` if it was still `pending`, so every move is one [`check_transition`] allows and
+/// each is recorded. None from `requires_review` (already there) or a final state.
+pub fn path_to_review(from: WithdrawalStatus) -> &'static [(WithdrawalStatus, WithdrawalStatus)] {
+    use WithdrawalStatus::*;
+    match from {
+        Pending => &[(Pending, Processing), (Processing, RequiresReview)],
+        Processing => &[(Processing, RequiresReview)],
+        RequiresReview | Completed | Failed => &[],
+    }
+}
+
 /// Who moved a withdrawal; recorded on every transition row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Actor {
@@ -168,6 +180,20 @@ mod tests {
             assert!(from.is_terminal());
             for to in WithdrawalStatus::ALL {
                 assert!(check_transition(from, to).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn the_path_to_review_is_made_of_allowed_moves() {
+        for from in WithdrawalStatus::ALL {
+            let path = path_to_review(from);
+            for (f, t) in path {
+                assert!(check_transition(*f, *t).is_ok(), "{f} -> {t}");
+            }
+            assert_eq!(path.first().map(|m| m.0).unwrap_or(from), from);
+            if let Some(last) = path.last() {
+                assert_eq!(last.1, RequiresReview);
             }
         }
     }

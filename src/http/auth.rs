@@ -59,7 +59,8 @@ impl FromRequestParts<AppState> for Customer {
         let token = bearer(parts).ok_or_else(ApiError::unauthorized)?;
         let (key_id, secret) =
             credentials::parse(credentials::API_KEY_PREFIX, token).ok_or_else(ApiError::unauthorized)?;
-        let stored = find_api_key(state.db(), key_id).await?.ok_or_else(ApiError::unauthorized)?;
+        let stored =
+            find_api_key(state.db(), crate::domain::ApiKeyId(key_id)).await?.ok_or_else(ApiError::unauthorized)?;
         if stored.revoked_at.is_some() || !credentials::verify(secret, &stored.secret_hash) {
             return Err(ApiError::unauthorized());
         }
@@ -67,7 +68,7 @@ impl FromRequestParts<AppState> for Customer {
         if should_touch(key_id, stored.last_used_at, now) {
             let db = state.db().clone();
             tokio::spawn(async move {
-                if let Err(err) = touch_api_key(&db, key_id, now).await {
+                if let Err(err) = touch_api_key(&db, crate::domain::ApiKeyId(key_id), now).await {
                     tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "cannot record an API key's use");
                 }
             });

@@ -14,14 +14,14 @@
 use std::collections::HashSet;
 
 use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
 
+use crate::domain::{JobId, LeaseToken};
 use crate::storage::jobs as job_store;
 use crate::storage::Db;
 
 struct Completion {
-    job: Uuid,
-    token: Uuid,
+    job: JobId,
+    token: LeaseToken,
     reply: oneshot::Sender<Result<bool, String>>,
 }
 
@@ -39,7 +39,7 @@ impl Finisher {
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(max_batch);
             while receiver.recv_many(&mut batch, max_batch).await > 0 {
-                let runs: Vec<(Uuid, Uuid)> = batch.iter().map(|c| (c.job, c.token)).collect();
+                let runs: Vec<(JobId, LeaseToken)> = batch.iter().map(|c| (c.job, c.token)).collect();
                 let result = commit(&db, &runs).await;
                 for completion in batch.drain(..) {
                     let answer = match &result {
@@ -54,7 +54,7 @@ impl Finisher {
     }
 
     /// Marks the run succeeded once its batch commits; false if its lease was lost.
-    pub async fn succeed(&self, job: Uuid, token: Uuid) -> anyhow::Result<bool> {
+    pub async fn succeed(&self, job: JobId, token: LeaseToken) -> anyhow::Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send(Completion { job, token, reply })
@@ -64,7 +64,7 @@ impl Finisher {
     }
 }
 
-async fn commit(db: &Db, runs: &[(Uuid, Uuid)]) -> Result<HashSet<Uuid>, String> {
+async fn commit(db: &Db, runs: &[(JobId, LeaseToken)]) -> Result<HashSet<JobId>, String> {
     let attempt = async {
         let mut tx = db.begin().await?;
         let held = job_store::succeed_many(&mut tx, runs).await?;

@@ -13,17 +13,16 @@
 //! Every answer is stored as a `reconciliation_results` row: the evidence operators read.
 
 use chrono::TimeDelta;
-use uuid::Uuid;
 
 use super::retry::RetryDecision;
 use super::worker::JobContext;
 use super::{ReconcilePayout, SubmitPayout, SUBMIT_PAYOUT};
-use crate::dead_letter::{Category, Failure};
-use crate::domain::{Actor, WithdrawalStatus};
+use crate::dead_letter::Failure;
+use crate::domain::{Actor, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome, WithdrawalStatus};
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::attempts::{self, SideEffect};
 use crate::storage::jobs::{self as job_store, Finish};
-use crate::storage::reconciliations::{self, ReconciliationResult};
+use crate::storage::reconciliations::{self, ReconciliationRecord};
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{DbTime, Tx};
 
@@ -36,7 +35,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     let from = withdrawal.status;
     if !matches!(from, WithdrawalStatus::Processing | WithdrawalStatus::RequiresReview) {
         let mut tx = ctx.db().begin().await?;
-        record(&mut tx, ctx, "skipped", None, None, &format!("withdrawal already {from}"), None).await?;
+        record(&mut tx, ctx, Outcome::Skipped, None, None, &format!("withdrawal already {from}"), None).await?;
         return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
@@ -50,15 +49,8 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             if started.plus(window) <= DbTime::now() {
                 let mut tx = ctx.db().begin().await?;
                 let message = "reconciliation could not ask the provider within its window (breaker open)";
-                record(&mut tx, ctx, "window_expired", None, None, message, None).await?;
-                let failure = Failure {
-                    category: Category::SideEffectUnknown,
-                    error_code: "reconciliation_breaker_open".into(),
-                    error_class: "unknown",
-                    message: message.into(),
-                    stack: None,
-                    side_effect: Some(SideEffect::Unknown),
-                };
+                record(&mut tx, ctx, Outcome::WindowExpired, None, None, message, None).await?;
+                let failure = Failure::side_effect_unknown("reconciliation_breaker_open", message);
                 return ctx.dead_letter(tx, &failure).await;
             }
             let jitter = rand::random::<u64>() % (ctx.config().breaker_jitter.as_millis() as u64 + 1);
@@ -86,33 +78,34 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             // A returned transfer was paid first: the withdrawal completes; the return's
             // re-credit is settlement's (SPEC §14.3).
             let name = verdict.name();
+            let result = if matches!(verdict, Verdict::Returned(_)) { Outcome::Returned } else { Outcome::Paid };
             let to = WithdrawalStatus::Completed;
             decide(&mut tx, ctx, from, to, "reconciliation found it paid", None, Some(&evidence)).await?;
-            record(&mut tx, ctx, name, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
+            record(&mut tx, ctx, result, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Failed(t) => {
             let code = t.failure_code.as_deref().unwrap_or("provider_failed");
             let to = WithdrawalStatus::Failed;
             decide(&mut tx, ctx, from, to, "reconciliation found it failed", Some(code), Some(&evidence)).await?;
-            record(&mut tx, ctx, "failed", Some(&t.id), Some(code), "provider reports failed", None).await?;
+            record(&mut tx, ctx, Outcome::Failed, Some(&t.id), Some(code), "provider reports failed", None).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Mismatch(t, m) => {
             let failure = super::submit::mismatch_failure(&withdrawal, t, m);
-            record(&mut tx, ctx, "mismatch", Some(&t.id), None, &failure.message, None).await?;
+            record(&mut tx, ctx, Outcome::Mismatch, Some(&t.id), None, &failure.message, None).await?;
             return ctx.dead_letter(tx, &failure).await;
         }
         Verdict::InFlight => {
             let settled = in_flight.unwrap_or_else(DbTime::now);
             let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
-            record(&mut tx, ctx, "not_found", None, None, detail, None).await?;
+            record(&mut tx, ctx, Outcome::NotFound, None, None, detail, None).await?;
             let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
         Verdict::NoTransfer => return controlled_retry(tx, ctx, from).await,
-        Verdict::Pending(t) => ("pending", format!("transfer {} still pending at the provider", t.id)),
-        Verdict::Unavailable(why) => ("unavailable", why.clone()),
+        Verdict::Pending(t) => (Outcome::Pending, format!("transfer {} still pending at the provider", t.id)),
+        Verdict::Unavailable(why) => (Outcome::Unavailable, why.clone()),
     };
 
     // Undecided: ask again later, within the window. A pending transfer is known to be on its
@@ -133,19 +126,13 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
         RetryDecision::RetryAfter(delay) => {
             record(&mut tx, ctx, result, None, None, &detail, None).await?;
             let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
-            ctx.finish_or_rollback(tx, &Finish::Reschedule { run_at, consumed_attempt: true, error: result }).await
+            ctx.finish_or_rollback(tx, &Finish::Reschedule { run_at, consumed_attempt: true, error: result.as_str() })
+                .await
         }
         RetryDecision::Exhausted(_) => {
             let message = format!("reconciliation could not decide within its window; last answer: {detail}");
-            record(&mut tx, ctx, "window_expired", None, None, &message, None).await?;
-            let failure = Failure {
-                category: Category::SideEffectUnknown,
-                error_code: format!("reconciliation_{result}"),
-                error_class: "unknown",
-                message,
-                stack: None,
-                side_effect: Some(SideEffect::Unknown),
-            };
+            record(&mut tx, ctx, Outcome::WindowExpired, None, None, &message, None).await?;
+            let failure = Failure::side_effect_unknown(format!("reconciliation_{result}"), message);
             ctx.dead_letter(tx, &failure).await
         }
     }
@@ -160,15 +147,14 @@ pub async fn in_flight_until(
     grace: std::time::Duration,
 ) -> crate::storage::Result<Option<DbTime>> {
     let grace = TimeDelta::from_std(grace).unwrap_or(TimeDelta::seconds(15));
-    let latest =
-        attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown.as_str());
+    let latest = attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown);
     let Some(a) = latest else { return Ok(None) };
     let settled = a.started_at.plus(grace);
     if settled > DbTime::now() {
         return Ok(Some(settled));
     }
     // A call whose job still runs under a live lease may still be on its way.
-    if job_store::job_status(db, a.job_id).await?.as_deref() == Some("running") {
+    if job_store::job_status(db, a.job_id).await? == Some(JobStatus::Running) {
         return Ok(Some(DbTime::now().plus(grace)));
     }
     Ok(None)
@@ -196,17 +182,10 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
             let detail = format!(
                 "provider has no transfer under this key; retry budget spent ({by:?}) after {attempts_made} attempts"
             );
-            record(&mut tx, ctx, "not_found", None, None, &detail, None).await?;
+            record(&mut tx, ctx, Outcome::NotFound, None, None, &detail, None).await?;
             let last_code =
                 attempts::latest(&mut tx, id).await?.and_then(|a| a.error_code).unwrap_or_else(|| "not_found".into());
-            let failure = Failure {
-                category: Category::RetriesExhausted,
-                error_code: last_code,
-                error_class: "retryable",
-                message: detail,
-                stack: None,
-                side_effect: Some(SideEffect::NotStarted),
-            };
+            let failure = Failure::retries_exhausted(last_code, detail);
             return ctx.dead_letter(tx, &failure).await;
         }
     };
@@ -216,7 +195,7 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
             serde_json::json!({"source": "provider_lookup", "verdict": "no_transfer", "asked_at": chrono::Utc::now()});
         decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(&evidence)).await?;
     }
-    let result_id = Uuid::now_v7();
+    let result_id = ReconciliationId::new();
     let follow_up = if job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await? {
         None
     } else {
@@ -225,7 +204,7 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
         Some(job_store::enqueue(&mut tx, &retry).await?)
     };
     let detail = "provider has no transfer under this key: controlled retry with the same key";
-    insert_result(&mut tx, ctx, result_id, "not_found", None, None, detail, follow_up.map(|j| j.0)).await?;
+    insert_result(&mut tx, ctx, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;
     ctx.finish_or_rollback(tx, &Finish::Succeeded).await
 }
 
@@ -250,7 +229,11 @@ async fn decide(
         evidence,
     };
     match store::transition(tx, &request).await? {
-        TransitionOutcome::Applied(_) | TransitionOutcome::Stale => Ok(()),
+        TransitionOutcome::Applied(_) => {
+            crate::metrics::transition_on_commit(tx, from, to);
+            Ok(())
+        }
+        TransitionOutcome::Stale => Ok(()),
         TransitionOutcome::Forbidden(err) => Err(err.into()),
     }
 }
@@ -258,35 +241,35 @@ async fn decide(
 async fn record(
     tx: &mut Tx,
     ctx: &JobContext,
-    result: &str,
+    result: Outcome,
     transfer: Option<&str>,
     failure_code: Option<&str>,
     detail: &str,
-    follow_up: Option<Uuid>,
+    follow_up: Option<JobId>,
 ) -> anyhow::Result<()> {
-    insert_result(tx, ctx, Uuid::now_v7(), result, transfer, failure_code, detail, follow_up).await
+    insert_result(tx, ctx, ReconciliationId::new(), result, transfer, failure_code, detail, follow_up).await
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn insert_result(
     tx: &mut Tx,
     ctx: &JobContext,
-    id: Uuid,
-    result: &str,
+    id: ReconciliationId,
+    result: Outcome,
     transfer: Option<&str>,
     failure_code: Option<&str>,
     detail: &str,
-    follow_up: Option<Uuid>,
+    follow_up: Option<JobId>,
 ) -> anyhow::Result<()> {
-    tracing::info!(result, detail, "reconciliation result");
-    crate::metrics::reconciliation(result);
+    tracing::info!(result = result.as_str(), detail, "reconciliation result");
+    tx.after_commit(move || crate::metrics::reconciliation(result.as_str()));
     reconciliations::insert(
         tx,
-        &ReconciliationResult {
+        &ReconciliationRecord {
             id,
-            withdrawal_id: ctx.payload_withdrawal()?.0,
+            withdrawal_id: ctx.payload_withdrawal()?,
             job_id: ctx.job.id,
-            result: result.to_owned(),
+            result,
             provider_transfer_id: transfer.map(str::to_owned),
             failure_code: failure_code.map(str::to_owned),
             detail: crate::redact::text(detail),

@@ -17,10 +17,12 @@ use chrono::TimeDelta;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::payload;
-use crate::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use crate::domain::{
+    Actor, DeadLetterEventId, DeadLetterId, JobId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
+    SideEffect, WithdrawalId, WithdrawalStatus,
+};
 use crate::storage::dead_letters::{self, Event};
 use crate::storage::jobs::{self as job_store, NewJob};
 use crate::storage::replays::{self, ReplayItem, ReplayRun};
@@ -29,7 +31,7 @@ use crate::storage::{Db, DbTime};
 
 /// Releases items of every running run until `shutdown`.
 pub async fn run_releaser(db: Db, worker_id: String, shutdown: CancellationToken) {
-    let mut limiters: HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)> = HashMap::new();
+    let mut limiters: HashMap<ReplayRunId, (i64, Arc<DefaultDirectRateLimiter>)> = HashMap::new();
     loop {
         match release_round(&db, &worker_id, &mut limiters, &shutdown).await {
             // More may be pending: go straight on, the rate limiter does the pacing.
@@ -47,7 +49,7 @@ pub async fn run_releaser(db: Db, worker_id: String, shutdown: CancellationToken
 async fn release_round(
     db: &Db,
     worker_id: &str,
-    limiters: &mut HashMap<Uuid, (i64, Arc<DefaultDirectRateLimiter>)>,
+    limiters: &mut HashMap<ReplayRunId, (i64, Arc<DefaultDirectRateLimiter>)>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<bool> {
     let runs = replays::lease_running(db, worker_id, DbTime::now().plus(TimeDelta::seconds(10))).await?;
@@ -84,7 +86,7 @@ async fn release_some(
         let progress = replays::progress(db, run.id).await?;
         if progress.in_flight == 0 {
             let mut tx = db.begin().await?;
-            replays::set_status(&mut tx, run.id, &["running"], "completed", None, None).await?;
+            replays::set_status(&mut tx, run.id, ReplayAction::Complete, None, None).await?;
             tx.commit().await?;
         }
         return Ok(0);
@@ -97,7 +99,7 @@ async fn release_some(
         let reason = format!("auto-paused: {fresh} new dead letters from this run");
         tracing::warn!(run_id = %run.id, reason, "replay auto-paused");
         let mut tx = db.begin().await?;
-        replays::set_status(&mut tx, run.id, &["running"], "paused", Some(&reason), None).await?;
+        replays::set_status(&mut tx, run.id, ReplayAction::Pause, Some(&reason), None).await?;
         tx.commit().await?;
         return Ok(0);
     }
@@ -107,7 +109,7 @@ async fn release_some(
             return Ok(done); // full: let released jobs finish first
         }
         let current = replays::get_run(db, run.id).await?;
-        if current.as_ref().map(|r| r.status.as_str()) != Some("running") {
+        if current.as_ref().map(|r| r.status) != Some(ReplayStatus::Running) {
             return Ok(done); // paused or cancelled meanwhile
         }
         tokio::select! {
@@ -122,7 +124,7 @@ async fn release_some(
                 tracing::warn!(error = format!("{err:#}"), item_id = %item.id, "replay item failed; skipping it");
                 let mut tx = db.begin().await?;
                 let detail = crate::redact::text(&format!("release failed: {err:#}"));
-                replays::finish_item(&mut tx, item.id, "skipped", Some(&detail), None).await?;
+                replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some(&detail), None).await?;
                 tx.commit().await?;
             }
         }
@@ -138,7 +140,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         return Ok(false);
     }
     let Some(letter) = dead_letters::get(db, item.dead_letter_id).await? else {
-        replays::finish_item(&mut tx, item.id, "skipped", Some("dead letter not found"), None).await?;
+        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some("dead letter not found"), None).await?;
         tx.commit().await?;
         return Ok(true);
     };
@@ -163,24 +165,33 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         let from_payload = serde_json::from_slice::<serde_json::Value>(&upgraded)
             .ok()
             .and_then(|v| v["withdrawal_id"].as_str().and_then(|s| s.parse().ok()));
-        Ok((upgraded, version, letter.withdrawal_id.map(WithdrawalId).or(from_payload)))
+        Ok((upgraded, version, letter.withdrawal_id.or(from_payload)))
     })();
     let (payload, version, withdrawal) = match decision {
         Ok(ok) => ok,
         Err(reason) => {
-            replays::finish_item(&mut tx, item.id, "skipped", Some(&crate::redact::text(&reason)), None).await?;
+            replays::finish_item(
+                &mut tx,
+                item.id,
+                ReplayItemStatus::Skipped,
+                Some(&crate::redact::text(&reason)),
+                None,
+            )
+            .await?;
             tx.commit().await?;
             return Ok(true);
         }
     };
     let Some(withdrawal) = withdrawal else {
-        replays::finish_item(&mut tx, item.id, "skipped", Some("no withdrawal to replay"), None).await?;
+        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some("no withdrawal to replay"), None)
+            .await?;
         tx.commit().await?;
         return Ok(true);
     };
     let correlation = format!("replay-{}", run.id);
     let actor = Actor::Operator(run.started_by.to_string());
-    let unknown = letter.side_effect_state == "unknown" || super::side_effect_unreconciled(db, withdrawal).await?;
+    let unknown =
+        letter.side_effect_state == SideEffect::Unknown || super::side_effect_unreconciled(db, withdrawal).await?;
     if unknown {
         // The provider may have paid: ask it first; reconciliation retries only on proof.
         let job = super::enqueue_reconciliation(
@@ -190,14 +201,13 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
             &correlation,
             DbTime::now(),
         )
-        .await?
-        .map(|j| j.0);
+        .await?;
         if let Some(job) = job {
             replays::link_job(&mut tx, job, item.id).await?;
         }
         let detail = "side effect unknown: reconciliation instead of resubmission";
-        replays::finish_item(&mut tx, item.id, "reconciling", Some(detail), job).await?;
-        crate::metrics::replay_item("reconciling");
+        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Reconciling, Some(detail), job).await?;
+        tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Reconciling.as_str()));
         record_event(&mut tx, &letter.id, run, item, job, "reconciliation enqueued").await?;
         tx.commit().await?;
         return Ok(true);
@@ -217,12 +227,14 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         },
     )
     .await?;
-    if !matches!(moved, TransitionOutcome::Applied(_)) {
+    if matches!(moved, TransitionOutcome::Applied(_)) {
+        crate::metrics::transition_on_commit(&mut tx, WithdrawalStatus::RequiresReview, WithdrawalStatus::Processing);
+    } else {
         let now = store::get_in_tx(&mut tx, withdrawal).await?.map(|w| w.status.to_string()).unwrap_or_default();
         replays::finish_item(
             &mut tx,
             item.id,
-            "skipped",
+            ReplayItemStatus::Skipped,
             Some(&format!("withdrawal is {now}, not requires_review")),
             None,
         )
@@ -251,26 +263,26 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         },
     )
     .await?;
-    replays::link_job(&mut tx, job.0, item.id).await?;
-    replays::finish_item(&mut tx, item.id, "released", None, Some(job.0)).await?;
-    crate::metrics::replay_item("released");
-    record_event(&mut tx, &letter.id, run, item, Some(job.0), "released").await?;
+    replays::link_job(&mut tx, job, item.id).await?;
+    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Released, None, Some(job)).await?;
+    tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Released.as_str()));
+    record_event(&mut tx, &letter.id, run, item, Some(job), "released").await?;
     tx.commit().await?;
     Ok(true)
 }
 
 async fn record_event(
     tx: &mut crate::storage::Tx,
-    dead_letter: &Uuid,
+    dead_letter: &DeadLetterId,
     run: &ReplayRun,
     item: &ReplayItem,
-    job: Option<Uuid>,
+    job: Option<JobId>,
     outcome: &str,
 ) -> anyhow::Result<()> {
     dead_letters::add_event(
         tx,
         &Event {
-            id: Uuid::now_v7(),
+            id: DeadLetterEventId::new(),
             dead_letter_id: *dead_letter,
             action: "replayed".into(),
             actor: format!("operator:{}", run.started_by),

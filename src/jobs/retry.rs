@@ -16,18 +16,18 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Ceiling of the first retry's delay; each later ceiling doubles it.
-    #[serde(rename = "base_delay_ms", with = "millis")]
+    #[serde(rename = "base_delay_ms", with = "crate::config::millis")]
     pub base_delay: Duration,
     /// The cap on any backoff ceiling (a `Retry-After` hint is capped separately, by `max_retry_after`).
-    #[serde(rename = "max_delay_ms", with = "millis")]
+    #[serde(rename = "max_delay_ms", with = "crate::config::millis")]
     pub max_delay: Duration,
     /// Total attempts allowed, the first one included: 1 means never retry.
     pub max_attempts: u32,
     /// Time budget measured from the start of the first attempt; no retry is scheduled past it.
-    #[serde(rename = "max_elapsed_ms", with = "millis")]
+    #[serde(rename = "max_elapsed_ms", with = "crate::config::millis")]
     pub max_elapsed: Duration,
     /// A provider's `Retry-After` is honoured up to this, so one bad header cannot park a payout for days.
-    #[serde(rename = "max_retry_after_ms", with = "millis")]
+    #[serde(rename = "max_retry_after_ms", with = "crate::config::millis")]
     pub max_retry_after: Duration,
 }
 
@@ -166,20 +166,6 @@ fn nanos_to_duration(nanos: u128) -> Duration {
     const NANOS_PER_SEC: u128 = 1_000_000_000;
     let secs = u64::try_from(nanos / NANOS_PER_SEC).unwrap_or(u64::MAX);
     Duration::new(secs, (nanos % NANOS_PER_SEC) as u32)
-}
-
-mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    /// Sub-millisecond parts are dropped; absurdly long durations saturate at `u64::MAX` ms.
-    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        u64::deserialize(deserializer).map(Duration::from_millis)
-    }
 }
 
 #[cfg(test)]

@@ -46,14 +46,10 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         // Sandbox money was never real: a real provider must not pay it, and a sandbox must not
         // pretend to pay a real withdrawal. Nothing is sent.
         let (ours, theirs) = if withdrawal.sandbox { ("sandbox", "a real") } else { ("real", "a sandbox") };
-        let failure = Failure {
-            category: Category::DependencyRejected,
-            error_code: "sandbox_mismatch".into(),
-            error_class: "permanent",
-            message: format!("a {ours} withdrawal reached {theirs} provider's worker; nothing was sent"),
-            stack: None,
-            side_effect: Some(SideEffect::NotStarted),
-        };
+        let failure = Failure::permanent(
+            "sandbox_mismatch",
+            format!("a {ours} withdrawal reached {theirs} provider's worker; nothing was sent"),
+        );
         return ctx.dead_letter(tx, &failure).await;
     }
 
@@ -108,6 +104,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
                 })
                 .await;
         }
+        crate::metrics::transition_on_commit(&mut tx, claiming.from, claiming.to);
     }
     let (permit, attempt_no, attempt) = match step {
         Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
@@ -193,7 +190,9 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     if let (Some(moved), Some(req)) = (moved, &settle) {
         // Not applied: reconciliation or an operator already decided; the late worker changes
         // nothing but its own records.
-        moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
+        if moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await? {
+            crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
+        }
     }
     match (&outcome, &verdict) {
         (_, Some(Verdict::Pending(_))) => {
@@ -220,7 +219,7 @@ enum Step {
     Defer(crate::provider::breaker::Rejected),
     /// Call the provider as attempt `attempt_no` (row `attempt`), if the lease (the count at
     /// `leased`) still held.
-    Call { permit: crate::provider::breaker::Permit, attempt_no: i64, attempt: uuid::Uuid, leased: usize },
+    Call { permit: crate::provider::breaker::Permit, attempt_no: i64, attempt: crate::domain::AttemptId, leased: usize },
 }
 
 /// The outcome class a provider latency is recorded under.
@@ -288,14 +287,10 @@ fn decide<'a>(
             let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
             let policy = &ctx.config().submit_policy;
             let exhausted = |by: &str| {
-                Next::DeadLetter(Failure {
-                    category: Category::RetriesExhausted,
-                    error_code: error.code.clone(),
-                    error_class: "retryable",
-                    message: format!("retries exhausted by {by} after {attempts_made} attempts: {}", error.message),
-                    stack: None,
-                    side_effect: Some(SideEffect::NotStarted),
-                })
+                Next::DeadLetter(Failure::retries_exhausted(
+                    error.code.clone(),
+                    format!("retries exhausted by {by} after {attempts_made} attempts: {}", error.message),
+                ))
             };
             let next = match policy.next_delay(attempts_made, elapsed, error.retry_after, &mut rand::thread_rng()) {
                 RetryDecision::RetryAfter(delay) => Next::Finish(Finish::Reschedule {
@@ -312,25 +307,11 @@ fn decide<'a>(
             (error_record("unknown", SideEffect::Unknown, error), Next::Finish(Finish::Succeeded))
         }
         SubmitOutcome::Permanent { error, side_effect } => {
-            let failure = Failure {
-                category: Category::DependencyRejected,
-                error_code: error.code.clone(),
-                error_class: "permanent",
-                message: error.message.clone(),
-                stack: None,
-                side_effect: Some(*side_effect),
-            };
+            let failure = Failure::permanent(error.code.clone(), error.message.clone()).with_side_effect(*side_effect);
             (error_record("permanent", *side_effect, error), Next::DeadLetter(failure))
         }
         SubmitOutcome::IdempotencyConflict(error) => {
-            let failure = Failure {
-                category: Category::SideEffectUnknown,
-                error_code: error.code.clone(),
-                error_class: "unknown",
-                message: error.message.clone(),
-                stack: None,
-                side_effect: Some(SideEffect::Unknown),
-            };
+            let failure = Failure::side_effect_unknown(error.code.clone(), error.message.clone());
             (error_record("conflict", SideEffect::Unknown, error), Next::DeadLetter(failure))
         }
     }
@@ -339,14 +320,13 @@ fn decide<'a>(
 /// The dead letter of a transfer that does not match the withdrawal, with both records.
 pub fn mismatch_failure(withdrawal: &Withdrawal, transfer: &crate::provider::Transfer, m: &Mismatch) -> Failure {
     let records = crate::provider::truth::both_records(withdrawal, transfer);
-    Failure {
-        category: Category::ProviderMismatch,
-        error_code: m.code(),
-        error_class: "mismatch",
-        message: format!("the provider's transfer differs from the withdrawal in {}: {records}", m.fields.join(", ")),
-        stack: None,
-        side_effect: Some(SideEffect::Confirmed),
-    }
+    Failure::new(
+        Category::ProviderMismatch,
+        m.code(),
+        "mismatch",
+        format!("the provider's transfer differs from the withdrawal in {}: {records}", m.fields.join(", ")),
+    )
+    .with_side_effect(SideEffect::Confirmed)
 }
 
 fn error_record<'a>(

@@ -24,11 +24,10 @@ use super::{
     RECONCILIATION_QUEUE, SUBMIT_PAYOUT,
 };
 use crate::dead_letter::{self, Category, Failure};
-use crate::domain::{Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{JobId, LeaseToken, WithdrawalId};
 use crate::provider::Gateway;
 use crate::storage::batch::Writes;
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
-use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::{Db, DbTime, Tx};
 
 /// How a worker runs. Every duration is data, so tests can run the same code fast.
@@ -161,7 +160,7 @@ impl JobContext {
 
     /// The withdrawal this job is about.
     pub fn payload_withdrawal(&self) -> anyhow::Result<WithdrawalId> {
-        self.job.withdrawal_id.map(WithdrawalId).ok_or_else(|| anyhow::anyhow!("job {} has no withdrawal", self.job.id))
+        self.job.withdrawal_id.ok_or_else(|| anyhow::anyhow!("job {} has no withdrawal", self.job.id))
     }
 
     /// Finishes the job inside `tx` and commits; if the lease was lost, rolls everything back.
@@ -354,14 +353,12 @@ impl Worker {
         let crashed = job_store::expire_leases(&self.db, self.config.max_receives).await?;
         let mut buried = 0;
         for job in crashed {
-            let failure = Failure {
-                category: Category::Crashed,
-                error_code: "lease_expired".into(),
-                error_class: "crash",
-                message: format!("the job's lease expired {} times without it finishing", job.lease_expiries + 1),
-                stack: None,
-                side_effect: None,
-            };
+            let failure = Failure::new(
+                Category::Crashed,
+                "lease_expired",
+                "crash",
+                format!("the job's lease expired {} times without it finishing", job.lease_expiries + 1),
+            );
             match kill(&self.db, &job, &self.config.worker_id, &failure, true).await {
                 Ok(()) => buried += 1,
                 Err(err) => {
@@ -396,14 +393,12 @@ impl JobContext {
                 Some(Ok(Err(err))) if self.job.handler_errors + 1 >= self.config().max_handler_errors => {
                     // The same failure run after run is a bug, not weather: stop and tell someone.
                     tracing::error!(error = format!("{err:#}"), "handler keeps failing; dead-lettering as code_bug");
-                    let failure = Failure {
-                        category: Category::CodeBug,
-                        error_code: "handler_error".into(),
-                        error_class: "bug",
-                        message: format!("{} runs in a row failed; last error: {err:#}", self.job.handler_errors + 1),
-                        stack: None,
-                        side_effect: None,
-                    };
+                    let failure = Failure::new(
+                        Category::CodeBug,
+                        "handler_error",
+                        "bug",
+                        format!("{} runs in a row failed; last error: {err:#}", self.job.handler_errors + 1),
+                    );
                     if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
                         tracing::warn!(error = format!("{err:#}"), "could not dead-letter; the lease will expire");
                     }
@@ -421,14 +416,13 @@ impl JobContext {
                 Some(Err(panic)) => {
                     let message = panic_message(&panic);
                     tracing::error!(panic = %message, "handler panicked; dead-lettering as code_bug");
-                    let failure = Failure {
-                        category: Category::CodeBug,
-                        error_code: "handler_panicked".into(),
-                        error_class: "panic",
-                        message: format!("handler panicked: {message}"),
-                        stack: LAST_PANIC_BACKTRACE.with(|b| b.borrow_mut().take()),
-                        side_effect: None,
-                    };
+                    let failure = Failure::new(
+                        Category::CodeBug,
+                        "handler_panicked",
+                        "panic",
+                        format!("handler panicked: {message}"),
+                    )
+                    .with_stack(LAST_PANIC_BACKTRACE.with(|b| b.borrow_mut().take()));
                     if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
                         // The lease will expire and the job run again: nothing is lost.
                         tracing::warn!(error = format!("{err:#}"), "could not dead-letter the panicked job");
@@ -480,14 +474,7 @@ impl JobContext {
     /// A payload that cannot be run: dead-lettered at once with its raw bytes; the worker moves on.
     async fn poison(&self, code: &str, message: &str) -> anyhow::Result<()> {
         tracing::error!(error_code = code, "poison job");
-        let failure = Failure {
-            category: Category::BadPayload,
-            error_code: code.to_owned(),
-            error_class: "poison",
-            message: message.to_owned(),
-            stack: None,
-            side_effect: None,
-        };
+        let failure = Failure::poison(code, message);
         let tx = self.db().begin().await?;
         self.dead_letter(tx, &failure).await
     }
@@ -537,9 +524,7 @@ impl Worker {
         for id in &stuck {
             let correlation = format!("sweep-{}", uuid::Uuid::new_v4());
             enqueued += usize::from(
-                enqueue_reconciliation(&mut tx, WithdrawalId(*id), "stuck_processing", &correlation, DbTime::now())
-                    .await?
-                    .is_some(),
+                enqueue_reconciliation(&mut tx, *id, "stuck_processing", &correlation, DbTime::now()).await?.is_some(),
             );
         }
         tx.commit().await?;
@@ -570,47 +555,7 @@ fn capture_panic_backtraces() {
     });
 }
 
-/// Moves a withdrawal automation gave up on to `requires_review` (through `processing` if it
-/// was still `pending`, so every move is one the state machine allows and is recorded), with
-/// `failure_code` saying why it waits there (the dead-letter category).
-pub async fn park_for_review(
-    tx: &mut Tx,
-    w: &Withdrawal,
-    actor: &Actor,
-    reason: &str,
-    correlation_id: &str,
-    failure_code: &str,
-) -> anyhow::Result<()> {
-    let mut path = Vec::new();
-    match w.status {
-        WithdrawalStatus::Pending => {
-            path.push((WithdrawalStatus::Pending, WithdrawalStatus::Processing));
-            path.push((WithdrawalStatus::Processing, WithdrawalStatus::RequiresReview));
-        }
-        WithdrawalStatus::Processing => path.push((WithdrawalStatus::Processing, WithdrawalStatus::RequiresReview)),
-        WithdrawalStatus::RequiresReview | WithdrawalStatus::Completed | WithdrawalStatus::Failed => {}
-    }
-    for (from, to) in path {
-        let request = TransitionRequest {
-            id: w.id,
-            from,
-            to,
-            expected_version: None,
-            actor,
-            reason,
-            correlation_id,
-            failure_code: (to == WithdrawalStatus::RequiresReview).then_some(failure_code),
-            evidence: None,
-        };
-        match store::transition(tx, &request).await? {
-            TransitionOutcome::Applied(_) | TransitionOutcome::Stale => {}
-            TransitionOutcome::Forbidden(err) => return Err(err.into()),
-        }
-    }
-    Ok(())
-}
-
-async fn heartbeat_loop(worker: Worker, job: uuid::Uuid, token: uuid::Uuid, stop: CancellationToken) {
+async fn heartbeat_loop(worker: Worker, job: JobId, token: LeaseToken, stop: CancellationToken) {
     if worker.config.heartbeat.is_zero() {
         return;
     }

@@ -26,7 +26,7 @@ use super::acts::{
 use super::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
 use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult};
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
-use crate::domain::{AccountId, OperatorId, Role};
+use crate::domain::{AccountId, ApiKeyId, OperatorId, Role};
 use crate::storage::credentials::{self as stored, ApiKeyRow, Disabled, OperatorRow};
 use crate::storage::{accounts, sessions};
 
@@ -111,12 +111,12 @@ pub async fn create_key(
         if !accounts::account_exists(&mut tx, account).await? {
             return Err(OpsError::not_found());
         }
-        stored::insert_api_key(&mut tx, issued.id, account, label, &issued.secret_hash).await?;
+        stored::insert_api_key(&mut tx, ApiKeyId(issued.id), account, label, &issued.secret_hash).await?;
         let done =
             Audited { reason, parameters: json!({"key_id": issued.id, "label": label}), ..audited.clone_shallow() };
         done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        let row = stored::get_api_key(ops.db, issued.id).await?.ok_or_else(OpsError::not_found)?;
+        let row = stored::get_api_key(ops.db, ApiKeyId(issued.id)).await?.ok_or_else(OpsError::not_found)?;
         Ok(ApiKeyView { api_key: Some(issued.token), ..key_view(&row) })
     }
     .await;
@@ -129,10 +129,10 @@ pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key_id: Uuid, req: R
     let audited = Audited::new(&ApiKeyRevoke::ACT, key_id.to_string(), &req.reason, json!({}));
     let result = async {
         let reason = require_reason(&req.reason)?;
-        let current = stored::get_api_key(ops.db, key_id).await?.ok_or_else(OpsError::not_found)?;
+        let current = stored::get_api_key(ops.db, ApiKeyId(key_id)).await?.ok_or_else(OpsError::not_found)?;
         let done = Audited { parameters: json!({"account_id": current.account_id}), ..audited.clone_shallow() };
         let mut tx = ops.db.begin().await?;
-        let Some(revoked) = stored::revoke_api_key(&mut tx, key_id, &crate::redact::text(reason)).await? else {
+        let Some(revoked) = stored::revoke_api_key(&mut tx, ApiKeyId(key_id), &crate::redact::text(reason)).await? else {
             return Err(OpsError::conflict("already_revoked", "this API key is already revoked"));
         };
         done.record_ok(&mut tx, operator).await?;
@@ -178,7 +178,7 @@ pub async fn disable(
                 ))
             }
         };
-        let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
+        let ended = sessions::end_all_for_operator(&mut tx, target).await?;
         let done = Audited { parameters: json!({"sessions_ended": ended}), ..audited.clone_shallow() };
         done.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
@@ -236,7 +236,7 @@ pub async fn rotate_token(
         let Some(row) = stored::rotate_operator_secret(&mut tx, target, &issued.secret_hash).await? else {
             return Err(OpsError::not_found());
         };
-        let ended = sessions::end_all_for_operator(&mut tx, target.0).await?;
+        let ended = sessions::end_all_for_operator(&mut tx, target).await?;
         let own = target == operator.id;
         let done = Audited {
             reason,

@@ -14,13 +14,14 @@ use super::{
     OpsResult, Role,
 };
 use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
+use crate::domain::DeadLetterId;
 use crate::storage::DbTime;
 
 /// One envelope as operators see it; `closed_at` says whether it is still open.
 pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
     DeadLetterView {
-        id: d.id,
-        job_id: d.job_id,
+        id: d.id.0,
+        job_id: d.job_id.0,
         queue: d.queue.clone(),
         job_type: d.job_type.clone(),
         payload_version: d.payload_version,
@@ -37,7 +38,7 @@ pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
         worker_version: d.worker_version.clone(),
         correlation_id: d.correlation_id.clone(),
         idempotency_key: d.idempotency_key.clone(),
-        withdrawal_id: d.withdrawal_id,
+        withdrawal_id: d.withdrawal_id.map(|w| w.0),
         side_effect_state: d.side_effect_state.to_string(),
         category: d.category.to_string(),
         owner: d.owner.clone(),
@@ -71,7 +72,7 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: DeadLetterQuery) -> Ops
         limit: limit + 1,
     };
     let rows = dead_letters::list(ops.db, &filter).await?;
-    Ok(page(rows, limit, |r| encode_cursor(r.letter.failed_at, r.letter.id), |r| view(&r.letter, r.closed_at)))
+    Ok(page(rows, limit, |r| encode_cursor(r.letter.failed_at, r.letter.id.0), |r| view(&r.letter, r.closed_at)))
 }
 
 /// Open dead letters by category and error code, with the oldest's age.
@@ -93,7 +94,7 @@ pub async fn summary(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<DeadL
 }
 
 /// One envelope and its events (closed, replayed — with the replayed job's status).
-pub async fn show(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<DeadLetterView> {
+pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsResult<DeadLetterView> {
     operator.require(Role::Viewer)?;
     let letter = dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let events = dead_letters::events(ops.db, id).await?;
@@ -103,7 +104,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<Dea
         // A replay's outcome: the status of the job it released.
         let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
         let replay_job_status = match job {
-            Some(job) => Some(crate::storage::jobs::job_status(ops.db, job).await?.map(|s| s.to_string())),
+            Some(job) => Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?.map(|s| s.to_string())),
             None => None,
         };
         shown.push(DeadLetterEventView {
@@ -121,7 +122,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<Dea
 }
 
 /// Closes an open dead letter with a reason (it stays, archived).
-pub async fn close(ops: &Ops<'_>, operator: &Operator, id: Uuid, req: ReasonRequest) -> OpsResult<Closed> {
+pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: ReasonRequest) -> OpsResult<Closed> {
     ops.authorize(operator, &DeadLetterClose::ACT, &id.to_string()).await?;
     let audited = Audited::new(&DeadLetterClose::ACT, id.to_string(), &req.reason, serde_json::json!({}));
     let done = async {
@@ -129,7 +130,7 @@ pub async fn close(ops: &Ops<'_>, operator: &Operator, id: Uuid, req: ReasonRequ
         dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         let mut tx = ops.db.begin().await?;
         let event = Event {
-            id: Uuid::now_v7(),
+            id: crate::domain::DeadLetterEventId::new(),
             dead_letter_id: id,
             action: "closed".into(),
             actor: format!("operator:{}", operator.id),
@@ -142,7 +143,7 @@ pub async fn close(ops: &Ops<'_>, operator: &Operator, id: Uuid, req: ReasonRequ
         }
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        Ok(Closed { id, state: "closed".into(), closed_at: event.at.0 })
+        Ok(Closed { id: id.0, state: "closed".into(), closed_at: event.at.0 })
     };
     audited.or_refuse(ops, operator, done.await).await
 }

@@ -23,17 +23,17 @@ use crate::storage::DbTime;
 /// A stored decision as operators see it.
 pub fn view(d: &ReviewDecision) -> Decision {
     Decision {
-        id: d.id,
-        withdrawal_id: d.withdrawal_id,
+        id: d.id.0,
+        withdrawal_id: d.withdrawal_id.0,
         action: d.action.clone(),
         provider_reference: d.provider_reference.clone(),
         version: d.version,
         reason: d.reason.clone(),
-        requested_by: d.requested_by,
+        requested_by: d.requested_by.0,
         requested_at: d.requested_at.0,
         request_evidence: d.request_evidence.0.clone(),
         status: d.status.clone(),
-        decided_by: d.decided_by,
+        decided_by: d.decided_by.map(|o| o.0),
         decided_at: d.decided_at.map(|t| t.0),
         decision_reason: d.decision_reason.clone(),
     }
@@ -53,13 +53,13 @@ pub(super) async fn request(
     audited: &Audited<'_>,
 ) -> OpsResult<Decision> {
     let decision = ReviewDecision {
-        id: Uuid::now_v7(),
-        withdrawal_id: w.id.0,
+        id: crate::domain::DecisionId::new(),
+        withdrawal_id: w.id,
         action: action.as_str().to_owned(),
         provider_reference: reference.map(str::to_owned),
         version: w.version,
         reason: reason.to_owned(),
-        requested_by: operator.id.0,
+        requested_by: operator.id,
         requested_at: DbTime::now(),
         request_evidence: sqlx::types::Json(evidence.clone()),
         status: "pending".into(),
@@ -128,12 +128,12 @@ async fn decide(
             approve_checked(ops, operator, &pending, reason).await
         } else {
             let mut tx = ops.db.begin().await?;
-            if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id.0, reason).await? {
+            if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id, reason).await? {
                 return Err(already_decided());
             }
             audited.record_ok(&mut tx, operator).await?;
             tx.commit().await?;
-            Ok(Decided { decision_id: pending.id, status: "rejected".into(), withdrawal: None })
+            Ok(Decided { decision_id: pending.id.0, status: "rejected".into(), withdrawal: None })
         }
     }
     .await;
@@ -151,14 +151,14 @@ async fn approve_checked(
     pending: &ReviewDecision,
     reason: &str,
 ) -> OpsResult<Decided> {
-    if pending.requested_by == operator.id.0 {
+    if pending.requested_by == operator.id {
         return Err(OpsError::forbidden(
             "second_operator_required",
             "a decision must be approved by an operator other than the one who requested it",
         ));
     }
     let action = Decide::parse(&pending.action)?;
-    let withdrawal = crate::domain::WithdrawalId(pending.withdrawal_id);
+    let withdrawal = pending.withdrawal_id;
     let current = in_review(ops, withdrawal, pending.version).await?;
     // Asked again now: the provider's record may have changed since the request.
     let mut evidence = check_with_provider(ops, &current, action, pending.provider_reference.as_deref()).await?;
@@ -167,7 +167,7 @@ async fn approve_checked(
     evidence["approved_by"] = json!(operator.id.0);
     let correlation = format!("ops-{}", Uuid::new_v4());
     let mut tx = ops.db.begin().await?;
-    if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id.0, reason).await? {
+    if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id, reason).await? {
         return Err(already_decided());
     }
     let moved =
@@ -180,5 +180,5 @@ async fn approve_checked(
     );
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(Decided { decision_id: pending.id, status: "approved".into(), withdrawal: Some(OpsWithdrawal::from(&moved)) })
+    Ok(Decided { decision_id: pending.id.0, status: "approved".into(), withdrawal: Some(OpsWithdrawal::from(&moved)) })
 }

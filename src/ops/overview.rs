@@ -66,7 +66,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
     let queues = [jobs::PAYOUTS_QUEUE, jobs::RECONCILIATION_QUEUE]
         .iter()
         .map(|queue| {
-            let of = |status: &str| depths.iter().find(|d| d.queue == *queue && d.status == status);
+            let of = |status: &str| depths.iter().find(|d| d.queue == *queue && d.status.as_str() == status);
             let scheduled = of("scheduled");
             QueueDepth {
                 queue: (*queue).to_owned(),

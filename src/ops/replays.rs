@@ -15,6 +15,7 @@ use super::types::{
 use super::{
     page_limit, parameters_of, require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
+use crate::domain::{DeadLetterId, ReplayAction, ReplayRunId, ReplayStatus};
 use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
 use crate::storage::dead_letters::{self, DeadLetterFilter};
 use crate::storage::replays::{self, ReplayRun};
@@ -23,7 +24,7 @@ use crate::storage::{is_unique_violation, DbTime, StorageError};
 /// A short fingerprint of exactly which dead letters a selection holds (order-independent).
 pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
     use sha2::{Digest, Sha256};
-    let mut ids: Vec<Uuid> = letters.iter().map(|d| d.id).collect();
+    let mut ids: Vec<Uuid> = letters.iter().map(|d| d.id.0).collect();
     ids.sort();
     let mut hasher = Sha256::new();
     for id in ids {
@@ -35,7 +36,7 @@ pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
 fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunView {
     let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
     ReplayRunView {
-        id: run.id,
+        id: run.id.0,
         status: run.status.to_string(),
         reason: run.reason.clone(),
         selection: run.selection.0.clone(),
@@ -45,8 +46,8 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunV
         rate_per_second: run.rate_per_second,
         max_concurrency: run.max_concurrency,
         auto_pause_threshold: run.auto_pause_threshold,
-        started_by: run.started_by,
-        approved_by: run.approved_by,
+        started_by: run.started_by.0,
+        approved_by: run.approved_by.map(|o| o.0),
         paused_reason: run.paused_reason.clone(),
         created_at: run.created_at.0,
         updated_at: run.updated_at.0,
@@ -81,7 +82,8 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: ReplayQuery) -> OpsResu
     }
     let limit = page_limit(q.limit)?;
     let mut data = Vec::new();
-    for run in replays::list_runs(ops.db, q.status.as_deref(), limit).await? {
+    let status = q.status.as_deref().and_then(|s| s.parse::<ReplayStatus>().ok());
+    for run in replays::list_runs(ops.db, status, limit).await? {
         let progress = replays::progress(ops.db, run.id).await?;
         data.push(run_view(&run, Some(&progress)));
     }
@@ -92,19 +94,26 @@ async fn select(ops: &Ops<'_>, req: &StartReplay, limit: i64) -> OpsResult<Vec<d
     let db = ops.db;
     match (&req.dead_letter_ids, &req.filter) {
         (Some(ids), None) => {
-            let mut letters = Vec::new();
             let mut seen = std::collections::HashSet::new();
-            for id in ids.iter().filter(|id| seen.insert(**id)) {
-                letters.push(dead_letters::get(db, *id).await?.ok_or_else(|| {
+            let ids: Vec<DeadLetterId> =
+                ids.iter().filter(|id| seen.insert(**id)).map(|id| DeadLetterId(*id)).collect();
+            // One read for the whole selection; the checks below go in request order, so the
+            // first offending id is the one named.
+            let mut found: std::collections::HashMap<DeadLetterId, dead_letters::SelectedLetter> =
+                dead_letters::get_many(db, &ids).await?.into_iter().map(|s| (s.letter.id, s)).collect();
+            let mut letters = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let selected = found.remove(id).ok_or_else(|| {
                     OpsError::invalid("unknown_dead_letter", "dead_letter_ids", format!("no dead letter {id}"))
-                })?);
-                if dead_letters::events(db, *id).await?.iter().any(|e| e.action == "closed") {
+                })?;
+                if selected.closed {
                     return Err(OpsError::invalid(
                         "dead_letter_closed",
                         "dead_letter_ids",
                         format!("dead letter {id} is closed"),
                     ));
                 }
+                letters.push(selected.letter);
             }
             Ok(letters)
         }
@@ -132,13 +141,8 @@ async fn select(ops: &Ops<'_>, req: &StartReplay, limit: i64) -> OpsResult<Vec<d
                 limit: limit + 1,
             };
             // A filter selects what still needs replaying: not what a run already released.
-            let mut letters = Vec::new();
-            for listed in dead_letters::list(db, &filter).await? {
-                if !replays::was_replayed(db, listed.letter.id).await? {
-                    letters.push(listed.letter);
-                }
-            }
-            Ok(letters)
+            let selected = dead_letters::list_selection(db, &filter).await?;
+            Ok(selected.into_iter().filter(|s| !s.replayed).map(|s| s.letter).collect())
         }
         _ => Err(OpsError::invalid("invalid_selection", "selection", "give exactly one of dead_letter_ids or filter")),
     }
@@ -207,8 +211,8 @@ async fn start_checked(
             .iter()
             .take(5)
             .map(|d| SampleLetter {
-                dead_letter_id: d.id,
-                withdrawal_id: d.withdrawal_id,
+                dead_letter_id: d.id.0,
+                withdrawal_id: d.withdrawal_id.map(|w| w.0),
                 category: d.category.to_string(),
                 error_code: d.error_code.clone(),
                 payload_version: d.payload_version,
@@ -238,20 +242,21 @@ async fn start_checked(
             ));
         }
     }
-    for letter in &letters {
-        if let Some(run) = replays::active_run_for(ops.db, letter.id).await? {
-            return Err(already_replaying(letter.id, run));
-        }
+    let ids: Vec<DeadLetterId> = letters.iter().map(|d| d.id).collect();
+    let active: std::collections::HashMap<DeadLetterId, ReplayRunId> =
+        replays::active_runs_for(ops.db, &ids).await?.into_iter().collect();
+    if let Some((letter, run)) = letters.iter().find_map(|d| active.get(&d.id).map(|run| (d.id, *run))) {
+        return Err(already_replaying(letter, run));
     }
     let now = DbTime::now();
     let run = ReplayRun {
-        id: Uuid::now_v7(),
-        started_by: operator.id.0,
+        id: ReplayRunId::new(),
+        started_by: operator.id,
         reason: crate::redact::text(reason),
         selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
         expected_payload_version: req.expected_payload_version,
         destination_queue: req.destination_queue.clone(),
-        status: if needs_approval { "awaiting_approval" } else { "running" }.into(),
+        status: if needs_approval { ReplayStatus::AwaitingApproval } else { ReplayStatus::Running },
         total: letters.len() as i64,
         rate_per_second: rate,
         max_concurrency: concurrency,
@@ -282,12 +287,12 @@ async fn start_checked(
     Ok(Started::Run(Box::new(run_view(&run, None))))
 }
 
-fn already_replaying(dead_letter: Uuid, run: Uuid) -> OpsError {
+fn already_replaying(dead_letter: DeadLetterId, run: ReplayRunId) -> OpsError {
     OpsError::conflict("already_replaying", format!("dead letter {dead_letter} is already being replayed by run {run}"))
 }
 
 /// One run with its progress and each dead letter's fate.
-pub async fn status(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<ReplayRunView> {
+pub async fn status(ops: &Ops<'_>, operator: &Operator, id: ReplayRunId) -> OpsResult<ReplayRunView> {
     operator.require(Role::Viewer)?;
     let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let progress = replays::progress(ops.db, id).await?;
@@ -297,10 +302,10 @@ pub async fn status(ops: &Ops<'_>, operator: &Operator, id: Uuid) -> OpsResult<R
         items
             .iter()
             .map(|i| ReplayItemView {
-                dead_letter_id: i.dead_letter_id,
+                dead_letter_id: i.dead_letter_id.0,
                 status: i.status.to_string(),
                 detail: i.detail.clone(),
-                job_id: i.job_id,
+                job_id: i.job_id.map(|j| j.0),
             })
             .collect(),
     );
@@ -321,7 +326,7 @@ pub fn control_act(control: ReplayControl) -> Act {
 pub async fn control(
     ops: &Ops<'_>,
     operator: &Operator,
-    id: Uuid,
+    id: ReplayRunId,
     control: ReplayControl,
     req: ReasonRequest,
 ) -> OpsResult<ReplayRunView> {
@@ -335,37 +340,29 @@ pub async fn control(
         let changed = match control {
             ReplayControl::Pause => {
                 let reason = crate::redact::text(reason);
-                replays::set_status(&mut tx, id, &["running"], "paused", Some(&reason), None).await?
+                replays::set_status(&mut tx, id, ReplayAction::Pause, Some(&reason), None).await?
             }
             ReplayControl::Resume => {
-                let resumed = replays::set_status(&mut tx, id, &["paused"], "running", None, None).await?;
+                let resumed = replays::set_status(&mut tx, id, ReplayAction::Resume, None, None).await?;
                 let seen = replays::progress(ops.db, id).await?.new_dead_letters;
                 replays::reset_baseline(&mut tx, id, seen).await?;
                 resumed
             }
             ReplayControl::Cancel => {
-                let ok = replays::set_status(
-                    &mut tx,
-                    id,
-                    &["running", "paused", "awaiting_approval"],
-                    "cancelled",
-                    Some(reason),
-                    None,
-                )
-                .await?;
+                let ok = replays::set_status(&mut tx, id, ReplayAction::Cancel, Some(reason), None).await?;
                 if ok {
                     replays::cancel_pending(&mut tx, id).await?;
                 }
                 ok
             }
             ReplayControl::Approve => {
-                if run.started_by == operator.id.0 {
+                if run.started_by == operator.id {
                     return Err(OpsError::forbidden(
                         "second_operator_required",
                         "a run must be approved by a different operator than the one who started it",
                     ));
                 }
-                replays::set_status(&mut tx, id, &["awaiting_approval"], "running", None, Some(operator.id.0)).await?
+                replays::set_status(&mut tx, id, ReplayAction::Approve, None, Some(operator.id)).await?
             }
         };
         if !changed {

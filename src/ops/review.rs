@@ -89,7 +89,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .into_iter()
         .map(|a| AttemptView {
             attempt_no: a.attempt_no,
-            job_id: a.job_id,
+            job_id: a.job_id.0,
             worker_id: a.worker_id,
             started_at: a.started_at.0,
             finished_at: a.finished_at.map(|t| t.0),
@@ -106,12 +106,12 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .await?
         .into_iter()
         .map(|r| ReconciliationView {
-            id: r.id,
+            id: r.id.0,
             result: r.result.to_string(),
             provider_transfer_id: r.provider_transfer_id,
             failure_code: r.failure_code,
             detail: r.detail,
-            follow_up_job_id: r.follow_up_job_id,
+            follow_up_job_id: r.follow_up_job_id.map(|j| j.0),
             at: r.at.0,
         })
         .collect();
@@ -119,8 +119,8 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .await?
         .into_iter()
         .map(|d| DeadLetterBrief {
-            id: d.id,
-            job_id: d.job_id,
+            id: d.id.0,
+            job_id: d.job_id.0,
             category: d.category.to_string(),
             error_code: d.error_code,
             error_message: d.error_message,

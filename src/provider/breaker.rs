@@ -77,7 +77,7 @@ pub enum SlidingWindow {
     /// ages out once its *first* call is `duration` old, so a call may be forgotten up to one slice early: the
     /// price of bounded memory at any call rate.
     Time {
-        #[serde(rename = "duration_ms", with = "millis")]
+        #[serde(rename = "duration_ms", with = "crate::config::millis")]
         duration: Duration,
     },
 }
@@ -92,11 +92,11 @@ pub struct BreakerConfig {
     pub failure_rate_threshold: f64,
     /// Percent in (0, 100]: calls taking at least `slow_call_duration` (failed or not) count as slow.
     pub slow_call_rate_threshold: f64,
-    #[serde(rename = "slow_call_duration_ms", with = "millis")]
+    #[serde(rename = "slow_call_duration_ms", with = "crate::config::millis")]
     pub slow_call_duration: Duration,
     /// No rate is evaluated before the window holds this many calls (capped at a count window's size).
     pub minimum_number_of_calls: u32,
-    #[serde(rename = "wait_duration_in_open_ms", with = "millis")]
+    #[serde(rename = "wait_duration_in_open_ms", with = "crate::config::millis")]
     pub wait_duration_in_open: Duration,
     pub permitted_calls_in_half_open: u32,
 }
@@ -544,20 +544,6 @@ impl Inner {
 /// holder panicked elsewhere, and refusing service would turn one panic into an outage.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-mod millis {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    /// Sub-millisecond parts are dropped; absurdly long durations saturate at `u64::MAX` ms.
-    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        u64::deserialize(deserializer).map(Duration::from_millis)
-    }
 }
 
 #[cfg(test)]

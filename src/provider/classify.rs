@@ -9,7 +9,7 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 
 use super::{LookupOutcome, ProviderError, SubmitOutcome, Transfer};
-use crate::storage::attempts::SideEffect;
+use crate::domain::SideEffect;
 
 fn error(code: impl Into<String>, status: Option<u16>, message: impl Into<String>) -> ProviderError {
     ProviderError { code: code.into(), http_status: status, message: message.into(), retry_after: None }

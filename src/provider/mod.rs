@@ -21,7 +21,7 @@ pub use classify::{classify_error, classify_response};
 pub use client::{HttpProvider, ProviderConfig};
 pub use truth::{Mismatch, Verdict};
 
-use crate::storage::attempts::SideEffect;
+use crate::domain::SideEffect;
 use breaker::{CallOutcome, CircuitBreaker};
 
 /// What the service asks the provider to pay. `reference` is the withdrawal id.

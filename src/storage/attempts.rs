@@ -4,43 +4,25 @@
 //! attempt left without an outcome means the call may have happened, so the withdrawal must be
 //! reconciled, never blindly resubmitted.
 
-use uuid::Uuid;
-
 use super::batch::{Arg, Writes};
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::WithdrawalId;
+use crate::domain::{AttemptId, JobId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
-/// The attempt's side effect at the provider, as far as we know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SideEffect {
-    NotStarted,
-    Confirmed,
-    Unknown,
-}
-
-impl SideEffect {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SideEffect::NotStarted => "not_started",
-            SideEffect::Confirmed => "confirmed",
-            SideEffect::Unknown => "unknown",
-        }
-    }
-}
+pub use crate::domain::SideEffect;
 
 /// A recorded attempt.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AttemptRow {
-    pub id: Uuid,
-    pub job_id: Uuid,
+    pub id: AttemptId,
+    pub job_id: JobId,
     pub attempt_no: i64,
     pub worker_id: String,
     pub correlation_id: String,
     pub started_at: DbTime,
     pub finished_at: Option<DbTime>,
     pub outcome: Option<String>,
-    pub side_effect: String,
+    pub side_effect: SideEffect,
     pub http_status: Option<i64>,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,
@@ -54,7 +36,7 @@ impl AttemptRow {
     /// Only a refusal before execution, a `failed` transfer or a later definitive "no such
     /// transfer" rules a payment out.
     pub fn may_have_paid(&self) -> bool {
-        self.side_effect == SideEffect::Unknown.as_str()
+        self.side_effect == SideEffect::Unknown
             || matches!(self.outcome.as_deref(), Some("pending" | "paid" | "returned" | "mismatch"))
     }
 }
@@ -90,11 +72,11 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Att
 pub async fn start(
     tx: &mut Tx,
     withdrawal: WithdrawalId,
-    job: Uuid,
+    job: JobId,
     attempt_no: i64,
     worker: &str,
     correlation_id: &str,
-) -> Result<Uuid> {
+) -> Result<AttemptId> {
     let mut writes = Writes::new();
     let id = start_in(&mut writes, withdrawal, job, attempt_no, worker, correlation_id);
     writes.run(tx).await?;
@@ -107,20 +89,20 @@ pub async fn start(
 pub fn start_in(
     writes: &mut Writes,
     withdrawal: WithdrawalId,
-    job: Uuid,
+    job: JobId,
     attempt_no: i64,
     worker: &str,
     correlation_id: &str,
-) -> Uuid {
-    let id = Uuid::now_v7();
+) -> AttemptId {
+    let id = AttemptId::new();
     writes.push(
         "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
                                         started_at, side_effect)
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'unknown')",
         vec![
-            Arg::Uuid(id),
+            Arg::Uuid(id.0),
             Arg::Uuid(withdrawal.0),
-            Arg::Uuid(job),
+            Arg::Uuid(job.0),
             Arg::I64(attempt_no),
             Arg::Text(worker.to_owned()),
             Arg::Text(correlation_id.to_owned()),
@@ -144,7 +126,7 @@ pub struct AttemptOutcome<'a> {
 
 /// What the call produced, as a write of a larger batch. Provider texts are redacted before
 /// storage.
-pub fn record_outcome_in(writes: &mut Writes, attempt: Uuid, outcome: &AttemptOutcome<'_>) -> usize {
+pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &AttemptOutcome<'_>) -> usize {
     writes.push(
         "UPDATE provider_attempts
          SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,
@@ -159,7 +141,7 @@ pub fn record_outcome_in(writes: &mut Writes, attempt: Uuid, outcome: &AttemptOu
             Arg::OptText(outcome.failure_code.map(str::to_owned)),
             Arg::OptText(outcome.error_code.map(crate::redact::text)),
             Arg::OptText(outcome.error_message.map(crate::redact::text)),
-            Arg::Uuid(attempt),
+            Arg::Uuid(attempt.0),
         ],
     )
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{DbTime, Result, Tx};
+use super::{DbTime, Result, Tx, TxConn};
 
 /// Binds one [`Arg`] to a query of either backend (the same match, monomorphised per backend).
 macro_rules! bind_arg {
@@ -104,8 +104,8 @@ impl Writes {
         if self.writes.is_empty() && self.notify.is_none() {
             return Ok(Vec::new());
         }
-        match tx {
-            Tx::Postgres(t) => {
+        match &mut tx.conn {
+            TxConn::Postgres(t) => {
                 let (sql, args) = self.as_one_statement();
                 let mut query = sqlx::query(&sql);
                 for arg in args {
@@ -114,7 +114,7 @@ impl Writes {
                 let row = query.fetch_one(&mut **t).await?;
                 (0..self.writes.len()).map(|i| Ok(row.try_get::<i64, _>(i)? as u64)).collect()
             }
-            Tx::Sqlite(t) => {
+            TxConn::Sqlite(t) => {
                 if self.notify.is_some() {
                     // No NOTIFY on SQLite: wake this process's workers (see `jobs::local_wakeups`).
                     super::jobs::local_wakeups().notify_one();

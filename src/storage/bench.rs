@@ -6,7 +6,7 @@
 //! envelope's `job_id` is a UNIQUE foreign key), the envelope, and a `closed` event for a share
 //! of them.
 
-use super::{Db, DbTime, Result, Tx};
+use super::{Db, DbTime, Result};
 use crate::{with_conn, with_read_conn};
 
 /// Withdrawals by status (how far an end-to-end load has drained).
@@ -77,7 +77,7 @@ pub async fn seed_dead_letters(
 ) -> Result<()> {
     let total: u32 = profiles.iter().map(|p| p.weight).sum::<u32>().max(1);
     let mut tx = db.begin().await?;
-    let postgres = matches!(tx, Tx::Postgres(_));
+    let postgres = tx.backend() == super::Backend::Postgres;
     // Dialect pieces: time from integer microseconds, bytes from text, a fresh id, the row source.
     let time = |us: &str| -> String {
         if postgres {

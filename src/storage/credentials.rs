@@ -5,8 +5,8 @@
 
 use uuid::Uuid;
 
-use super::{DbTime, Result, Tx};
-use crate::domain::{AccountId, OperatorId};
+use super::{DbTime, Result, Tx, TxConn};
+use crate::domain::{AccountId, ApiKeyId, OperatorId};
 use crate::{with_conn, with_read_conn};
 
 /// What authentication needs of an API key.
@@ -56,7 +56,7 @@ const OPERATOR_COLUMNS: &str = "id, name, role, created_at, disabled_at, disable
 
 pub async fn insert_api_key(
     tx: &mut Tx,
-    key_id: Uuid,
+    key_id: ApiKeyId,
     account: AccountId,
     label: Option<&str>,
     secret_hash: &[u8],
@@ -78,7 +78,7 @@ pub async fn insert_api_key(
 
 /// Read on every customer request: no cache sits in front of it, so a revoke is seen by the
 /// next request on every instance.
-pub async fn find_api_key(db: &super::Db, key_id: Uuid) -> Result<Option<StoredApiKey>> {
+pub async fn find_api_key(db: &super::Db, key_id: ApiKeyId) -> Result<Option<StoredApiKey>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredApiKey>(
             "SELECT account_id, secret_hash, revoked_at, last_used_at FROM api_keys WHERE id = $1",
@@ -90,7 +90,7 @@ pub async fn find_api_key(db: &super::Db, key_id: Uuid) -> Result<Option<StoredA
 }
 
 /// Records that a key was used at `at`, unless a later use is already recorded.
-pub async fn touch_api_key(db: &super::Db, key_id: Uuid, at: DbTime) -> Result<()> {
+pub async fn touch_api_key(db: &super::Db, key_id: ApiKeyId, at: DbTime) -> Result<()> {
     let mut tx = db.begin().await?;
     with_conn!(&mut tx, |conn| {
         sqlx::query(
@@ -104,7 +104,7 @@ pub async fn touch_api_key(db: &super::Db, key_id: Uuid, at: DbTime) -> Result<(
     tx.commit().await
 }
 
-pub async fn get_api_key(db: &super::Db, key_id: Uuid) -> Result<Option<ApiKeyRow>> {
+pub async fn get_api_key(db: &super::Db, key_id: ApiKeyId) -> Result<Option<ApiKeyRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ApiKeyRow>(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1"))
             .bind(key_id)
@@ -135,7 +135,7 @@ pub async fn list_api_keys(db: &super::Db, account: AccountId) -> Result<Option<
 }
 
 /// Revokes a live key. Returns the revoked row, or `None` if it was already revoked (or unknown).
-pub async fn revoke_api_key(tx: &mut Tx, key_id: Uuid, reason: &str) -> Result<Option<ApiKeyRow>> {
+pub async fn revoke_api_key(tx: &mut Tx, key_id: ApiKeyId, reason: &str) -> Result<Option<ApiKeyRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, ApiKeyRow>(&format!(
             "UPDATE api_keys SET revoked_at = $2, revoked_reason = $3 WHERE id = $1 AND revoked_at IS NULL
@@ -208,9 +208,9 @@ pub enum Disabled {
 /// disabling each other at once cannot both succeed: the second sees the first's commit.
 pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Result<Disabled> {
     const ADMINS: &str = "SELECT id, disabled_at FROM operators WHERE role = 'admin' ORDER BY id";
-    let admins: Vec<(Uuid, Option<DbTime>)> = match tx {
-        Tx::Postgres(t) => sqlx::query_as(&format!("{ADMINS} FOR UPDATE")).fetch_all(&mut **t).await?,
-        Tx::Sqlite(t) => sqlx::query_as(ADMINS).fetch_all(&mut **t).await?,
+    let admins: Vec<(Uuid, Option<DbTime>)> = match &mut tx.conn {
+        TxConn::Postgres(t) => sqlx::query_as(&format!("{ADMINS} FOR UPDATE")).fetch_all(&mut **t).await?,
+        TxConn::Sqlite(t) => sqlx::query_as(ADMINS).fetch_all(&mut **t).await?,
     };
     let current: Option<(String, Option<DbTime>)> = with_conn!(tx, |conn| {
         sqlx::query_as("SELECT role, disabled_at FROM operators WHERE id = $1")

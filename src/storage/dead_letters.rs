@@ -20,17 +20,20 @@
 //! withdrawal before [`close_settled`], which closes its letters in group order.
 
 use sqlx::types::Json;
+use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::WithdrawalId;
+use crate::domain::{
+    Category, DeadLetterEventId, DeadLetterId, JobId, ReplayRunId, SideEffect, WithdrawalId, WithdrawalStatus,
+};
 use crate::{with_conn, with_read_conn};
 
 /// An envelope, already redacted (see `dead_letter::envelope`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeadLetter {
-    pub id: Uuid,
-    pub job_id: Uuid,
+    pub id: DeadLetterId,
+    pub job_id: JobId,
     pub queue: String,
     pub job_type: String,
     pub payload_version: i64,
@@ -47,9 +50,9 @@ pub struct DeadLetter {
     pub worker_version: String,
     pub correlation_id: String,
     pub idempotency_key: Option<String>,
-    pub withdrawal_id: Option<Uuid>,
-    pub side_effect_state: String,
-    pub category: String,
+    pub withdrawal_id: Option<WithdrawalId>,
+    pub side_effect_state: SideEffect,
+    pub category: Category,
     pub owner: String,
     pub runbook: String,
 }
@@ -84,8 +87,8 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
         .bind(&d.correlation_id)
         .bind(&d.idempotency_key)
         .bind(d.withdrawal_id)
-        .bind(&d.side_effect_state)
-        .bind(&d.category)
+        .bind(d.side_effect_state)
+        .bind(d.category)
         .bind(&d.owner)
         .bind(&d.runbook)
         .execute(&mut *conn)
@@ -95,7 +98,7 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
             "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at) VALUES ($1, $2, $3, $4)",
         )
         .bind(d.id)
-        .bind(&d.category)
+        .bind(d.category)
         .bind(&d.error_code)
         .bind(d.failed_at)
         .execute(&mut *conn)
@@ -104,7 +107,7 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
             "INSERT INTO dead_letter_open_counts (category, error_code, open) VALUES ($1, $2, 1)
              ON CONFLICT (category, error_code) DO UPDATE SET open = dead_letter_open_counts.open + 1",
         )
-        .bind(&d.category)
+        .bind(d.category)
         .bind(&d.error_code)
         .execute(&mut *conn)
         .await?;
@@ -117,13 +120,13 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Dea
         sqlx::query_as::<_, DeadLetter>(&format!(
             "SELECT {COLUMNS} FROM dead_letters WHERE withdrawal_id = $1 ORDER BY failed_at, id"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-pub async fn for_job(db: &Db, job: Uuid) -> Result<Vec<DeadLetter>> {
+pub async fn for_job(db: &Db, job: JobId) -> Result<Vec<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE job_id = $1"))
             .bind(job)
@@ -152,7 +155,7 @@ pub async fn set_fault_flag(db: &Db, name: &str, on: bool) -> Result<()> {
 
 pub const DEAD_LETTER_STORE_OUTAGE: &str = "dead_letter_store_outage";
 
-pub async fn get(db: &Db, id: Uuid) -> Result<Option<DeadLetter>> {
+pub async fn get(db: &Db, id: DeadLetterId) -> Result<Option<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1"))
             .bind(id)
@@ -193,15 +196,25 @@ const CLOSED: &str =
 
 /// The triage list's SQL: one text for the query and for its plan (the benchmark explains it).
 fn list_sql() -> String {
-    let columns = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    filtered_sql(&format!("{CLOSED} AS closed_at"))
+}
+
+/// The letters [`DeadLetterFilter`] selects, with `extra` columns after the envelope's.
+fn filtered_sql(extra: &str) -> String {
     format!(
-        "SELECT {columns}, {CLOSED} AS closed_at FROM dead_letters d
+        "SELECT {}, {extra} FROM dead_letters d
          WHERE {FILTER}
            AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
                                                  WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
            AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
-         ORDER BY d.failed_at DESC, d.id DESC LIMIT $10"
+         ORDER BY d.failed_at DESC, d.id DESC LIMIT $10",
+        qualified_columns()
     )
+}
+
+/// [`COLUMNS`] prefixed with the `d` alias.
+fn qualified_columns() -> String {
+    COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ")
 }
 
 /// Binds a [`DeadLetterFilter`] to the parameters of [`list_sql`], whatever the query's type.
@@ -290,8 +303,8 @@ async fn explain(db: &Db, sql: &str, f: Option<&DeadLetterFilter>) -> Result<Vec
 /// A handling event (closed, replayed, …) beside an untouched envelope.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Event {
-    pub id: Uuid,
-    pub dead_letter_id: Uuid,
+    pub id: DeadLetterEventId,
+    pub dead_letter_id: DeadLetterId,
     pub action: String,
     pub actor: String,
     pub reason: String,
@@ -299,7 +312,7 @@ pub struct Event {
     pub at: DbTime,
 }
 
-pub async fn events(db: &Db, dead_letter: Uuid) -> Result<Vec<Event>> {
+pub async fn events(db: &Db, dead_letter: DeadLetterId) -> Result<Vec<Event>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, Event>(
             "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
@@ -338,7 +351,7 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
 
 /// Removes a just-closed letter from `open_dead_letters` and its group's count. Driven by the
 /// deleted row, so the count can only drop for a letter that was counted.
-async fn leave_open_set(tx: &mut Tx, dead_letter: Uuid) -> Result<()> {
+async fn leave_open_set(tx: &mut Tx, dead_letter: DeadLetterId) -> Result<()> {
     with_conn!(tx, |conn| {
         let group = sqlx::query_as::<_, (String, String)>(
             "DELETE FROM open_dead_letters WHERE dead_letter_id = $1 RETURNING category, error_code",
@@ -362,9 +375,15 @@ async fn leave_open_set(tx: &mut Tx, dead_letter: Uuid) -> Result<()> {
 /// `closed` event says who settled it and how. Called by the guarded transition, in its transaction.
 /// Letters close in (category, error_code) order, so two transactions settling letters of several
 /// groups lock the groups' counter rows in the same order.
-pub async fn close_settled(tx: &mut Tx, withdrawal: Uuid, actor: &str, reason: &str, status: &str) -> Result<u64> {
-    let open: Vec<Uuid> = with_conn!(tx, |conn| {
-        sqlx::query_scalar::<_, Uuid>(
+pub async fn close_settled(
+    tx: &mut Tx,
+    withdrawal: WithdrawalId,
+    actor: &str,
+    reason: &str,
+    status: WithdrawalStatus,
+) -> Result<u64> {
+    let open: Vec<DeadLetterId> = with_conn!(tx, |conn| {
+        sqlx::query_scalar::<_, DeadLetterId>(
             "SELECT d.id FROM dead_letters d WHERE d.withdrawal_id = $1
                AND NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
              ORDER BY d.category, d.error_code, d.id",
@@ -375,7 +394,7 @@ pub async fn close_settled(tx: &mut Tx, withdrawal: Uuid, actor: &str, reason: &
     });
     for id in &open {
         let event = Event {
-            id: Uuid::now_v7(),
+            id: DeadLetterEventId::new(),
             dead_letter_id: *id,
             action: "closed".to_owned(),
             actor: actor.to_owned(),
@@ -386,4 +405,59 @@ pub async fn close_settled(tx: &mut Tx, withdrawal: Uuid, actor: &str, reason: &
         add_event(tx, &event).await?;
     }
     Ok(open.len() as u64)
+}
+
+/// A dead letter as a replay selection sees it: the envelope, and — read in the same query —
+/// whether it is closed, whether some run already released it, and the run in which it is
+/// waiting now, if any.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SelectedLetter {
+    #[sqlx(flatten)]
+    pub letter: DeadLetter,
+    pub closed: bool,
+    /// Released (or sent to reconciliation) by some run.
+    pub replayed: bool,
+    pub active_run: Option<ReplayRunId>,
+}
+
+/// The selection facts of [`SelectedLetter`], as columns over the alias `d`.
+const SELECTION_FACTS: &str =
+    "EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed') AS closed,
+     EXISTS (SELECT 1 FROM replay_items i WHERE i.dead_letter_id = d.id AND i.status IN ('released', 'reconciling'))
+       AS replayed,
+     (SELECT i.run_id FROM replay_items i WHERE i.dead_letter_id = d.id AND i.status = 'pending'
+       ORDER BY i.run_id LIMIT 1) AS active_run";
+
+/// Ids per statement in the set-based reads: well under SQLite's bound-parameter limit (32 766;
+/// 999 before SQLite 3.32) and PostgreSQL's (65 535).
+const IDS_PER_QUERY: usize = 500;
+
+/// The dead letters among `ids` that exist, each with its selection facts: one query per
+/// [`IDS_PER_QUERY`] ids instead of four per letter. In no particular order; absent ids are
+/// simply missing.
+pub async fn get_many(db: &Db, ids: &[DeadLetterId]) -> Result<Vec<SelectedLetter>> {
+    let mut letters = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let head = format!("SELECT {}, {SELECTION_FACTS} FROM dead_letters d WHERE d.id IN (", qualified_columns());
+        let found: Vec<SelectedLetter> = with_read_conn!(db, |conn| {
+            let mut query = QueryBuilder::new(&head);
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(")");
+            query.build_query_as::<SelectedLetter>().fetch_all(&mut *conn).await?
+        });
+        letters.extend(found);
+    }
+    Ok(letters)
+}
+
+/// What [`list`] returns for `f`, newest first, each letter with its selection facts (the same
+/// rows, one query).
+pub async fn list_selection(db: &Db, f: &DeadLetterFilter) -> Result<Vec<SelectedLetter>> {
+    let sql = filtered_sql(SELECTION_FACTS);
+    Ok(with_read_conn!(db, |conn| {
+        bind_filter!(sqlx::query_as::<_, SelectedLetter>(&sql), f).fetch_all(&mut *conn).await?
+    }))
 }

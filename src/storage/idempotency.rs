@@ -7,8 +7,6 @@
 //! over) cannot also store a response. A claim whose owner died is taken over after the lock
 //! timeout: its creation transaction never committed, so re-running it is safe.
 
-use chrono::TimeDelta;
-
 use super::batch::{Arg, Writes};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
@@ -44,18 +42,7 @@ struct RecordRow {
     expires_at: DbTime,
 }
 
-/// How long records live and how long a claim may run before another request may take it over.
-#[derive(Debug, Clone, Copy)]
-pub struct IdempotencySettings {
-    pub retention: TimeDelta,
-    pub lock_timeout: TimeDelta,
-}
-
-impl Default for IdempotencySettings {
-    fn default() -> Self {
-        Self { retention: TimeDelta::hours(24), lock_timeout: TimeDelta::seconds(30) }
-    }
-}
+pub use crate::config::IdempotencySettings;
 
 pub async fn begin(
     db: &Db,

@@ -14,8 +14,9 @@ use chrono::TimeDelta;
 use uuid::Uuid;
 
 use super::batch::{Arg, Writes};
-use super::{Db, DbTime, Result, Tx};
-use crate::domain::{JobId, WithdrawalId};
+use super::{Db, DbTime, Result, Tx, TxConn};
+use crate::domain::job::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
 use crate::with_conn;
 
 /// A job to enqueue. The payload is stored as raw bytes so a job that cannot be decoded later
@@ -29,6 +30,21 @@ pub struct NewJob {
     pub run_at: DbTime,
     pub correlation_id: String,
     pub withdrawal_id: Option<WithdrawalId>,
+}
+
+impl SubmitPayout {
+    /// The job that pays `withdrawal` out, to enqueue in the caller's transaction.
+    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob {
+            queue: PAYOUTS_QUEUE,
+            kind: SUBMIT_PAYOUT,
+            payload: serde_json::to_vec(&self).expect("payload serialises"),
+            payload_version: Self::VERSION,
+            run_at,
+            correlation_id: correlation_id.to_owned(),
+            withdrawal_id: Some(self.withdrawal_id),
+        }
+    }
 }
 
 pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
@@ -79,12 +95,12 @@ pub const JOBS_CHANNEL: &str = "withdrawals_jobs";
 /// A job as stored, for inspection (tests, operators).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
-    pub id: Uuid,
+    pub id: JobId,
     pub queue: String,
     pub kind: String,
     pub payload: Vec<u8>,
     pub payload_version: i64,
-    pub status: String,
+    pub status: JobStatus,
     pub attempts: i64,
     pub receives: i64,
     pub run_at: DbTime,
@@ -108,7 +124,7 @@ pub async fn jobs_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Re
 /// A job handed to a worker under a lease.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedJob {
-    pub id: Uuid,
+    pub id: JobId,
     pub queue: String,
     pub kind: String,
     pub payload: Vec<u8>,
@@ -116,9 +132,9 @@ pub struct ClaimedJob {
     pub attempts: i64,
     pub receives: i64,
     pub first_attempt_at: Option<DbTime>,
-    pub lease_token: Uuid,
+    pub lease_token: LeaseToken,
     pub correlation_id: String,
-    pub withdrawal_id: Option<Uuid>,
+    pub withdrawal_id: Option<WithdrawalId>,
     /// Times this job's lease ran out before it finished.
     pub lease_expiries: i64,
     /// Consecutive runs that ended in a handler error.
@@ -137,7 +153,7 @@ pub async fn claim(db: &Db, queue: &str, worker: &str, limit: u32, lease: TimeDe
                          WHERE id IN (SELECT id FROM jobs WHERE queue = $4 AND status = 'scheduled' AND run_at <= $1
                                       ORDER BY run_at LIMIT $5";
     let now = DbTime::now();
-    let token = Uuid::new_v4();
+    let token = LeaseToken::random();
     macro_rules! claim_on {
         ($sql:expr, $conn:expr) => {
             sqlx::query_as::<_, ClaimedJob>($sql)
@@ -196,7 +212,7 @@ pub async fn expire_leases(db: &Db, max_expiries: i64) -> Result<Vec<ClaimedJob>
 }
 
 /// Extends a lease in its own transaction (the heartbeat); false if the lease is no longer ours.
-pub async fn heartbeat(db: &Db, job: Uuid, token: Uuid, lease: TimeDelta) -> Result<bool> {
+pub async fn heartbeat(db: &Db, job: JobId, token: LeaseToken, lease: TimeDelta) -> Result<bool> {
     let mut tx = db.begin().await?;
     let held = extend_lease(&mut tx, job, token, lease, false).await?;
     tx.commit().await?;
@@ -230,7 +246,7 @@ pub enum Finish<'a> {
 
 /// Ends a leased run inside `tx`, fenced by the lease token. Returns false when the lease was
 /// lost: the caller must then roll back `tx`, so nothing it wrote beside this survives.
-pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Result<bool> {
+pub async fn finish(tx: &mut Tx, job: JobId, token: LeaseToken, how: &Finish<'_>) -> Result<bool> {
     let mut writes = Writes::new();
     let finished = finish_in(&mut writes, job, token, how);
     Ok(writes.run(tx).await?[finished] == 1)
@@ -238,7 +254,7 @@ pub async fn finish(tx: &mut Tx, job: Uuid, token: Uuid, how: &Finish<'_>) -> Re
 
 /// [`finish`] as a write of a larger batch; its count (the returned index) is 0 when the lease
 /// was lost, and the caller must then roll back.
-pub fn finish_in(writes: &mut Writes, job: Uuid, token: Uuid, how: &Finish<'_>) -> usize {
+pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finish<'_>) -> usize {
     let now = DbTime::now();
     // (status, run_at, attempts consumed, error, whether this run was a handler error)
     let (status, run_at, consumed, error, handler_error) = match how {
@@ -262,23 +278,23 @@ pub fn finish_in(writes: &mut Writes, job: Uuid, token: Uuid, how: &Finish<'_>) 
             Arg::I64(consumed),
             Arg::OptText(error.map(str::to_owned)),
             Arg::Time(now),
-            Arg::Uuid(job),
-            Arg::Uuid(token),
+            Arg::Uuid(job.0),
+            Arg::Uuid(token.0),
             Arg::Bool(handler_error),
         ],
     )
 }
 
 /// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
-/// group commit of [`crate::jobs::finisher`]. Returns the ids whose lease still held; a run not
+/// group commit of the jobs finisher (`jobs::finisher`). Returns the ids whose lease still held; a run not
 /// among them was re-claimed by another worker and is left alone.
-pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid>> {
+pub async fn succeed_many(tx: &mut Tx, runs: &[(JobId, LeaseToken)]) -> Result<Vec<JobId>> {
     const SET: &str = "status = 'succeeded', locked_by = NULL, locked_until = NULL, lease_token = NULL,
                        updated_at = $1, handler_errors = 0";
     let now = DbTime::now();
-    Ok(match tx {
-        Tx::Postgres(t) => {
-            let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().copied().unzip();
+    Ok(match &mut tx.conn {
+        TxConn::Postgres(t) => {
+            let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().map(|(id, token)| (id.0, token.0)).unzip();
             sqlx::query_scalar(&format!(
                 "UPDATE jobs SET {SET} FROM UNNEST($2::uuid[], $3::uuid[]) AS f(id, token)
                  WHERE jobs.id = f.id AND jobs.lease_token = f.token
@@ -290,7 +306,7 @@ pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid
             .fetch_all(&mut **t)
             .await?
         }
-        Tx::Sqlite(t) => {
+        TxConn::Sqlite(t) => {
             // No arrays in SQLite: one VALUES row of two parameters per run.
             let rows: Vec<String> = (0..runs.len()).map(|i| format!("(${}, ${})", 2 * i + 2, 2 * i + 3)).collect();
             let sql = format!(
@@ -309,7 +325,7 @@ pub async fn succeed_many(tx: &mut Tx, runs: &[(Uuid, Uuid)]) -> Result<Vec<Uuid
 }
 
 /// Marks the first run of a job (the start of its `max_elapsed` budget), fenced by the lease.
-pub async fn mark_first_attempt(tx: &mut Tx, job: Uuid, token: Uuid) -> Result<DbTime> {
+pub async fn mark_first_attempt(tx: &mut Tx, job: JobId, token: LeaseToken) -> Result<DbTime> {
     let now = DbTime::now();
     let first: Option<DbTime> = with_conn!(tx, |conn| {
         sqlx::query_scalar(
@@ -371,8 +387,8 @@ pub async fn listen(
 /// one write before a provider call) it also marks the job's first attempt if it has none.
 pub async fn extend_lease(
     tx: &mut Tx,
-    job: Uuid,
-    token: Uuid,
+    job: JobId,
+    token: LeaseToken,
     lease: TimeDelta,
     mark_first_attempt: bool,
 ) -> Result<bool> {
@@ -385,8 +401,8 @@ pub async fn extend_lease(
 /// lease is no longer ours, and the caller must then roll back.
 pub fn extend_lease_in(
     writes: &mut Writes,
-    job: Uuid,
-    token: Uuid,
+    job: JobId,
+    token: LeaseToken,
     lease: TimeDelta,
     mark_first_attempt: bool,
 ) -> usize {
@@ -398,8 +414,8 @@ pub fn extend_lease_in(
         vec![
             Arg::Time(now.plus(lease)),
             Arg::Time(now),
-            Arg::Uuid(job),
-            Arg::Uuid(token),
+            Arg::Uuid(job.0),
+            Arg::Uuid(token.0),
             Arg::Bool(mark_first_attempt),
         ],
     )
@@ -407,7 +423,7 @@ pub fn extend_lease_in(
 
 /// Kills a job whose lease expired (no live holder to fence against); false if someone
 /// renewed or finished it meanwhile.
-pub async fn kill_expired(tx: &mut Tx, job: Uuid, error: &str) -> Result<bool> {
+pub async fn kill_expired(tx: &mut Tx, job: JobId, error: &str) -> Result<bool> {
     let now = DbTime::now();
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
@@ -426,9 +442,9 @@ pub async fn kill_expired(tx: &mut Tx, job: Uuid, error: &str) -> Result<bool> {
 }
 
 /// One job's status (tests, operators).
-pub async fn job_status(db: &Db, job: Uuid) -> Result<Option<String>> {
+pub async fn job_status(db: &Db, job: JobId) -> Result<Option<JobStatus>> {
     Ok(crate::with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, String>("SELECT status FROM jobs WHERE id = $1")
+        sqlx::query_scalar::<_, JobStatus>("SELECT status FROM jobs WHERE id = $1")
             .bind(job)
             .fetch_optional(&mut *conn)
             .await?
@@ -436,7 +452,7 @@ pub async fn job_status(db: &Db, job: Uuid) -> Result<Option<String>> {
 }
 
 /// One job as stored.
-pub async fn job_row(db: &Db, job: Uuid) -> Result<Option<JobRow>> {
+pub async fn job_row(db: &Db, job: JobId) -> Result<Option<JobRow>> {
     Ok(crate::with_read_conn!(db, |conn| {
         sqlx::query_as::<_, JobRow>(
             "SELECT id, queue, kind, payload, payload_version, status, attempts, receives, run_at, last_error,

@@ -1,6 +1,7 @@
 //! The queries behind the database gauges (withdrawals by state and their ages, open dead letters).
 
 use super::{Db, DbTime, Result};
+use crate::domain::{JobStatus, ReplayStatus};
 use crate::with_read_conn;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -41,7 +42,7 @@ pub async fn open_dead_letters(db: &Db) -> Result<OpenDeadLetters> {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct QueueDepth {
     pub queue: String,
-    pub status: String,
+    pub status: JobStatus,
     pub count: i64,
     pub due: i64,
     pub oldest_due: Option<DbTime>,
@@ -66,7 +67,7 @@ pub async fn live_jobs_by_queue(db: &Db) -> Result<Vec<QueueDepth>> {
 /// Replay runs by status, with the items still waiting to be released in each.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ReplayRunCount {
-    pub status: String,
+    pub status: ReplayStatus,
     pub runs: i64,
     pub pending_items: i64,
 }

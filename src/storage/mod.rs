@@ -88,7 +88,16 @@ pub enum Db {
 }
 
 /// One open transaction on either backend. Dropping it without [`Tx::commit`] rolls back.
-pub enum Tx {
+///
+/// It also carries what its caller wants done once it has committed ([`Tx::after_commit`]):
+/// metrics of what it changed fire then, never for a transaction that rolled back.
+pub struct Tx {
+    pub(crate) conn: TxConn,
+    after_commit: Vec<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+/// The connection of a [`Tx`], per backend.
+pub(crate) enum TxConn {
     Sqlite(Transaction<'static, Sqlite>),
     Postgres(Transaction<'static, Postgres>),
 }
@@ -98,12 +107,12 @@ pub enum Tx {
 #[doc(hidden)]
 macro_rules! with_conn {
     ($tx:expr, |$conn:ident| $body:expr) => {
-        match $tx {
-            $crate::storage::Tx::Sqlite(t) => {
+        match &mut ($tx).conn {
+            $crate::storage::TxConn::Sqlite(t) => {
                 let $conn: &mut sqlx::SqliteConnection = &mut *t;
                 $body
             }
-            $crate::storage::Tx::Postgres(t) => {
+            $crate::storage::TxConn::Postgres(t) => {
                 let $conn: &mut sqlx::PgConnection = &mut *t;
                 $body
             }
@@ -206,10 +215,11 @@ impl Db {
 
     /// Starts a write transaction.
     pub async fn begin(&self) -> Result<Tx> {
-        Ok(match self {
-            Db::Sqlite(s) => Tx::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?),
-            Db::Postgres(p) => Tx::Postgres(p.begin().await?),
-        })
+        let conn = match self {
+            Db::Sqlite(s) => TxConn::Sqlite(s.writer.begin_with("BEGIN IMMEDIATE").await?),
+            Db::Postgres(p) => TxConn::Postgres(p.begin().await?),
+        };
+        Ok(Tx { conn, after_commit: Vec::new() })
     }
 
     /// Readiness: the database answers and every embedded migration has been applied.
@@ -244,12 +254,28 @@ impl Db {
 }
 
 impl Tx {
+    /// Commits, then runs the [`Tx::after_commit`] actions in the order they were added.
     pub async fn commit(self) -> Result<()> {
-        match self {
-            Tx::Sqlite(t) => t.commit().await?,
-            Tx::Postgres(t) => t.commit().await?,
+        match self.conn {
+            TxConn::Sqlite(t) => t.commit().await?,
+            TxConn::Postgres(t) => t.commit().await?,
+        }
+        for action in self.after_commit {
+            action();
         }
         Ok(())
+    }
+
+    /// Runs `action` once this transaction has committed; dropped with it if it rolls back.
+    pub fn after_commit(&mut self, action: impl FnOnce() + Send + Sync + 'static) {
+        self.after_commit.push(Box::new(action));
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self.conn {
+            TxConn::Sqlite(_) => Backend::Sqlite,
+            TxConn::Postgres(_) => Backend::Postgres,
+        }
     }
 }
 

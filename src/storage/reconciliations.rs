@@ -1,23 +1,21 @@
 //! Reconciliation results (SPEC §7): every answer the provider gave about an unknown outcome,
 //! kept as evidence on the withdrawal. Append-only.
 
-use uuid::Uuid;
-
-use super::{Db, DbTime, Result, Tx};
-use crate::domain::WithdrawalId;
+use super::{Db, DbTime, Result, Tx, TxConn};
+use crate::domain::{JobId, ReconciliationId, ReconciliationResult, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
+/// One stored answer of reconciliation.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct ReconciliationResult {
-    pub id: Uuid,
-    pub withdrawal_id: Uuid,
-    pub job_id: Uuid,
-    /// `paid`, `failed`, `pending`, `not_found`, `unavailable`, `window_expired`, `skipped`.
-    pub result: String,
+pub struct ReconciliationRecord {
+    pub id: ReconciliationId,
+    pub withdrawal_id: WithdrawalId,
+    pub job_id: JobId,
+    pub result: ReconciliationResult,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,
     pub detail: String,
-    pub follow_up_job_id: Option<Uuid>,
+    pub follow_up_job_id: Option<JobId>,
     pub correlation_id: String,
     pub at: DbTime,
 }
@@ -25,7 +23,7 @@ pub struct ReconciliationResult {
 const COLUMNS: &str =
     "id, withdrawal_id, job_id, result, provider_transfer_id, failure_code, detail, follow_up_job_id, correlation_id, at";
 
-pub async fn insert(tx: &mut Tx, r: &ReconciliationResult) -> Result<()> {
+pub async fn insert(tx: &mut Tx, r: &ReconciliationRecord) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -33,7 +31,7 @@ pub async fn insert(tx: &mut Tx, r: &ReconciliationResult) -> Result<()> {
         .bind(r.id)
         .bind(r.withdrawal_id)
         .bind(r.job_id)
-        .bind(&r.result)
+        .bind(r.result)
         .bind(&r.provider_transfer_id)
         .bind(&r.failure_code)
         .bind(&r.detail)
@@ -46,9 +44,9 @@ pub async fn insert(tx: &mut Tx, r: &ReconciliationResult) -> Result<()> {
     Ok(())
 }
 
-pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReconciliationResult>> {
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReconciliationRecord>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, ReconciliationResult>(&format!(
+        sqlx::query_as::<_, ReconciliationRecord>(&format!(
             "SELECT {COLUMNS} FROM reconciliation_results WHERE withdrawal_id = $1 ORDER BY at, id"
         ))
         .bind(withdrawal.0)
@@ -59,13 +57,13 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Rec
 
 /// Withdrawals in `processing` since before `older_than` with no scheduled or running job: the
 /// sweep reconciles them. On PostgreSQL only the instance holding the advisory lock sweeps.
-pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<Uuid>>> {
+pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<WithdrawalId>>> {
     const SQL: &str = "SELECT w.id FROM withdrawals w
          WHERE w.status = 'processing' AND w.updated_at < $1
            AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.withdrawal_id = w.id AND j.status IN ('scheduled', 'running'))
          ORDER BY w.updated_at LIMIT $2";
-    match tx {
-        Tx::Postgres(t) => {
+    match &mut tx.conn {
+        TxConn::Postgres(t) => {
             // One sweeper at a time across instances; the lock ends with the transaction.
             let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(7201)").fetch_one(&mut **t).await?;
             if !locked {
@@ -73,6 +71,6 @@ pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Re
             }
             Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?))
         }
-        Tx::Sqlite(t) => Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?)),
+        TxConn::Sqlite(t) => Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?)),
     }
 }

@@ -2,26 +2,29 @@
 //! each item moves `pending → released | reconciling | skipped | cancelled` exactly once.
 
 use sqlx::types::Json;
-use uuid::Uuid;
+use sqlx::QueryBuilder;
 
 use super::{Db, DbTime, Result, Tx};
+use crate::domain::{
+    DeadLetterId, JobId, OperatorId, ReplayAction, ReplayItemId, ReplayItemStatus, ReplayRunId, ReplayStatus,
+};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReplayRun {
-    pub id: Uuid,
-    pub started_by: Uuid,
+    pub id: ReplayRunId,
+    pub started_by: OperatorId,
     pub reason: String,
     pub selection: Json<serde_json::Value>,
     pub expected_payload_version: i64,
     pub destination_queue: String,
-    pub status: String,
+    pub status: ReplayStatus,
     pub total: i64,
     pub rate_per_second: i64,
     pub max_concurrency: i64,
     pub auto_pause_threshold: i64,
     pub dead_letter_baseline: i64,
-    pub approved_by: Option<Uuid>,
+    pub approved_by: Option<OperatorId>,
     pub paused_reason: Option<String>,
     pub created_at: DbTime,
     pub updated_at: DbTime,
@@ -33,12 +36,12 @@ const RUN_COLUMNS: &str = "id, started_by, reason, selection, expected_payload_v
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReplayItem {
-    pub id: Uuid,
-    pub run_id: Uuid,
-    pub dead_letter_id: Uuid,
-    pub status: String,
+    pub id: ReplayItemId,
+    pub run_id: ReplayRunId,
+    pub dead_letter_id: DeadLetterId,
+    pub status: ReplayItemStatus,
     pub detail: Option<String>,
-    pub job_id: Option<Uuid>,
+    pub job_id: Option<JobId>,
     pub released_at: Option<DbTime>,
 }
 
@@ -53,7 +56,7 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
         .bind(&run.selection)
         .bind(run.expected_payload_version)
         .bind(&run.destination_queue)
-        .bind(&run.status)
+        .bind(run.status)
         .bind(run.total)
         .bind(run.rate_per_second)
         .bind(run.max_concurrency)
@@ -70,9 +73,9 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
 }
 
 /// The run in which `dead_letter` is waiting to be replayed, if any.
-pub async fn active_run_for(db: &Db, dead_letter: Uuid) -> Result<Option<Uuid>> {
+pub async fn active_run_for(db: &Db, dead_letter: DeadLetterId) -> Result<Option<ReplayRunId>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, Uuid>(
+        sqlx::query_scalar::<_, ReplayRunId>(
             "SELECT run_id FROM replay_items WHERE dead_letter_id = $1 AND status = 'pending'",
         )
         .bind(dead_letter)
@@ -81,12 +84,33 @@ pub async fn active_run_for(db: &Db, dead_letter: Uuid) -> Result<Option<Uuid>> 
     }))
 }
 
+/// The runs in which any of `dead_letters` waits to be replayed, as (dead letter, run) pairs:
+/// [`active_run_for`] for a whole selection, one query per 500 ids.
+pub async fn active_runs_for(db: &Db, dead_letters: &[DeadLetterId]) -> Result<Vec<(DeadLetterId, ReplayRunId)>> {
+    let mut active = Vec::new();
+    for chunk in dead_letters.chunks(500) {
+        let found: Vec<(DeadLetterId, ReplayRunId)> = with_read_conn!(db, |conn| {
+            let mut query = QueryBuilder::new(
+                "SELECT dead_letter_id, run_id FROM replay_items WHERE status = 'pending' AND dead_letter_id IN (",
+            );
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(")");
+            query.build_query_as().fetch_all(&mut *conn).await?
+        });
+        active.extend(found);
+    }
+    Ok(active)
+}
+
 /// Adds an item; a dead letter already in an active replay makes this fail with a unique
 /// violation (see [`super::is_unique_violation`]).
-pub async fn insert_item(tx: &mut Tx, run: Uuid, dead_letter: Uuid) -> Result<()> {
+pub async fn insert_item(tx: &mut Tx, run: ReplayRunId, dead_letter: DeadLetterId) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query("INSERT INTO replay_items (id, run_id, dead_letter_id, status, created_at) VALUES ($1, $2, $3, 'pending', $4)")
-            .bind(Uuid::now_v7())
+            .bind(ReplayItemId::new())
             .bind(run)
             .bind(dead_letter)
             .bind(DbTime::now())
@@ -96,7 +120,7 @@ pub async fn insert_item(tx: &mut Tx, run: Uuid, dead_letter: Uuid) -> Result<()
     Ok(())
 }
 
-pub async fn get_run(db: &Db, id: Uuid) -> Result<Option<ReplayRun>> {
+pub async fn get_run(db: &Db, id: ReplayRunId) -> Result<Option<ReplayRun>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayRun>(&format!("SELECT {RUN_COLUMNS} FROM replay_runs WHERE id = $1"))
             .bind(id)
@@ -106,7 +130,7 @@ pub async fn get_run(db: &Db, id: Uuid) -> Result<Option<ReplayRun>> {
 }
 
 /// Runs newest first, optionally only those in `status`.
-pub async fn list_runs(db: &Db, status: Option<&str>, limit: i64) -> Result<Vec<ReplayRun>> {
+pub async fn list_runs(db: &Db, status: Option<ReplayStatus>, limit: i64) -> Result<Vec<ReplayRun>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayRun>(&format!(
             "SELECT {RUN_COLUMNS} FROM replay_runs WHERE ($1 IS NULL OR status = $1) ORDER BY created_at DESC, id DESC LIMIT $2"
@@ -118,30 +142,34 @@ pub async fn list_runs(db: &Db, status: Option<&str>, limit: i64) -> Result<Vec<
     }))
 }
 
-/// Guarded status change: only from one of `from`. Returns whether it happened.
+/// The guarded move of a run by `action` (SPEC §8.3): only from the states the domain's table
+/// allows for it ([`ReplayAction::from_states`]), to the state it leads to. Returns whether it
+/// happened (false: the run was not in one of those states, or does not exist).
 pub async fn set_status(
     tx: &mut Tx,
-    id: Uuid,
-    from: &[&str],
-    to: &str,
+    id: ReplayRunId,
+    action: ReplayAction,
     paused_reason: Option<&str>,
-    approved_by: Option<Uuid>,
+    approved_by: Option<OperatorId>,
 ) -> Result<bool> {
-    let from = from.join(",");
+    let from = action.from_states();
+    let Some(to) = from.first().and_then(|f| crate::domain::check_replay_transition(*f, action).ok()) else {
+        return Ok(false);
+    };
+    let now = DbTime::now();
     let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE replay_runs SET status = $1, paused_reason = $2, approved_by = COALESCE($3, approved_by), updated_at = $4
-             WHERE id = $5 AND (',' || $6 || ',') LIKE ('%,' || status || ',%')",
-        )
-        .bind(to)
-        .bind(paused_reason)
-        .bind(approved_by)
-        .bind(DbTime::now())
-        .bind(id)
-        .bind(from)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
+        let mut query = QueryBuilder::new("UPDATE replay_runs SET status = ");
+        query.push_bind(to);
+        query.push(", paused_reason = ").push_bind(paused_reason);
+        query.push(", approved_by = COALESCE(").push_bind(approved_by).push(", approved_by)");
+        query.push(", updated_at = ").push_bind(now);
+        query.push(" WHERE id = ").push_bind(id).push(" AND status IN (");
+        let mut states = query.separated(", ");
+        for state in from {
+            states.push_bind(state);
+        }
+        query.push(")");
+        query.build().execute(&mut *conn).await?.rows_affected()
     });
     Ok(updated == 1)
 }
@@ -166,7 +194,7 @@ pub async fn lease_running(db: &Db, worker: &str, until: DbTime) -> Result<Vec<R
     Ok(runs)
 }
 
-pub async fn pending_items(db: &Db, run: Uuid, limit: i64) -> Result<Vec<ReplayItem>> {
+pub async fn pending_items(db: &Db, run: ReplayRunId, limit: i64) -> Result<Vec<ReplayItem>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayItem>(
             "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
@@ -179,7 +207,7 @@ pub async fn pending_items(db: &Db, run: Uuid, limit: i64) -> Result<Vec<ReplayI
     }))
 }
 
-pub async fn items(db: &Db, run: Uuid) -> Result<Vec<ReplayItem>> {
+pub async fn items(db: &Db, run: ReplayRunId) -> Result<Vec<ReplayItem>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayItem>(
             "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
@@ -192,7 +220,13 @@ pub async fn items(db: &Db, run: Uuid) -> Result<Vec<ReplayItem>> {
 }
 
 /// Moves a pending item on; false if someone else already did.
-pub async fn finish_item(tx: &mut Tx, item: Uuid, to: &str, detail: Option<&str>, job: Option<Uuid>) -> Result<bool> {
+pub async fn finish_item(
+    tx: &mut Tx,
+    item: ReplayItemId,
+    to: ReplayItemStatus,
+    detail: Option<&str>,
+    job: Option<JobId>,
+) -> Result<bool> {
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE replay_items SET status = $1, detail = $2, job_id = $3, released_at = $4
@@ -210,7 +244,7 @@ pub async fn finish_item(tx: &mut Tx, item: Uuid, to: &str, detail: Option<&str>
     Ok(updated == 1)
 }
 
-pub async fn link_job(tx: &mut Tx, job: Uuid, item: Uuid) -> Result<()> {
+pub async fn link_job(tx: &mut Tx, job: JobId, item: ReplayItemId) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query("UPDATE jobs SET replay_item_id = $1 WHERE id = $2")
             .bind(item)
@@ -221,7 +255,7 @@ pub async fn link_job(tx: &mut Tx, job: Uuid, item: Uuid) -> Result<()> {
     Ok(())
 }
 
-pub async fn cancel_pending(tx: &mut Tx, run: Uuid) -> Result<u64> {
+pub async fn cancel_pending(tx: &mut Tx, run: ReplayRunId) -> Result<u64> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query("UPDATE replay_items SET status = 'cancelled', detail = 'run cancelled' WHERE run_id = $1 AND status = 'pending'")
             .bind(run)
@@ -247,7 +281,7 @@ pub struct Progress {
     pub new_dead_letters: i64,
 }
 
-pub async fn progress(db: &Db, run: Uuid) -> Result<Progress> {
+pub async fn progress(db: &Db, run: ReplayRunId) -> Result<Progress> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, Progress>(
             "SELECT
@@ -271,7 +305,7 @@ pub async fn progress(db: &Db, run: Uuid) -> Result<Progress> {
 }
 
 /// Whether `dead_letter` was already released by some run (filters leave those out).
-pub async fn was_replayed(db: &Db, dead_letter: Uuid) -> Result<bool> {
+pub async fn was_replayed(db: &Db, dead_letter: DeadLetterId) -> Result<bool> {
     let count: i64 = with_read_conn!(db, |conn| {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM replay_items WHERE dead_letter_id = $1 AND status IN ('released', 'reconciling')",
@@ -286,7 +320,7 @@ pub async fn was_replayed(db: &Db, dead_letter: Uuid) -> Result<bool> {
 /// Takes an item for release inside `tx`: only while it is pending and its run is running and
 /// leased to `releaser`. The row lock (PostgreSQL) or the one writer (SQLite) makes a pause,
 /// cancel or second releaser either come before (and this fails) or wait for this release.
-pub async fn take_item(tx: &mut Tx, item: Uuid, run: Uuid, releaser: &str) -> Result<bool> {
+pub async fn take_item(tx: &mut Tx, item: ReplayItemId, run: ReplayRunId, releaser: &str) -> Result<bool> {
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE replay_items SET detail = detail
@@ -304,7 +338,7 @@ pub async fn take_item(tx: &mut Tx, item: Uuid, run: Uuid, releaser: &str) -> Re
 }
 
 /// On resume: auto-pause counts only dead letters that arrive from now on.
-pub async fn reset_baseline(tx: &mut Tx, run: Uuid, new_dead_letters: i64) -> Result<()> {
+pub async fn reset_baseline(tx: &mut Tx, run: ReplayRunId, new_dead_letters: i64) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query("UPDATE replay_runs SET dead_letter_baseline = $1 WHERE id = $2")
             .bind(new_dead_letters)

@@ -4,30 +4,29 @@
 //! index); a decided row is never changed again.
 
 use sqlx::types::Json;
-use uuid::Uuid;
 
-use super::{Db, DbTime, Result, StorageError, Tx};
-use crate::domain::WithdrawalId;
+use super::{Db, DbTime, Result, StorageError, Tx, TxConn};
+use crate::domain::{DecisionId, OperatorId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReviewDecision {
-    pub id: Uuid,
-    pub withdrawal_id: Uuid,
+    pub id: DecisionId,
+    pub withdrawal_id: WithdrawalId,
     /// `complete` or `fail`.
     pub action: String,
     pub provider_reference: Option<String>,
     /// The withdrawal's version the requester decided on.
     pub version: i64,
     pub reason: String,
-    pub requested_by: Uuid,
+    pub requested_by: OperatorId,
     pub requested_at: DbTime,
     /// The provider's answer when it was requested.
     pub request_evidence: Json<serde_json::Value>,
     /// `pending`, `approved`, `rejected`, or `superseded` (the withdrawal left review another
     /// way first).
     pub status: String,
-    pub decided_by: Option<Uuid>,
+    pub decided_by: Option<OperatorId>,
     pub decided_at: Option<DbTime>,
     pub decision_reason: Option<String>,
 }
@@ -51,14 +50,14 @@ pub enum Requested {
 /// a concurrent move either happened before (→ [`Requested::Stale`]) or waits for this commit and
 /// then supersedes the stored decision in its own transaction.
 pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested> {
-    let current: Option<(String, i64)> = match tx {
-        Tx::Postgres(t) => {
+    let current: Option<(String, i64)> = match &mut tx.conn {
+        TxConn::Postgres(t) => {
             sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1 FOR UPDATE")
                 .bind(d.withdrawal_id)
                 .fetch_optional(&mut **t)
                 .await?
         }
-        Tx::Sqlite(t) => {
+        TxConn::Sqlite(t) => {
             sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1")
                 .bind(d.withdrawal_id)
                 .fetch_optional(&mut **t)
@@ -134,7 +133,7 @@ pub async fn list_pending(db: &Db, limit: i64) -> Result<Vec<ReviewDecision>> {
 
 /// Decides a pending decision (`approved` or `rejected`) by `by`, in `tx`. False if it was no
 /// longer pending (someone else decided first): nothing changed.
-pub async fn decide(tx: &mut Tx, id: Uuid, status: &str, by: Uuid, reason: &str) -> Result<bool> {
+pub async fn decide(tx: &mut Tx, id: DecisionId, status: &str, by: OperatorId, reason: &str) -> Result<bool> {
     if !matches!(status, "approved" | "rejected") {
         return Err(StorageError::corrupt(format!("a decision cannot become {status}")));
     }
@@ -157,7 +156,7 @@ pub async fn decide(tx: &mut Tx, id: Uuid, status: &str, by: Uuid, reason: &str)
 
 /// The withdrawal left `requires_review` (by any transition): a decision still waiting on it can
 /// no longer apply, so it is closed as `superseded` with why, in the transition's transaction.
-pub async fn supersede(tx: &mut Tx, withdrawal: Uuid, why: &str) -> Result<()> {
+pub async fn supersede(tx: &mut Tx, withdrawal: WithdrawalId, why: &str) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE review_decisions SET status = 'superseded', decided_at = $1, decision_reason = $2

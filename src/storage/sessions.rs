@@ -5,6 +5,7 @@
 use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
+use crate::domain::{OperatorId, SessionId};
 use crate::{with_conn, with_read_conn};
 
 /// A live session and the operator it belongs to.
@@ -20,7 +21,13 @@ pub struct StoredSession {
     pub operator_disabled_at: Option<DbTime>,
 }
 
-pub async fn insert(tx: &mut Tx, id: Uuid, operator: Uuid, secret_hash: &[u8], expires_at: DbTime) -> Result<()> {
+pub async fn insert(
+    tx: &mut Tx,
+    id: SessionId,
+    operator: OperatorId,
+    secret_hash: &[u8],
+    expires_at: DbTime,
+) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(
             "INSERT INTO console_sessions (id, operator_id, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)",
@@ -36,7 +43,7 @@ pub async fn insert(tx: &mut Tx, id: Uuid, operator: Uuid, secret_hash: &[u8], e
     Ok(())
 }
 
-pub async fn find(db: &Db, id: Uuid) -> Result<Option<StoredSession>> {
+pub async fn find(db: &Db, id: SessionId) -> Result<Option<StoredSession>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredSession>(
             "SELECT s.id, s.secret_hash, s.expires_at, s.ended_at, o.id AS operator_id, o.name AS operator_name,
@@ -51,7 +58,7 @@ pub async fn find(db: &Db, id: Uuid) -> Result<Option<StoredSession>> {
 }
 
 /// Ends a session (sign-out). Returns whether it was still live.
-pub async fn end(tx: &mut Tx, id: Uuid) -> Result<bool> {
+pub async fn end(tx: &mut Tx, id: SessionId) -> Result<bool> {
     let ended = with_conn!(tx, |conn| {
         sqlx::query("UPDATE console_sessions SET ended_at = $2 WHERE id = $1 AND ended_at IS NULL")
             .bind(id)
@@ -65,7 +72,7 @@ pub async fn end(tx: &mut Tx, id: Uuid) -> Result<bool> {
 
 /// Ends every live session of an operator (disabled, or their token rotated): re-enabling them
 /// later does not bring an old sign-in back. Returns how many were live.
-pub async fn end_all_for_operator(tx: &mut Tx, operator: Uuid) -> Result<u64> {
+pub async fn end_all_for_operator(tx: &mut Tx, operator: OperatorId) -> Result<u64> {
     let ended = with_conn!(tx, |conn| {
         sqlx::query("UPDATE console_sessions SET ended_at = $2 WHERE operator_id = $1 AND ended_at IS NULL")
             .bind(operator)

@@ -12,11 +12,11 @@ use super::accounts::{self, EntryKind};
 use super::batch::{Arg, Writes};
 use super::jobs;
 use super::{DbTime, Result, StorageError, Tx};
+use crate::domain::job::SubmitPayout;
 use crate::domain::{
     check_transition, AccountId, Actor, Amount, Currency, Destination, LedgerEffect, TransitionError, Withdrawal,
     WithdrawalId, WithdrawalStatus,
 };
-use crate::jobs::SubmitPayout;
 use crate::{with_conn, with_read_conn};
 
 const COLUMNS: &str = "id, account_id, status, amount, currency, destination, reference, failure_code, version, \
@@ -381,19 +381,54 @@ fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionReque
     }
 }
 
-/// What follows every applied transition: its metric, superseding a review decision that still
-/// waits on it once it leaves review, and, once settled, closing the withdrawal's open dead
-/// letters.
+/// What follows every applied transition in its transaction: superseding a review decision that
+/// still waits on it once it leaves review, and, once settled, closing the withdrawal's open dead
+/// letters. (Its metric is the caller's, once the transaction has committed.)
 async fn applied(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<()> {
-    crate::metrics::transition(req.from.as_str(), req.to.as_str());
     if req.from == WithdrawalStatus::RequiresReview {
         let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
-        super::review_decisions::supersede(tx, req.id.0, &why).await?;
+        super::review_decisions::supersede(tx, req.id, &why).await?;
     }
     if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
-        super::dead_letters::close_settled(tx, req.id.0, &req.actor.to_string(), req.reason, req.to.as_str()).await?;
+        super::dead_letters::close_settled(tx, req.id, &req.actor.to_string(), req.reason, req.to).await?;
     }
     Ok(())
+}
+
+/// Moves a withdrawal automation gave up on to `requires_review` along
+/// [`path_to_review`](crate::domain::path_to_review) (through `processing` if it was still
+/// `pending`, so every move is one the state machine allows and is recorded), with
+/// `failure_code` saying why it waits there (the dead-letter category). A stale step (someone
+/// moved it first) is left alone. Returns the moves that applied, for the caller's metrics.
+pub async fn park_for_review(
+    tx: &mut Tx,
+    w: &Withdrawal,
+    actor: &Actor,
+    reason: &str,
+    correlation_id: &str,
+    failure_code: &str,
+) -> Result<Vec<(WithdrawalStatus, WithdrawalStatus)>> {
+    let mut moved = Vec::new();
+    for &(from, to) in crate::domain::path_to_review(w.status) {
+        let request = TransitionRequest {
+            id: w.id,
+            from,
+            to,
+            expected_version: None,
+            actor,
+            reason,
+            correlation_id,
+            failure_code: (to == WithdrawalStatus::RequiresReview).then_some(failure_code),
+            evidence: None,
+        };
+        match transition(tx, &request).await? {
+            TransitionOutcome::Applied(_) => moved.push((from, to)),
+            TransitionOutcome::Stale => {}
+            // `path_to_review` is made of allowed moves (tested in the domain).
+            TransitionOutcome::Forbidden(err) => return Err(StorageError::corrupt(err)),
+        }
+    }
+    Ok(moved)
 }
 
 fn stale(req: &TransitionRequest<'_>) {

@@ -9,7 +9,7 @@ use fantoccini::Locator;
 use futures::future::join_all;
 use serde_json::json;
 use withdrawals::config::AppConfig;
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{SessionId, WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
@@ -594,11 +594,11 @@ async fn old_expired_sessions_are_purged_and_live_ones_kept(app: TestApp) {
     let token = app.operator("viewer").await;
     let operator = withdrawals::ops::authenticate(&app.db, &token).await.unwrap();
     let now = DbTime::now();
-    let (old, recent, live) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let (old, recent, live) = (SessionId::new(), SessionId::new(), SessionId::new());
     let mut tx = app.db.begin().await.unwrap();
-    sessions::insert(&mut tx, old, operator.id.0, b"h", now.plus(chrono::TimeDelta::days(-31))).await.unwrap();
-    sessions::insert(&mut tx, recent, operator.id.0, b"h", now.plus(chrono::TimeDelta::days(-1))).await.unwrap();
-    sessions::insert(&mut tx, live, operator.id.0, b"h", now.plus(chrono::TimeDelta::hours(8))).await.unwrap();
+    sessions::insert(&mut tx, old, operator.id, b"h", now.plus(chrono::TimeDelta::days(-31))).await.unwrap();
+    sessions::insert(&mut tx, recent, operator.id, b"h", now.plus(chrono::TimeDelta::days(-1))).await.unwrap();
+    sessions::insert(&mut tx, live, operator.id, b"h", now.plus(chrono::TimeDelta::hours(8))).await.unwrap();
     tx.commit().await.unwrap();
 
     let purged = sessions::purge_expired(&app.db, now.plus(chrono::TimeDelta::days(-30))).await.unwrap();

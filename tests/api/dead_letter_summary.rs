@@ -8,7 +8,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{JobId, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
 use withdrawals::storage::dead_letters::{self, SummaryRow};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
@@ -37,7 +37,7 @@ fn groups(rows: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {
     rows.iter().map(|(c, e, n)| (c.to_string(), e.to_string(), *n)).collect()
 }
 
-async fn poison_job(app: &TestApp, n: u8) -> Uuid {
+async fn poison_job(app: &TestApp, n: u8) -> JobId {
     let mut tx = app.db.begin().await.unwrap();
     let id = job_store::enqueue(
         &mut tx,
@@ -54,7 +54,7 @@ async fn poison_job(app: &TestApp, n: u8) -> Uuid {
     .await
     .unwrap();
     tx.commit().await.unwrap();
-    id.0
+    id
 }
 
 async fn letters_of(app: &TestApp, id: WithdrawalId) -> Vec<dead_letters::DeadLetter> {
@@ -140,7 +140,7 @@ async fn the_summary_stays_exact_through_dead_lettering_closing_settling_and_rep
     // A replay that the provider rejects again: the first letter stays open (replayed, not
     // closed) and a second one opens.
     let again = rejected[2];
-    replay(&app, &admin, letters_of(&app, again).await[0].id).await;
+    replay(&app, &admin, letters_of(&app, again).await[0].id.0).await;
     app.eventually("the replayed job's second dead letter", WAIT, || async {
         (letters_of(&app, again).await.len() == 2).then_some(())
     })
@@ -154,7 +154,7 @@ async fn the_summary_stays_exact_through_dead_lettering_closing_settling_and_rep
     // A replay that pays: the withdrawal completes and closes its letter.
     app.provider.mock.set_faults(FaultConfig::default());
     let paid = rejected[1];
-    replay(&app, &admin, letters_of(&app, paid).await[0].id).await;
+    replay(&app, &admin, letters_of(&app, paid).await[0].id.0).await;
     app.wait_for_status(paid, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(
         exact_summary(&app, "a replay that paid").await,

@@ -147,7 +147,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
     );
     assert_eq!((letters[0].owner.as_str(), letters[0].job_type.as_str()), ("operator", "reconcile_payout"));
     let results: Vec<String> =
-        reconciliations::for_withdrawal(&app.db, id).await.unwrap().into_iter().map(|r| r.result).collect();
+        reconciliations::for_withdrawal(&app.db, id).await.unwrap().into_iter().map(|r| r.result.to_string()).collect();
     assert!(results.iter().any(|r| r == "unavailable"), "{results:?}");
     assert_eq!(results.last().map(String::as_str), Some("window_expired"));
     assert_eq!(transfers_for(&provider.mock, id), 1, "it was paid once and never resubmitted");
@@ -155,7 +155,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
     app.assert_ledger_invariant().await;
 }
 
-async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> uuid::Uuid {
+async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> withdrawals::domain::JobId {
     let mut tx = app.db.begin().await.unwrap();
     let id = job_store::enqueue(
         &mut tx,
@@ -172,14 +172,14 @@ async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &
     .await
     .unwrap();
     tx.commit().await.unwrap();
-    id.0
+    id
 }
 
-async fn wait_for_job_status(app: &TestApp, job: uuid::Uuid, status: &str) {
+async fn wait_for_job_status(app: &TestApp, job: withdrawals::domain::JobId, status: &str) {
     app.eventually(&format!("job {job} to be {status}"), WAIT, || async {
         let letters = dead_letters::for_job(&app.db, job).await.unwrap();
         let counts = job_store::job_status(&app.db, job).await.unwrap();
-        (counts.as_deref() == Some(status)).then_some(letters)
+        (counts.map(|s| s.as_str()) == Some(status)).then_some(letters)
     })
     .await;
 }

@@ -25,5 +25,6 @@ mod replays;
 mod runbooks;
 mod sandbox;
 mod security;
+mod selection;
 mod transitions;
 mod validation;

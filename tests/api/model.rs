@@ -741,7 +741,8 @@ impl World {
             None => false,
             Some(a) => {
                 a.started_at.0 + IN_FLIGHT_GRACE > Utc::now()
-                    || job_store::job_status(&self.app.db, a.job_id).await.unwrap().as_deref() == Some("running")
+                    || job_store::job_status(&self.app.db, a.job_id).await.unwrap().map(|s| s.as_str())
+                        == Some("running")
             }
         };
         let jobs = job_store::jobs_for_withdrawal(&self.app.db, id).await.unwrap();

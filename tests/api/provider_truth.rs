@@ -509,13 +509,13 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
         .unwrap()
         .operator_id;
     let decision = |version: i64| ReviewDecision {
-        id: uuid::Uuid::now_v7(),
-        withdrawal_id: id.0,
+        id: withdrawals::domain::DecisionId::new(),
+        withdrawal_id: id,
         action: "fail".into(),
         provider_reference: None,
         version,
         reason: "A fails".into(),
-        requested_by: requester.0,
+        requested_by: requester,
         requested_at: withdrawals::storage::DbTime::now(),
         request_evidence: sqlx::types::Json(json!({"verdict": "no_transfer"})),
         status: "pending".into(),

@@ -26,7 +26,7 @@ both_backends!(
 const QUEUE: &str = "test_group_commit";
 const KIND: &str = "test_effect_free";
 
-async fn enqueue(app: &TestApp, n: usize) -> HashSet<uuid::Uuid> {
+async fn enqueue(app: &TestApp, n: usize) -> HashSet<withdrawals::domain::JobId> {
     let mut tx = app.db.begin().await.unwrap();
     let mut ids = HashSet::new();
     for i in 0..n {
@@ -39,7 +39,7 @@ async fn enqueue(app: &TestApp, n: usize) -> HashSet<uuid::Uuid> {
             correlation_id: format!("group-commit-{i}"),
             withdrawal_id: None,
         };
-        ids.insert(job_store::enqueue(&mut tx, &job).await.unwrap().0);
+        ids.insert(job_store::enqueue(&mut tx, &job).await.unwrap());
     }
     tx.commit().await.unwrap();
     ids
@@ -78,7 +78,7 @@ async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: T
     assert!(!third.unwrap(), "the stale lease was refused");
 
     for run in &again {
-        assert_eq!(job_store::job_status(&app.db, run.id).await.unwrap().as_deref(), Some("succeeded"));
+        assert_eq!(job_store::job_status(&app.db, run.id).await.unwrap().map(|s| s.as_str()), Some("succeeded"));
     }
     let kept = job_store::job_row(&app.db, stale.id).await.unwrap().unwrap();
     assert_eq!((kept.status.as_str(), kept.receives), ("running", 2), "still worker B's run");
@@ -106,7 +106,9 @@ async fn a_worker_drives_effect_free_jobs_to_success_through_the_group_commit(ap
     while tokio::time::Instant::now() < deadline {
         done = 0;
         for id in &ids {
-            done += usize::from(job_store::job_status(&app.db, *id).await.unwrap().as_deref() == Some("succeeded"));
+            done += usize::from(
+                job_store::job_status(&app.db, *id).await.unwrap().map(|s| s.as_str()) == Some("succeeded"),
+            );
         }
         if done == ids.len() {
             break;

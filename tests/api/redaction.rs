@@ -33,7 +33,7 @@ fn secret_in_text(secret: &str, form: u8) -> String {
 
 fn job_with(payload: Vec<u8>) -> ClaimedJob {
     ClaimedJob {
-        id: uuid::Uuid::now_v7(),
+        id: withdrawals::domain::JobId::new(),
         queue: "payouts".into(),
         kind: "submit_payout".into(),
         payload,
@@ -41,7 +41,7 @@ fn job_with(payload: Vec<u8>) -> ClaimedJob {
         attempts: 1,
         receives: 1,
         first_attempt_at: None,
-        lease_token: uuid::Uuid::new_v4(),
+        lease_token: withdrawals::domain::LeaseToken::random(),
         correlation_id: "c".into(),
         withdrawal_id: None,
         lease_expiries: 0,

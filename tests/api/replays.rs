@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
 use withdrawals::config::AppConfig;
+use withdrawals::domain::DeadLetterId;
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
 use withdrawals::storage::dead_letters;
@@ -47,7 +48,7 @@ async fn rejected(app: &TestApp, n: usize) -> Vec<WithdrawalId> {
 async fn letters_of(app: &TestApp, ids: &[WithdrawalId]) -> Vec<Uuid> {
     let mut out = Vec::new();
     for id in ids {
-        out.push(dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0).id);
+        out.push(dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0).id.0);
     }
     out
 }
@@ -141,7 +142,7 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
 async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(app: TestApp) {
     let ids = rejected(&app, 3).await;
     let letters = letters_of(&app, &ids).await;
-    let envelope_before = dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap();
+    let envelope_before = dead_letters::get(&app.db, DeadLetterId(letters[0])).await.unwrap().unwrap();
     let operator = app.operator("admin").await;
 
     let response = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await;
@@ -155,7 +156,11 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
         assert_eq!(executions(&app, *id), 1, "paid once");
     }
     assert_eq!(done["progress"]["released"], 3);
-    assert_eq!(dead_letters::get(&app.db, letters[0]).await.unwrap().unwrap(), envelope_before, "envelope untouched");
+    assert_eq!(
+        dead_letters::get(&app.db, DeadLetterId(letters[0])).await.unwrap().unwrap(),
+        envelope_before,
+        "envelope untouched"
+    );
     let operator_view: Value = app
         .client
         .get(app.url(&format!("/ops/v1/dead-letters/{}", letters[0])))
@@ -168,7 +173,7 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
         .unwrap();
     assert_eq!(operator_view["events"][0]["action"], "replayed");
     assert_eq!(operator_view["events"][0]["replay_job_status"], "succeeded", "the handling state shows the outcome");
-    let events = dead_letters::events(&app.db, letters[0]).await.unwrap();
+    let events = dead_letters::events(&app.db, DeadLetterId(letters[0])).await.unwrap();
     let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
     assert_eq!(actions, ["replayed", "closed"], "replayed, then closed when the withdrawal completed");
     assert_eq!(events[0].details.as_ref().unwrap().0["run_id"], run_id);
@@ -426,7 +431,7 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
     app.provider.mock.set_faults(FaultConfig::default());
     let letters = letters_of(&app, &[good, broken]).await;
     for letter in &letters {
-        assert_eq!(dead_letters::get(&app.db, *letter).await.unwrap().unwrap().payload_version, 1);
+        assert_eq!(dead_letters::get(&app.db, DeadLetterId(*letter)).await.unwrap().unwrap().payload_version, 1);
     }
     let operator = app.operator("admin").await;
     let mut body = start_body(&letters, 20);

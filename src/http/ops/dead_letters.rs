@@ -5,6 +5,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{Authorized, OpsJson, OpsQuery, PathId};
+use crate::domain::DeadLetterId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::DeadLetterClose;
@@ -36,7 +37,7 @@ async fn show(
     operator: Operator,
     PathId(id): PathId,
 ) -> Result<Json<DeadLetterView>, ApiError> {
-    Ok(Json(ops::dead_letters::show(&state.ops(), &operator, id).await?))
+    Ok(Json(ops::dead_letters::show(&state.ops(), &operator, DeadLetterId(id)).await?))
 }
 
 async fn close(
@@ -45,5 +46,5 @@ async fn close(
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
 ) -> Result<Json<Closed>, ApiError> {
-    Ok(Json(ops::dead_letters::close(&state.ops(), &operator, id, req).await?))
+    Ok(Json(ops::dead_letters::close(&state.ops(), &operator, DeadLetterId(id), req).await?))
 }

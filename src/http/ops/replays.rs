@@ -7,6 +7,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::{Authorized, OpsJson, OpsQuery, PathId};
+use crate::domain::ReplayRunId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
@@ -50,7 +51,7 @@ async fn status(
     operator: Operator,
     PathId(id): PathId,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    Ok(Json(ops::replays::status(&state.ops(), &operator, id).await?))
+    Ok(Json(ops::replays::status(&state.ops(), &operator, ReplayRunId(id)).await?))
 }
 
 async fn control(
@@ -60,7 +61,7 @@ async fn control(
     control: ReplayControl,
     req: ReasonRequest,
 ) -> Result<Json<ReplayRunView>, ApiError> {
-    Ok(Json(ops::replays::control(&state.ops(), operator, id, control, req).await?))
+    Ok(Json(ops::replays::control(&state.ops(), operator, ReplayRunId(id), control, req).await?))
 }
 
 async fn pause(

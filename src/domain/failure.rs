@@ -1,0 +1,54 @@
+//! Dead-letter categories (SPEC §6's table): why automation gave up, by who must act next, and
+//! where the runbook is. Stored as TEXT on dead letters; `dead_letter` builds envelopes with them.
+
+use crate::text_enum;
+
+text_enum! {
+    /// Why automation gave up, by who must act next (SPEC §6's table).
+    pub enum Category("dead-letter category", 7) {
+        BadPayload = "bad_payload",
+        DependencyRejected = "dependency_rejected",
+        SideEffectUnknown = "side_effect_unknown",
+        CodeBug = "code_bug",
+        RetriesExhausted = "retries_exhausted",
+        Crashed = "crashed",
+        /// The provider's record differs from ours (amount, currency, reference): never completed
+        /// automatically.
+        ProviderMismatch = "provider_mismatch",
+    }
+}
+
+impl Category {
+    pub fn owner(self) -> &'static str {
+        match self {
+            Category::BadPayload => "producing team",
+            Category::DependencyRejected | Category::RetriesExhausted => "integration owner",
+            Category::SideEffectUnknown => "operator",
+            Category::CodeBug | Category::Crashed => "service team",
+            Category::ProviderMismatch => "finance operations",
+        }
+    }
+
+    /// The runbook page with the next action.
+    pub fn runbook(self) -> &'static str {
+        match self {
+            Category::BadPayload => "runbooks/dead-letter-bad-payload.md",
+            Category::DependencyRejected => "runbooks/dead-letter-dependency-rejected.md",
+            Category::SideEffectUnknown => "runbooks/dead-letter-side-effect-unknown.md",
+            Category::CodeBug => "runbooks/dead-letter-code-bug.md",
+            Category::RetriesExhausted => "runbooks/dead-letter-retries-exhausted.md",
+            Category::Crashed => "runbooks/dead-letter-crashed.md",
+            Category::ProviderMismatch => "runbooks/dead-letter-provider-mismatch.md",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_round_trip_through_their_names() {
+        crate::assert_text_enum_round_trips!(Category);
+    }
+}
