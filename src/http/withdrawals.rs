@@ -438,6 +438,7 @@ pub async fn cancel(
     };
     match store::transition(&mut tx, &request).await? {
         TransitionOutcome::Applied(withdrawal) => {
+            crate::metrics::transition_on_commit(&mut tx, request.from, request.to);
             tx.commit().await?;
             Ok(Json(WithdrawalView::from(withdrawal.as_ref())))
         }
