@@ -5,14 +5,14 @@
 //! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, typed ids, the
 //!   withdrawal and replay-run state machines, the stored states (job, side effect,
 //!   reconciliation result, dead-letter category) and the job kinds and payloads. Pure: no I/O.
-//!   The bottom of the module graph; `storage` sits above `config` and `redact`, `metrics` above
-//!   `storage`, then `provider`, `dead_letter` and `jobs` — no module imports one above it.
+//!   The bottom of the module graph (see "Layers" below).
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
 //!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
 //!   [`storage::batch`] sends a transaction's independent writes as one statement.
 //! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health,
 //!   the application state and the layers every route shares; [`http::limits`]: every
-//!   listener's timeouts, connection cap and `/metrics` access.
+//!   listener's timeouts, connection cap and `/metrics` access; [`http::ops`]: the `/ops/v1`
+//!   handlers (thin) and the extractors that check roles (`Authorized<A>`), bodies and queries.
 //! - [`jobs`] — job kinds, queues and payloads; the durable worker and its group commit of
 //!   completions; the submit-payout and reconciliation handlers; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
@@ -32,10 +32,19 @@
 //! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
 //!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
-//! - [`ops`] — the operator API under `/ops/v1`: roles, audit, overview, review queue,
-//!   dead-letter triage, replays.
+//! - [`ops`] — the operator core, free of HTTP: one typed function per operator action (review,
+//!   two-person decisions, dead-letter triage, replays, audit, overview, credentials) holding the
+//!   role check, the rules and the audit row; answers in [`ops::types`], failures as
+//!   [`ops::OpsError`]. Used by `http::ops`, the console and (over HTTP) the CLI.
 //! - [`console`] — the operator console: server-rendered pages under `/ops` (sign-in, overview,
-//!   review, dead letters, replays, audit) that act through `/ops/v1` as the signed-in operator.
+//!   review, dead letters, replays, audit) that call the operator core directly as the signed-in
+//!   operator; every form post goes through the CSRF extractor (`CsrfForm`).
+//!
+//! # Layers
+//! Top to bottom, each module uses only modules below it (checked by `tests/layering.rs`;
+//! `scripts/module-deps` prints the graph): `cli` → `ops_cli`, `bench` → `startup` → `console` →
+//! `http` → `ops` → `jobs` → `provider`, `dead_letter` → `metrics` → `storage` → `config`,
+//! `redact` → `domain` (with `chaos`, `provisioning`, `telemetry` and `credentials` at the side).
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
 //! provider mock), `http-guard/` (the connection cap and header/idle timeouts both listen with),

@@ -13,8 +13,8 @@ use super::{
     decode_cursor, encode_cursor, page, page_limit, require_reason, Action, Audited, Operator, Ops, OpsError,
     OpsResult, Role,
 };
-use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
 use crate::domain::DeadLetterId;
+use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
 use crate::storage::DbTime;
 
 /// One envelope as operators see it; `closed_at` says whether it is still open.
@@ -104,7 +104,9 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsRe
         // A replay's outcome: the status of the job it released.
         let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
         let replay_job_status = match job {
-            Some(job) => Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?.map(|s| s.to_string())),
+            Some(job) => {
+                Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?.map(|s| s.to_string()))
+            }
             None => None,
         };
         shown.push(DeadLetterEventView {
