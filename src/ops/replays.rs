@@ -68,21 +68,25 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunV
     }
 }
 
-const RUN_STATUSES: [&str; 5] = ["awaiting_approval", "running", "paused", "completed", "cancelled"];
-
 /// Runs newest first, with their progress.
 pub async fn list(ops: &Ops<'_>, operator: &Operator, q: ReplayQuery) -> OpsResult<List<ReplayRunView>> {
     operator.require(Role::Viewer)?;
-    if let Some(status) = q.status.as_deref().filter(|s| !RUN_STATUSES.contains(s)) {
-        return Err(OpsError::invalid(
-            "invalid_status",
-            "status",
-            format!("unknown run status `{status}`: use one of {}", RUN_STATUSES.join(", ")),
-        ));
-    }
+    let status = q
+        .status
+        .as_deref()
+        .map(|raw| {
+            raw.parse::<ReplayStatus>().map_err(|_| {
+                let known: Vec<&str> = ReplayStatus::ALL.iter().map(|s| s.as_str()).collect();
+                OpsError::invalid(
+                    "invalid_status",
+                    "status",
+                    format!("unknown run status `{raw}`: use one of {}", known.join(", ")),
+                )
+            })
+        })
+        .transpose()?;
     let limit = page_limit(q.limit)?;
     let mut data = Vec::new();
-    let status = q.status.as_deref().and_then(|s| s.parse::<ReplayStatus>().ok());
     for run in replays::list_runs(ops.db, status, limit).await? {
         let progress = replays::progress(ops.db, run.id).await?;
         data.push(run_view(&run, Some(&progress)));
