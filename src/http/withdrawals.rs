@@ -74,6 +74,18 @@ pub struct WithdrawalView {
     /// True for a withdrawal made in sandbox mode: no real money is ever paid out for it.
     #[serde(default)]
     pub sandbox: bool,
+    /// The bank returned the payout after the provider paid it (SPEC §14.3): the amount is back
+    /// in `available`; the withdrawal stays `completed`. Absent when there was no return.
+    #[serde(rename = "return", default, skip_serializing_if = "Option::is_none")]
+    pub returned: Option<ReturnView>,
+}
+
+/// A returned payout, as the customer sees it.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReturnView {
+    pub returned_at: DateTime<Utc>,
+    /// The provider's (bank's) return code, e.g. `R01`.
+    pub return_code: String,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -106,6 +118,7 @@ impl From<&Withdrawal> for WithdrawalView {
             created_at: w.created_at,
             updated_at: w.updated_at,
             sandbox: w.sandbox,
+            returned: None,
         }
     }
 }
@@ -328,7 +341,13 @@ pub async fn read(
 ) -> Result<Json<WithdrawalView>, ApiError> {
     let id = parse_id(&id)?;
     let withdrawal = store::get(state.db(), Some(customer.account_id), id).await?.ok_or_else(ApiError::not_found)?;
-    Ok(Json(WithdrawalView::from(&withdrawal)))
+    let mut view = WithdrawalView::from(&withdrawal);
+    if withdrawal.status == WithdrawalStatus::Completed {
+        view.returned = crate::storage::returns::for_withdrawal(state.db(), withdrawal.id)
+            .await?
+            .map(|r| ReturnView { returned_at: r.returned_at.0, return_code: r.return_code });
+    }
+    Ok(Json(view))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

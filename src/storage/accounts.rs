@@ -21,6 +21,8 @@ pub enum EntryKind {
     Settle,
     /// held → available, when a withdrawal definitively fails.
     Release,
+    /// paid out → available, when the bank returns a paid payout (SPEC §14.3).
+    Return,
 }
 
 impl EntryKind {
@@ -30,6 +32,7 @@ impl EntryKind {
             EntryKind::Hold => "hold",
             EntryKind::Settle => "settle",
             EntryKind::Release => "release",
+            EntryKind::Return => "return",
         }
     }
 
@@ -40,6 +43,7 @@ impl EntryKind {
             EntryKind::Hold => (-amount, amount, 0),
             EntryKind::Settle => (0, -amount, amount),
             EntryKind::Release => (amount, -amount, 0),
+            EntryKind::Return => (amount, 0, -amount),
         }
     }
 }
@@ -97,6 +101,18 @@ pub fn hold_in(
     );
     entry_in(writes, account, amount.currency(), EntryKind::Hold, minor, Some(withdrawal), Some(transition));
     held
+}
+
+/// A returned payout's re-credit (paid out → available) with its ledger entry, as writes of a
+/// larger batch.
+pub fn return_in(writes: &mut Writes, account: AccountId, amount: Amount, withdrawal: WithdrawalId) {
+    let minor = amount.to_minor();
+    writes.push(
+        "UPDATE balances SET available = available + $1, paid_out = paid_out - $1
+         WHERE account_id = $2 AND currency = $3",
+        vec![Arg::I64(minor), Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned())],
+    );
+    entry_in(writes, account, amount.currency(), EntryKind::Return, minor, Some(withdrawal), None);
 }
 
 /// A settle or release of a held amount with its ledger entry, as writes of a larger batch.

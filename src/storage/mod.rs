@@ -23,6 +23,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
+pub mod returns;
 pub mod review_decisions;
 pub mod server;
 pub mod sessions;

@@ -22,6 +22,7 @@ mod provider_truth;
 mod queue;
 mod redaction;
 mod replays;
+mod returns;
 mod runbooks;
 mod sandbox;
 mod security;

@@ -1,0 +1,91 @@
+//! Payout returns (SPEC §14.3): a payout the bank returned after the provider paid it. Applying a
+//! return writes one `payout_returns` row and the `return` ledger entry that moves the amount from
+//! paid out back to available, in one transaction; the row is unique per withdrawal, so the same
+//! return applied twice changes nothing. Only a `completed` withdrawal can be returned: anything
+//! else is the caller's exception to report, never a credit.
+
+use serde_json::Value;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::batch::Writes;
+use super::{accounts, DbTime, Result, Tx};
+use crate::domain::{Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::{with_conn, with_read_conn};
+
+/// A return as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct PayoutReturn {
+    pub id: Uuid,
+    pub withdrawal_id: WithdrawalId,
+    pub currency: String,
+    pub amount_minor: i64,
+    pub return_code: String,
+    pub returned_at: DbTime,
+    pub evidence: Json<Value>,
+    pub recorded_at: DbTime,
+}
+
+/// What applying a return did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The customer was re-credited, once.
+    Credited,
+    /// This withdrawal's return was applied before: nothing changed.
+    AlreadyApplied,
+    /// We do not hold the withdrawal as `completed`: nothing to return, nothing changed.
+    NotCompleted,
+}
+
+/// Applies the provider's return of `withdrawal` (read inside `tx`, under its row lock where the
+/// backend has one) with `evidence`, the provider's record it rests on.
+pub async fn apply(
+    tx: &mut Tx,
+    withdrawal: &Withdrawal,
+    return_code: &str,
+    returned_at: DbTime,
+    evidence: &Value,
+) -> Result<Applied> {
+    if withdrawal.status != WithdrawalStatus::Completed {
+        return Ok(Applied::NotCompleted);
+    }
+    let inserted = with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO payout_returns (id, withdrawal_id, account_id, currency, amount_minor, return_code,
+                                         returned_at, evidence, recorded_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (withdrawal_id) DO NOTHING",
+        )
+        .bind(Uuid::now_v7())
+        .bind(withdrawal.id.0)
+        .bind(withdrawal.account_id.0)
+        .bind(withdrawal.amount.currency().code())
+        .bind(withdrawal.amount.to_minor())
+        .bind(return_code)
+        .bind(returned_at)
+        .bind(Json(evidence))
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    if inserted == 0 {
+        return Ok(Applied::AlreadyApplied);
+    }
+    let mut writes = Writes::new();
+    accounts::return_in(&mut writes, withdrawal.account_id, withdrawal.amount, withdrawal.id);
+    writes.run(tx).await?;
+    Ok(Applied::Credited)
+}
+
+const COLUMNS: &str = "id, withdrawal_id, currency, amount_minor, return_code, returned_at, evidence, recorded_at";
+
+/// The withdrawal's return, if it was returned.
+pub async fn for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Option<PayoutReturn>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, PayoutReturn>(&format!("SELECT {COLUMNS} FROM payout_returns WHERE withdrawal_id = $1"))
+            .bind(withdrawal.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}

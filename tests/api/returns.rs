@@ -1,0 +1,72 @@
+//! Payout returns (SPEC §14.3): a bank return after `paid` re-credits the customer exactly once,
+//! keeps the withdrawal `completed`, shows on the customer API, and never credits a withdrawal we
+//! do not hold as completed.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use withdrawals::domain::WithdrawalStatus;
+use withdrawals::storage::returns::{self, Applied};
+use withdrawals::storage::withdrawals as store;
+use withdrawals::storage::DbTime;
+
+use crate::both_backends;
+use crate::harness::TestApp;
+
+both_backends!(
+    a_return_re_credits_the_customer_once_and_the_ledger_stays_exact,
+    a_return_for_a_withdrawal_we_never_completed_credits_nothing,
+);
+
+const WAIT: Duration = Duration::from_secs(25);
+
+async fn apply(app: &TestApp, id: withdrawals::domain::WithdrawalId, code: &str) -> Applied {
+    let mut tx = app.db.begin().await.unwrap();
+    let withdrawal = store::get_in_tx(&mut tx, id).await.unwrap().unwrap();
+    let evidence = json!({"source": "test", "status": "returned", "return_code": code});
+    let applied = returns::apply(&mut tx, &withdrawal, code, DbTime::now(), &evidence).await.unwrap();
+    tx.commit().await.unwrap();
+    applied
+}
+
+async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: TestApp) {
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.50").await;
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    stop.cancel();
+    assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()));
+
+    assert_eq!(apply(&app, id, "R01").await, Applied::Credited);
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "re-credited");
+    app.assert_ledger_invariant().await;
+
+    // The same return again (a re-imported report, a duplicated line): nothing changes.
+    assert_eq!(apply(&app, id, "R01").await, Applied::AlreadyApplied);
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "credited once");
+    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, id).await.unwrap();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "return").count(), 1, "{kinds:?}");
+    app.assert_ledger_invariant().await;
+
+    // The withdrawal stays completed (the provider did pay) and shows the return.
+    let body: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(body["status"], "completed");
+    assert_eq!(body["return"]["return_code"], "R01");
+    assert!(body["return"]["returned_at"].is_string(), "{body}");
+    let stored = returns::for_withdrawal(&app.db, id).await.unwrap().unwrap();
+    assert_eq!((stored.amount_minor, stored.currency.as_str()), (2550, "USD"));
+    assert_eq!(stored.evidence.0["return_code"], "R01", "the evidence is stored with the return");
+}
+
+async fn a_return_for_a_withdrawal_we_never_completed_credits_nothing(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    // No worker: the withdrawal stays pending with 40.00 held.
+    let id = app.create_withdrawal(&alice, "k1", "40.00").await;
+    assert_eq!(apply(&app, id, "R02").await, Applied::NotCompleted);
+    assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "nothing moved");
+    assert!(returns::for_withdrawal(&app.db, id).await.unwrap().is_none(), "no return recorded");
+    let body: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
+    assert!(body.get("return").is_none(), "{body}");
+    app.assert_ledger_invariant().await;
+}
