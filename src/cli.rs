@@ -67,6 +67,14 @@ pub enum Command {
         #[command(flatten)]
         conn: ops_cli::Connection,
     },
+    /// The ledger: `verify` checks the invariant for every account and currency (calls
+    /// /ops/v1/ledger/verify); exits non-zero on any difference, naming it.
+    Ledger {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::LedgerCommand,
+    },
     /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
     Review {
         #[command(flatten)]
@@ -332,6 +340,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => crate::bench::run(args).await,
         Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
         Command::Breakers { conn } => ops_cli::breakers(&conn).await,
+        Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::http::AppState;
 use crate::ops::types::{
     ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterGroup, DeadLetterQuery,
-    DeadLetterView, Decided, Decision, List, OperatorView, OpsWithdrawal, OptionalReason, Overview, Page,
+    DeadLetterView, Decided, Decision, LedgerCheck, List, OperatorView, OpsWithdrawal, OptionalReason, Overview, Page,
     ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest, Resolved,
     SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
 };
@@ -556,6 +556,24 @@ pub async fn status(conn: &Connection) -> anyhow::Result<()> {
 }
 
 /// `withdrawals breakers`: each provider breaker's state as the API process sees it.
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Check the ledger invariant (SPEC §1.2) for every account and currency.
+    Verify,
+}
+
+pub async fn ledger(conn: &Connection, command: LedgerCommand) -> anyhow::Result<()> {
+    match command {
+        LedgerCommand::Verify => {
+            let answer = Client::new(conn)?.get::<LedgerCheck>("/ops/v1/ledger/verify", &()).await?;
+            if answer.unless_json(conn.json).is_some() {
+                println!("ledger verified: every account and currency agrees with its entries and its funding");
+            }
+            Ok(())
+        }
+    }
+}
+
 pub async fn breakers(conn: &Connection) -> anyhow::Result<()> {
     let answer = Client::new(conn)?.get::<List<BreakerView>>("/ops/v1/breakers", &()).await?;
     for b in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {

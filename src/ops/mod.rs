@@ -14,6 +14,7 @@ pub mod credentials;
 pub mod dead_letters;
 pub mod decisions;
 pub mod error;
+pub mod ledger;
 pub mod overview;
 pub mod replays;
 pub mod review;

@@ -653,3 +653,9 @@ pub struct OptionalReason {
     #[serde(default)]
     pub reason: Option<String>,
 }
+
+/// `GET /ops/v1/ledger/verify` when the ledger holds (a difference is a 409 `ledger_violation`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LedgerCheck {
+    pub clean: bool,
+}

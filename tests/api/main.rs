@@ -13,6 +13,7 @@ mod dead_letter_summary;
 mod dead_letters;
 mod funds;
 mod idempotency;
+mod ledger;
 mod metrics;
 mod model;
 mod ops;

@@ -10,6 +10,7 @@ mod audit;
 mod credentials;
 mod dead_letters;
 mod decisions;
+mod ledger;
 mod overview;
 mod replays;
 mod review;
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .merge(audit::router())
         .merge(overview::router())
         .merge(credentials::router())
+        .merge(ledger::router())
 }
 
 impl FromRequestParts<AppState> for Operator {

@@ -1,0 +1,18 @@
+//! `GET /ops/v1/ledger/verify`.
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::http::error::ApiError;
+use crate::http::AppState;
+use crate::ops::types::LedgerCheck;
+use crate::ops::{self, Operator};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/ops/v1/ledger/verify", get(verify))
+}
+
+async fn verify(State(state): State<AppState>, operator: Operator) -> Result<Json<LedgerCheck>, ApiError> {
+    Ok(Json(ops::ledger::verify(&state.ops(), &operator).await?))
+}
