@@ -25,6 +25,7 @@ pub const JOB_RETRIES: &str = "job_retries_total";
 pub const JOB_RETRIES_EXHAUSTED: &str = "job_retries_exhausted_total";
 pub const DEAD_LETTERS: &str = "dead_letters_total";
 pub const DEAD_LETTERS_OPEN: &str = "dead_letters_open";
+pub const LEDGER_INVARIANT_VIOLATIONS: &str = "ledger_invariant_violations";
 pub const DEAD_LETTERS_OLDEST_OPEN_SECONDS: &str = "dead_letters_oldest_open_seconds";
 pub const BREAKER_STATE: &str = "circuit_breaker_state";
 pub const BREAKER_TRANSITIONS: &str = "circuit_breaker_transitions_total";
@@ -49,6 +50,11 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (JOB_RETRIES_EXHAUSTED, "counter", "jobs whose retry budget ran out, by queue and kind"),
     (DEAD_LETTERS, "counter", "dead-letter arrivals, by queue, job type, category and error code"),
     (DEAD_LETTERS_OPEN, "gauge", "open (not closed) dead letters (database)"),
+    (
+        LEDGER_INVARIANT_VIOLATIONS,
+        "gauge",
+        "accounts and currencies whose balances disagree with their ledger or funding (database, SPEC §14.4)",
+    ),
     (DEAD_LETTERS_OLDEST_OPEN_SECONDS, "gauge", "age of the oldest open dead letter (database)"),
     (BREAKER_STATE, "gauge", "circuit breaker state per breaker: 0 closed, 1 half-open, 2 open"),
     (BREAKER_TRANSITIONS, "counter", "circuit breaker transitions, by breaker, from and to"),
@@ -172,9 +178,22 @@ pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Checks the ledger invariant (SPEC §1.2) for every account and currency and exports the number
+/// of differences as `ledger_invariant_violations`; returns it. A whole-ledger read, so the loop
+/// runs it every [`LEDGER_CHECK_EVERY_TICKS`] refreshes, not on each.
+pub async fn refresh_ledger_gauge(db: &Db) -> anyhow::Result<usize> {
+    let violations = crate::storage::accounts::ledger_violations(db).await?.len();
+    gauge!(LEDGER_INVARIANT_VIOLATIONS).set(violations as f64);
+    Ok(violations)
+}
+
+/// How many gauge refreshes pass between two ledger checks (the first refresh checks too).
+pub const LEDGER_CHECK_EVERY_TICKS: u64 = 20;
+
 /// The one task that refreshes database gauges, every `every`, until `shutdown`.
 pub async fn refresh_loop(db: Db, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
+    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -183,5 +202,16 @@ pub async fn refresh_loop(db: Db, every: Duration, shutdown: CancellationToken) 
         if let Err(err) = refresh_database_gauges(&db).await {
             tracing::warn!(error = format!("{err:#}"), "metrics refresh failed");
         }
+        if ticks % LEDGER_CHECK_EVERY_TICKS == 0 {
+            match refresh_ledger_gauge(&db).await {
+                Ok(0) => {}
+                Ok(n) => tracing::error!(
+                    differences = n,
+                    "the ledger invariant does not hold: run `withdrawals ledger verify`"
+                ),
+                Err(err) => tracing::warn!(error = format!("{err:#}"), "ledger check failed"),
+            }
+        }
+        ticks += 1;
     }
 }

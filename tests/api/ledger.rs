@@ -26,6 +26,7 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
     assert_eq!(clean.json::<Value>().await.unwrap()["clean"], true);
     let out = cli(&app, &viewer, &["ledger", "verify"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(), 0, "the periodic check");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ledger verified"));
 
     // A ledger entry inserted directly, with no balance change behind it: 5.00 that never arrived.
@@ -54,6 +55,11 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
     assert!(detail.contains("ledger available 75.00") && detail.contains("balance available 70.00"), "{detail}");
     assert!(detail.contains("funded 105.00"), "{detail}");
 
+    assert_eq!(
+        withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(),
+        1,
+        "the periodic check exports one violation"
+    );
     let out = cli(&app, &viewer, &["ledger", "verify"]);
     assert!(!out.status.success(), "a difference is a non-zero exit");
     let stderr = String::from_utf8_lossy(&out.stderr);
