@@ -1,5 +1,7 @@
-//! Admin routes under `/__admin`: change faults and settlement at run time,
-//! read the ground truth (executed transfers, received requests), reset.
+//! Admin routes under `/__admin`: change faults, report faults and
+//! settlement at run time, return paid transfers (now or at a given time),
+//! move the mock clock, read the ground truth (executed transfers, received
+//! requests), reset.
 //! They never require the API key, so a test harness needs no credentials
 //! to steer or inspect the mock.
 
@@ -9,13 +11,33 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::faults::{FaultConfig, FaultRule};
 use crate::model::Settlement;
+use crate::report::ReportFaultConfig;
 use crate::server::error;
-use crate::state::Shared;
+use crate::state::{ReturnRefused, Shared};
+
+/// Body of `POST /__admin/returns`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReturnRequest {
+    idempotency_key: String,
+    return_code: String,
+    /// RFC 3339; absent means now.
+    #[serde(default)]
+    at: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST /__admin/clock`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockUpdate {
+    offset_secs: i64,
+}
 
 /// Body of `POST /__admin/faults`: a [`FaultConfig`] that may also reseed.
 #[derive(Debug, Deserialize)]
@@ -30,6 +52,9 @@ struct FaultUpdate {
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
         .route("/__admin/faults", post(set_faults).get(get_faults))
+        .route("/__admin/report-faults", post(set_report_faults).get(get_report_faults))
+        .route("/__admin/returns", post(return_transfer))
+        .route("/__admin/clock", post(set_clock).get(get_clock))
         .route("/__admin/settlement", post(set_settlement))
         .route("/__admin/transfers", get(transfers))
         .route("/__admin/requests", get(requests))
@@ -57,6 +82,58 @@ async fn set_faults(State(shared): State<Shared>, body: Bytes) -> Response {
 
 async fn get_faults(State(shared): State<Shared>) -> Json<FaultConfig> {
     Json(shared.lock().fault_config())
+}
+
+async fn set_report_faults(State(shared): State<Shared>, body: Bytes) -> Response {
+    match serde_json::from_slice::<ReportFaultConfig>(&body) {
+        Ok(faults) => {
+            shared.lock().set_report_faults(faults);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(err) => invalid(err),
+    }
+}
+
+async fn get_report_faults(State(shared): State<Shared>) -> Json<ReportFaultConfig> {
+    Json(shared.lock().report_faults())
+}
+
+async fn return_transfer(State(shared): State<Shared>, body: Bytes) -> Response {
+    let request = match serde_json::from_slice::<ReturnRequest>(&body) {
+        Ok(request) => request,
+        Err(err) => return invalid(err),
+    };
+    match shared.lock().return_transfer(&request.idempotency_key, &request.return_code, request.at) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(ReturnRefused::NotFound) => error(StatusCode::NOT_FOUND, "not_found"),
+        Err(ReturnRefused::NotPaid) => error(StatusCode::CONFLICT, "not_paid"),
+        Err(ReturnRefused::BeforePaid) => {
+            let body = json!({ "code": "invalid_request", "message": "at is before the transfer was paid" });
+            (StatusCode::BAD_REQUEST, Json(body)).into_response()
+        }
+    }
+}
+
+fn clock(shared: &Shared) -> Response {
+    let state = shared.lock();
+    let now = state.now().to_rfc3339_opts(SecondsFormat::Millis, true);
+    Json(json!({ "now": now, "offset_secs": state.clock_offset().num_seconds() })).into_response()
+}
+
+async fn set_clock(State(shared): State<Shared>, body: Bytes) -> Response {
+    let update = match serde_json::from_slice::<ClockUpdate>(&body) {
+        Ok(update) => update,
+        Err(err) => return invalid(err),
+    };
+    let Some(offset) = TimeDelta::try_seconds(update.offset_secs) else {
+        return error(StatusCode::BAD_REQUEST, "invalid_request");
+    };
+    shared.lock().set_clock_offset(offset);
+    clock(&shared)
+}
+
+async fn get_clock(State(shared): State<Shared>) -> Response {
+    clock(&shared)
 }
 
 async fn set_settlement(State(shared): State<Shared>, body: Bytes) -> Response {

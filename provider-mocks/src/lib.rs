@@ -2,22 +2,27 @@
 //! service's tests, demos, chaos runs and benchmarks.
 //!
 //! It implements the provider contract (`POST /v1/transfers` with
-//! idempotency keys, lookup by key, get by id), settles transfers immediately
-//! or after a delay, injects faults from seeded, repeatable rules, and keeps
+//! idempotency keys, lookup by key, get by id, daily settlement reports),
+//! settles transfers immediately or after a delay, returns paid transfers now
+//! or at a given time, injects faults from seeded, repeatable rules (and
+//! discrepancies into the reports), and keeps
 //! the ground truth (every executed transfer and every received request) for
 //! tests to check, over HTTP under `/__admin` or in-process via [`RunningMock`].
 //!
 //! Module map:
 //! - [`model`]: wire types, settlement settings, transfer and request records.
 //! - [`faults`]: fault rules (scenario format) and the engine that applies them.
+//! - [`report`]: settlement report lines, CSV writing, report discrepancy faults.
 //! - `state`: the shared state behind one mutex, and its operations.
-//! - `server`: accept loop (timeouts and connection cap from `http_guard`) and provider routes.
+//! - `server`: accept loop (timeouts and connection cap from `http_guard`) and provider routes
+//!   (transfers and the settlement report).
 //! - `admin`: `/__admin` routes.
 //! - this file: [`MockConfig`] (also the scenario file format), [`spawn`], [`RunningMock`].
 
 mod admin;
 pub mod faults;
 pub mod model;
+pub mod report;
 mod server;
 mod state;
 
@@ -25,6 +30,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -35,6 +41,7 @@ pub use model::{
     CreateTransfer, Destination, RequestRecord, Route, Settlement, SettlementMode, TransferRecord, TransferStatus,
     TransferView,
 };
+pub use report::{ReportFault, ReportFaultConfig};
 
 /// How to start a mock. Also the scenario file format (JSON), where every
 /// field is optional.
@@ -48,6 +55,8 @@ pub struct MockConfig {
     /// Seeds every random decision (fault probabilities, async failures).
     pub seed: u64,
     pub faults: FaultConfig,
+    /// Discrepancies the settlement reports show (never the transfers API).
+    pub report_faults: ReportFaultConfig,
     pub settlement: Settlement,
     /// Header-read and idle timeouts and the connection cap of the listener.
     pub listener: ListenerSettings,
@@ -113,7 +122,8 @@ pub async fn spawn(config: MockConfig) -> anyhow::Result<RunningMock> {
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let addr = listener.local_addr()?;
     let listener = http_guard::GuardedListener::new(listener, config.listener.limits());
-    let shared = state::Shared::new(config.api_key, config.seed, config.faults, config.settlement);
+    let shared =
+        state::Shared::new(config.api_key, config.seed, config.faults, config.report_faults, config.settlement);
     let router = server::routes().merge(admin::routes()).with_state(shared.clone());
     let stop = CancellationToken::new();
     let task = tokio::spawn(server::serve(listener, router, stop.clone()));
@@ -135,10 +145,45 @@ impl RunningMock {
         self.shared.lock().transfers()
     }
 
-    /// A bank return of the paid transfer under `idempotency_key` (SPEC §14.3);
-    /// false if there is none.
+    /// A bank return, now, of the paid transfer under `idempotency_key`
+    /// (SPEC §14.3); false if there is none.
     pub fn return_transfer(&self, idempotency_key: &str, return_code: &str) -> bool {
-        self.shared.lock().return_transfer(idempotency_key, return_code)
+        self.shared.lock().return_transfer(idempotency_key, return_code, None).is_ok()
+    }
+
+    /// Like [`RunningMock::return_transfer`], but the return takes effect (in
+    /// lookups and reports) once the mock clock reaches `at`; false if there
+    /// is no paid transfer under the key or `at` is before it was paid.
+    pub fn return_transfer_at(&self, idempotency_key: &str, return_code: &str, at: DateTime<Utc>) -> bool {
+        self.shared.lock().return_transfer(idempotency_key, return_code, Some(at)).is_ok()
+    }
+
+    /// The settlement report CSV of the UTC day `date`, as
+    /// `GET /v1/reports/settlements?date=` serves it.
+    pub fn settlement_report(&self, date: NaiveDate) -> String {
+        let lines = self.shared.lock().settlement_report(date);
+        report::to_csv(&lines).expect("writing CSV to memory")
+    }
+
+    pub fn report_faults(&self) -> ReportFaultConfig {
+        self.shared.lock().report_faults()
+    }
+
+    /// Replaces the report discrepancy faults.
+    pub fn set_report_faults(&self, faults: ReportFaultConfig) {
+        self.shared.lock().set_report_faults(faults);
+    }
+
+    /// The mock clock's now (the real clock plus the offset).
+    pub fn now(&self) -> DateTime<Utc> {
+        self.shared.lock().now()
+    }
+
+    /// Moves the mock clock to the real clock plus `offset` (e.g. a day, to
+    /// return a transfer "tomorrow"); transfer times, status events and
+    /// scheduled returns follow it. Settlement delays stay real time.
+    pub fn set_clock_offset(&self, offset: TimeDelta) {
+        self.shared.lock().set_clock_offset(offset);
     }
 
     /// Every request received on the provider routes, in arrival order.
@@ -160,7 +205,8 @@ impl RunningMock {
         self.shared.lock().set_settlement(settlement);
     }
 
-    /// Clears transfers, requests and fault rules; restarts the RNG from the seed.
+    /// Clears transfers, requests, fault rules, report faults and the clock
+    /// offset; restarts the RNG from the seed.
     pub fn reset(&self) {
         self.shared.lock().reset();
     }

@@ -104,6 +104,8 @@ pub enum Route {
     Create,
     Lookup,
     Get,
+    /// `GET /v1/reports/settlements` (SPEC §14.1).
+    Report,
 }
 
 /// One request received on a provider route, recorded on arrival.
@@ -140,6 +142,24 @@ pub struct Settlement {
     pub fail_ratio: f64,
 }
 
+/// One status change of a transfer, as the settlement report lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatusEvent {
+    pub status: TransferStatus,
+    /// Mock clock time of the change.
+    pub at: DateTime<Utc>,
+    /// Global order of recording, which breaks ties between equal `at`s.
+    pub seq: u64,
+}
+
+/// A bank return scheduled for a paid transfer; it takes effect once the
+/// mock clock reaches `at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScheduledReturn {
+    pub at: DateTime<Utc>,
+    pub return_code: String,
+}
+
 /// Internal form of a transfer: the outcome is decided at creation, and
 /// `settles_at` says when reads may start to show it.
 #[derive(Debug, Clone)]
@@ -147,20 +167,45 @@ pub(crate) struct Transfer {
     pub record: TransferRecord,
     pub request: CreateTransfer,
     pub settles_at: Option<Instant>,
+    /// Mock clock time at which a pending transfer settles (its event time).
+    pub settles_at_wall: Option<DateTime<Utc>>,
     pub final_status: TransferStatus,
     pub final_failure_code: Option<String>,
+    /// Every status change so far, in order (the first is the creation).
+    pub events: Vec<StatusEvent>,
+    pub scheduled_return: Option<ScheduledReturn>,
 }
 
 impl Transfer {
     /// Settlement is lazy: every read path calls this first, so no background
-    /// task is needed and every view agrees on the status.
-    pub fn settle(&mut self, now: Instant) {
+    /// task is needed and every view agrees on the status. `wall` is the mock
+    /// clock's now; `seq` numbers the events recorded here.
+    pub fn settle(&mut self, now: Instant, wall: DateTime<Utc>, seq: &mut u64) {
         if self.settles_at.is_some_and(|at| at <= now) {
             self.settles_at = None;
+            let at = self.settles_at_wall.take().unwrap_or(wall);
             self.record.status = self.final_status;
             self.record.failure_code = self.final_failure_code.clone();
-            self.record.updated_at = Utc::now();
+            self.record.updated_at = at;
+            self.push_event(self.final_status, at, seq);
         }
+        if self.record.status == TransferStatus::Paid && self.scheduled_return.as_ref().is_some_and(|r| r.at <= wall) {
+            let ret = self.scheduled_return.take().expect("checked above");
+            self.record.status = TransferStatus::Returned;
+            self.record.return_code = Some(ret.return_code);
+            self.record.updated_at = ret.at;
+            self.push_event(TransferStatus::Returned, ret.at, seq);
+        }
+    }
+
+    pub fn push_event(&mut self, status: TransferStatus, at: DateTime<Utc>, seq: &mut u64) {
+        *seq += 1;
+        self.events.push(StatusEvent { status, at, seq: *seq });
+    }
+
+    /// When the transfer became `paid`, if it did.
+    pub fn paid_at(&self) -> Option<DateTime<Utc>> {
+        self.events.iter().find(|e| e.status == TransferStatus::Paid).map(|e| e.at)
     }
 
     pub fn view(&self) -> TransferView {

@@ -1,5 +1,5 @@
 //! The HTTP side of the provider: the accept loop and the provider routes
-//! (`/v1/transfers...`). Connections are served with hyper directly rather
+//! (`/v1/transfers...`, `/v1/reports/settlements`). Connections are served with hyper directly rather
 //! than `axum::serve` so that a handler can drop its own connection without
 //! answering, which is how timeouts and resets after commit are simulated.
 
@@ -71,7 +71,10 @@ pub(crate) async fn serve(listener: http_guard::GuardedListener, router: Router,
 }
 
 pub(crate) fn routes() -> Router<Shared> {
-    Router::new().route("/v1/transfers", post(create).get(lookup)).route("/v1/transfers/{id}", get(get_by_id))
+    Router::new()
+        .route("/v1/transfers", post(create).get(lookup))
+        .route("/v1/transfers/{id}", get(get_by_id))
+        .route("/v1/reports/settlements", get(settlement_report))
 }
 
 pub(crate) fn error(status: StatusCode, code: &str) -> Response {
@@ -306,4 +309,32 @@ async fn get_by_id(
         None => ("not_found", error(StatusCode::NOT_FOUND, "not_found")),
     };
     after_work(&shared, slot, &ctl, &plan, label, response).await
+}
+
+/// `GET /v1/reports/settlements?date=YYYY-MM-DD` (SPEC §14.1): the day's
+/// status changes as CSV, with the report faults applied. Transport faults
+/// do not apply here.
+async fn settlement_report(
+    State(shared): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let slot = match begin(&shared, Route::Report, Method::GET, &uri, &headers, None) {
+        Ok(slot) => slot,
+        Err(rejected) => return rejected.into_response(),
+    };
+    let Some(date) = query.get("date").and_then(|d| crate::report::parse_date(d)) else {
+        let response = error(StatusCode::BAD_REQUEST, "invalid_request");
+        return finish(&shared, slot, "invalid_request", response);
+    };
+    let lines = shared.lock().settlement_report(date);
+    let response = match crate::report::to_csv(&lines) {
+        Ok(csv) => ([(header::CONTENT_TYPE, "text/csv")], csv).into_response(),
+        Err(err) => {
+            tracing::error!(%err, "writing the settlement report");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        }
+    };
+    finish(&shared, slot, "found", response)
 }

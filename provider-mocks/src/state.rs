@@ -1,5 +1,6 @@
 //! The mock's mutable state and the operations on it: executing and
-//! replaying transfers, lookups, the request log, and reset. Everything sits
+//! replaying transfers, lookups, returns, settlement reports, the request
+//! log, the mock clock, and reset. Everything sits
 //! behind one `std::sync::Mutex`; callers lock, do one operation, unlock, and
 //! never hold the guard across an `.await`.
 
@@ -7,14 +8,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::faults::{FaultConfig, FaultContext, FaultEngine, FaultPlan};
 use crate::model::{
-    CreateTransfer, RequestRecord, Settlement, SettlementMode, Transfer, TransferRecord, TransferStatus, TransferView,
+    CreateTransfer, RequestRecord, ScheduledReturn, Settlement, SettlementMode, Transfer, TransferRecord,
+    TransferStatus, TransferView,
 };
+use crate::report::{noon, zero_fee, ReportFault, ReportFaultConfig, ReportLine};
 
 /// Handle shared by the server, the admin routes and [`crate::RunningMock`].
 #[derive(Clone)]
@@ -24,7 +27,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(api_key: Option<String>, seed: u64, faults: FaultConfig, settlement: Settlement) -> Self {
+    pub fn new(
+        api_key: Option<String>,
+        seed: u64,
+        faults: FaultConfig,
+        report_faults: ReportFaultConfig,
+        settlement: Settlement,
+    ) -> Self {
         let state = State {
             seed,
             rng: StdRng::seed_from_u64(seed),
@@ -35,6 +44,9 @@ impl Shared {
             by_id: HashMap::new(),
             requests: Vec::new(),
             epoch: 0,
+            report_faults,
+            clock_offset: TimeDelta::zero(),
+            event_seq: 0,
         };
         Shared { api_key, state: Arc::new(Mutex::new(state)) }
     }
@@ -51,6 +63,17 @@ impl Shared {
 pub(crate) struct RequestSlot {
     index: usize,
     epoch: u64,
+}
+
+/// Why a return was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReturnRefused {
+    /// No transfer under the key.
+    NotFound,
+    /// The transfer is not `paid` (pending, failed or already returned).
+    NotPaid,
+    /// `at` is earlier than the transfer was paid.
+    BeforePaid,
 }
 
 pub(crate) enum CreateOutcome {
@@ -70,9 +93,41 @@ pub(crate) struct State {
     requests: Vec<RequestRecord>,
     /// Bumped by reset so outcomes of requests that straddle it are dropped.
     epoch: u64,
+    report_faults: ReportFaultConfig,
+    /// The mock clock is the real one plus this: transfer times, status
+    /// events and scheduled returns follow it.
+    clock_offset: TimeDelta,
+    /// Numbers status events so equal times keep their recording order.
+    event_seq: u64,
 }
 
 impl State {
+    /// The mock clock's now.
+    pub fn now(&self) -> DateTime<Utc> {
+        Utc::now() + self.clock_offset
+    }
+
+    pub fn clock_offset(&self) -> TimeDelta {
+        self.clock_offset
+    }
+
+    pub fn set_clock_offset(&mut self, offset: TimeDelta) {
+        self.clock_offset = offset;
+    }
+
+    /// Brings transfer `i` up to date (settlement, scheduled return).
+    fn settle(&mut self, i: usize, now: Instant) {
+        let wall = self.now();
+        self.transfers[i].settle(now, wall, &mut self.event_seq);
+    }
+
+    fn settle_all(&mut self) {
+        let now = Instant::now();
+        for i in 0..self.transfers.len() {
+            self.settle(i, now);
+        }
+    }
+
     pub fn record_request(&mut self, record: RequestRecord) -> RequestSlot {
         self.requests.push(record);
         RequestSlot { index: self.requests.len() - 1, epoch: self.epoch }
@@ -108,17 +163,20 @@ impl State {
             if &transfer.request != request {
                 return CreateOutcome::Conflict;
             }
-            transfer.settle(now);
-            return CreateOutcome::Replayed(transfer.view());
+            self.settle(i, now);
+            return CreateOutcome::Replayed(self.transfers[i].view());
         }
+        let wall = self.now();
 
-        let (status, failure_code, settles_at, final_status, final_failure_code) =
+        let (status, failure_code, settles_at, final_status, final_failure_code, settles_at_wall) =
             match (forced_failure, self.settlement.mode) {
                 (Some(code), _) => {
                     let code = Some(code);
-                    (TransferStatus::Failed, code.clone(), None, TransferStatus::Failed, code)
+                    (TransferStatus::Failed, code.clone(), None, TransferStatus::Failed, code, None)
                 }
-                (None, SettlementMode::Immediate) => (TransferStatus::Paid, None, None, TransferStatus::Paid, None),
+                (None, SettlementMode::Immediate) => {
+                    (TransferStatus::Paid, None, None, TransferStatus::Paid, None, None)
+                }
                 (None, SettlementMode::Async) => {
                     let ratio = self.settlement.fail_ratio;
                     let fails = ratio > 0.0 && (ratio >= 1.0 || self.rng.gen::<f64>() < ratio);
@@ -127,8 +185,10 @@ impl State {
                     } else {
                         (TransferStatus::Paid, None)
                     };
-                    let at = now + Duration::from_millis(self.settlement.delay_ms);
-                    (TransferStatus::Pending, None, Some(at), final_status, code)
+                    let delay = Duration::from_millis(self.settlement.delay_ms);
+                    let at = now + delay;
+                    let at_wall = wall + TimeDelta::from_std(delay).unwrap_or(TimeDelta::MAX);
+                    (TransferStatus::Pending, None, Some(at), final_status, code, Some(at_wall))
                 }
             };
 
@@ -143,10 +203,20 @@ impl State {
             failure_code,
             return_code: None,
             executions: 1,
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
+            created_at: wall,
+            updated_at: wall,
         };
-        let transfer = Transfer { record, request: request.clone(), settles_at, final_status, final_failure_code };
+        let mut transfer = Transfer {
+            record,
+            request: request.clone(),
+            settles_at,
+            settles_at_wall,
+            final_status,
+            final_failure_code,
+            events: Vec::new(),
+            scheduled_return: None,
+        };
+        transfer.push_event(status, wall, &mut self.event_seq);
         let view = transfer.view();
         let index = self.transfers.len();
         self.by_key.insert(key.to_string(), index);
@@ -159,7 +229,7 @@ impl State {
         let now = Instant::now();
         match self.by_key.get(key) {
             Some(&i) => {
-                self.transfers[i].settle(now);
+                self.settle(i, now);
                 vec![self.transfers[i].view()]
             }
             None => Vec::new(),
@@ -169,34 +239,137 @@ impl State {
     pub fn get_by_id(&mut self, id: &str) -> Option<TransferView> {
         let now = Instant::now();
         let &i = self.by_id.get(id)?;
-        self.transfers[i].settle(now);
+        self.settle(i, now);
         Some(self.transfers[i].view())
     }
 
     pub fn transfers(&mut self) -> Vec<TransferRecord> {
-        let now = Instant::now();
-        self.transfers
-            .iter_mut()
-            .map(|t| {
-                t.settle(now);
-                t.record.clone()
-            })
-            .collect()
+        self.settle_all();
+        self.transfers.iter().map(|t| t.record.clone()).collect()
     }
 
     /// A bank return: the paid transfer under `key` becomes `returned` with
-    /// `return_code`. False if there is no such paid transfer.
-    pub fn return_transfer(&mut self, key: &str, return_code: &str) -> bool {
-        let Some(&i) = self.by_key.get(key) else { return false };
+    /// `return_code`, now (`at` absent) or once the mock clock reaches `at`
+    /// (an `at` already past takes effect at once, dated `at`). Until then
+    /// the transfer stays `paid`; a later call replaces a scheduled return.
+    pub fn return_transfer(
+        &mut self,
+        key: &str,
+        return_code: &str,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<(), ReturnRefused> {
+        let &i = self.by_key.get(key).ok_or(ReturnRefused::NotFound)?;
+        self.settle(i, Instant::now());
+        let at = at.unwrap_or_else(|| self.now());
         let transfer = &mut self.transfers[i];
-        transfer.settle(Instant::now());
         if transfer.record.status != TransferStatus::Paid {
-            return false;
+            return Err(ReturnRefused::NotPaid);
         }
-        transfer.record.status = TransferStatus::Returned;
-        transfer.record.return_code = Some(return_code.to_string());
-        transfer.record.updated_at = Utc::now();
-        true
+        if transfer.paid_at().is_some_and(|paid| at < paid) {
+            return Err(ReturnRefused::BeforePaid);
+        }
+        transfer.scheduled_return = Some(ScheduledReturn { at, return_code: return_code.to_string() });
+        self.settle(i, Instant::now());
+        Ok(())
+    }
+
+    pub fn report_faults(&self) -> ReportFaultConfig {
+        self.report_faults.clone()
+    }
+
+    pub fn set_report_faults(&mut self, faults: ReportFaultConfig) {
+        self.report_faults = faults;
+    }
+
+    /// The settlement report of the UTC day `date`: every status change to
+    /// `paid`, `failed` or `returned` that happened that day (by the mock
+    /// clock, as of now), in event order, with the report faults applied.
+    pub fn settlement_report(&mut self, date: NaiveDate) -> Vec<ReportLine> {
+        self.settle_all();
+        let faults = &self.report_faults.rules;
+        let has = |pred: &dyn Fn(&ReportFault) -> bool| faults.iter().any(pred);
+        let mut lines = Vec::new();
+        for transfer in &self.transfers {
+            let record = &transfer.record;
+            let key = record.idempotency_key.as_str();
+            let amount = faults
+                .iter()
+                .rev()
+                .find_map(|f| match f {
+                    ReportFault::WrongAmount { idempotency_key, amount } if idempotency_key == key => Some(*amount),
+                    _ => None,
+                })
+                .unwrap_or(record.amount);
+            let duplicate =
+                has(&|f| matches!(f, ReportFault::DuplicateLine { idempotency_key } if idempotency_key == key));
+            let omit_paid = has(&|f| matches!(f, ReportFault::OmitPaid { idempotency_key } if idempotency_key == key));
+            let spurious_return = record.status == TransferStatus::Paid
+                && has(&|f| matches!(f, ReportFault::SpuriousReturn { idempotency_key } if idempotency_key == key));
+            let line = |status: &'static str, at: DateTime<Utc>, seq: u64| ReportLine {
+                transfer_id: record.id.clone(),
+                idempotency_key: key.to_string(),
+                reference: record.reference.clone(),
+                amount: amount.to_string(),
+                currency: record.currency.clone(),
+                fee: zero_fee(&record.currency),
+                status,
+                at,
+                seq,
+            };
+            for event in transfer.events.iter().filter(|e| e.at.date_naive() == date) {
+                let status = match event.status {
+                    TransferStatus::Pending => continue,
+                    TransferStatus::Paid if omit_paid => continue,
+                    TransferStatus::Paid => "paid",
+                    TransferStatus::Failed => "failed",
+                    TransferStatus::Returned => "returned",
+                };
+                let copies = if duplicate { 2 } else { 1 };
+                lines.extend(std::iter::repeat_n(line(status, event.at, event.seq), copies));
+                if status == "paid" && spurious_return {
+                    lines.extend(std::iter::repeat_n(line("returned", event.at, event.seq), copies));
+                }
+            }
+        }
+        for fault in faults {
+            match fault {
+                ReportFault::UnknownTransfer {
+                    transfer_id,
+                    idempotency_key,
+                    reference,
+                    amount,
+                    currency,
+                    date: on,
+                } if *on == date => {
+                    lines.push(ReportLine {
+                        transfer_id: transfer_id.clone(),
+                        idempotency_key: idempotency_key.clone(),
+                        reference: reference.clone().unwrap_or_else(|| transfer_id.clone()),
+                        amount: amount.to_string(),
+                        currency: currency.clone(),
+                        fee: zero_fee(currency),
+                        status: "paid",
+                        at: noon(date),
+                        seq: u64::MAX,
+                    });
+                }
+                ReportFault::MalformedLine { date: on, amount } if *on == date => lines.push(ReportLine {
+                    transfer_id: "tr_malformed".to_string(),
+                    idempotency_key: "malformed".to_string(),
+                    reference: "malformed".to_string(),
+                    amount: amount.clone(),
+                    currency: "USD".to_string(),
+                    fee: zero_fee("USD"),
+                    status: "paid",
+                    at: noon(date),
+                    seq: u64::MAX,
+                }),
+                _ => {}
+            }
+        }
+        // Stable: lines of one event (duplicates, a spurious return) stay together.
+        lines.sort_by_key(|l| (l.at, l.seq));
+        lines
     }
 
     pub fn requests(&self) -> Vec<RequestRecord> {
@@ -227,6 +400,8 @@ impl State {
         self.by_id.clear();
         self.requests.clear();
         self.faults = FaultEngine::default();
+        self.report_faults = ReportFaultConfig::default();
+        self.clock_offset = TimeDelta::zero();
         self.rng = StdRng::seed_from_u64(self.seed);
         self.epoch += 1;
     }

@@ -581,3 +581,243 @@ async fn wrong_amount_pays_a_different_sum_on_create_and_shows_one_on_reads() {
     assert_eq!(lookup["data"][0]["amount"], "11.00", "a read that misreports");
     assert_eq!(mock.transfers()[1].amount.to_string(), "10.00", "what was really paid");
 }
+
+async fn report(client: &Client, mock: &RunningMock, date: &str) -> (StatusCode, Option<String>, String) {
+    let url = format!("{}/v1/reports/settlements?date={date}", mock.url());
+    let response = client.get(url).send().await.unwrap();
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+    (response.status(), content_type, response.text().await.unwrap())
+}
+
+/// The report's lines after the header, split into fields.
+fn report_lines(csv: &str) -> Vec<Vec<String>> {
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(REPORT_HEADER), "{csv}");
+    lines.map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+const REPORT_HEADER: &str = "transfer_id,idempotency_key,reference,amount,currency,fee,status,event_at";
+
+async fn lookup_json(client: &Client, mock: &RunningMock, key: &str) -> Value {
+    json_of(client.get(format!("{}/v1/transfers?idempotency_key={key}", mock.url())).send().await.unwrap()).await
+}
+
+async fn admin_post(client: &Client, mock: &RunningMock, path: &str, body: &Value) -> reqwest::Response {
+    client.post(format!("{}/__admin/{path}", mock.url())).json(body).send().await.unwrap()
+}
+
+fn day(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.date_naive().to_string()
+}
+
+#[tokio::test]
+async fn settlement_report_lists_the_days_paid_and_failed_transfers() {
+    let failed = FaultRule {
+        idempotency_key: Some("k2".into()),
+        ..rule(RouteMatch::Create, FaultEffect::SettleFailed { failure_code: "account_closed".into() })
+    };
+    let mock = spawn(MockConfig {
+        api_key: Some("sekret".into()),
+        faults: FaultConfig { rules: vec![failed] },
+        ..MockConfig::default()
+    })
+    .await
+    .unwrap();
+    let client = Client::new();
+    let post = |key: &'static str, body: Value| {
+        client
+            .post(format!("{}/v1/transfers", mock.url()))
+            .bearer_auth("sekret")
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let paid = json_of(post("k1", body("wd-1", "10.50", "1")).await.unwrap()).await;
+    let failed = json_of(post("k2", body("wd-2", "20.00", "1")).await.unwrap()).await;
+    assert_eq!((paid["status"].as_str(), failed["status"].as_str()), (Some("paid"), Some("failed")));
+    let today = day(mock.now());
+
+    let url = format!("{}/v1/reports/settlements?date={today}", mock.url());
+    let anonymous = client.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let response = client.get(&url).bearer_auth("sekret").send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "text/csv");
+    let csv = response.text().await.unwrap();
+    let lines = report_lines(&csv);
+    assert_eq!(lines.len(), 2, "{csv}");
+    fn expect(t: &Value, key: &str, amount: &str, status: &str) -> Vec<String> {
+        let fields = [t["id"].as_str().unwrap(), key, t["reference"].as_str().unwrap(), amount, "USD", "0.00", status];
+        fields.map(str::to_string).to_vec()
+    }
+    assert_eq!(lines[0][..7], expect(&paid, "k1", "10.50", "paid")[..], "{csv}");
+    assert_eq!(lines[1][..7], expect(&failed, "k2", "20.00", "failed")[..], "{csv}");
+    for line in &lines {
+        let at = chrono::DateTime::parse_from_rfc3339(&line[7]).unwrap();
+        assert_eq!(at.offset().local_minus_utc(), 0);
+        assert_eq!(at.date_naive().to_string(), today);
+    }
+    assert!(lines[0][7] <= lines[1][7], "event order: {csv}");
+
+    let yesterday = day(mock.now() - chrono::TimeDelta::days(1));
+    let other =
+        client.get(format!("{}/v1/reports/settlements?date={yesterday}", mock.url())).bearer_auth("sekret").send();
+    assert_eq!(other.await.unwrap().text().await.unwrap(), format!("{REPORT_HEADER}\n"));
+    assert_eq!(mock.settlement_report(mock.now().date_naive()), csv, "in-process report is the same");
+    let routes: Vec<_> = mock.requests().into_iter().filter(|r| r.route == provider_mocks::Route::Report).collect();
+    assert_eq!(routes.len(), 3);
+}
+
+#[tokio::test]
+async fn a_later_return_is_on_the_return_days_report_and_the_transfer_reads_returned() {
+    let mock = start(vec![]).await;
+    let client = Client::new();
+    let created = json_of(create(&client, &mock, "k1", &body("wd-1", "10.00", "1")).await).await;
+    let paid_day = day(mock.now());
+
+    // Tomorrow, the bank sends the money back.
+    let clock = json_of(admin_post(&client, &mock, "clock", &json!({"offset_secs": 86_400})).await).await;
+    assert_eq!(clock["offset_secs"], 86_400);
+    let returned = admin_post(&client, &mock, "returns", &json!({"idempotency_key": "k1", "return_code": "R01"})).await;
+    assert_eq!(returned.status(), StatusCode::NO_CONTENT);
+    let return_day = day(mock.now());
+    assert_ne!(paid_day, return_day);
+
+    let lookup = lookup_json(&client, &mock, "k1").await;
+    assert_eq!(
+        (lookup["data"][0]["status"].as_str(), lookup["data"][0]["return_code"].as_str()),
+        (Some("returned"), Some("R01"))
+    );
+    let (status, _, csv) = report(&client, &mock, &paid_day).await;
+    assert_eq!(status, StatusCode::OK);
+    let lines = report_lines(&csv);
+    assert_eq!(lines.len(), 1, "{csv}");
+    assert_eq!((lines[0][0].as_str(), lines[0][6].as_str()), (created["id"].as_str().unwrap(), "paid"));
+    let (_, _, csv) = report(&client, &mock, &return_day).await;
+    let lines = report_lines(&csv);
+    assert_eq!(lines.len(), 1, "{csv}");
+    assert_eq!(lines[0][..7], [created["id"].as_str().unwrap(), "k1", "wd-1", "10.00", "USD", "0.00", "returned"]);
+    assert_eq!(lines[0][7][..10], return_day);
+
+    // Refusals: unknown key, not paid (any more), a time before it was paid.
+    let missing = json!({"idempotency_key": "nope", "return_code": "R01"});
+    let missing = admin_post(&client, &mock, "returns", &missing).await;
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    assert_eq!(json_of(missing).await, json!({"code": "not_found"}));
+    let again = admin_post(&client, &mock, "returns", &json!({"idempotency_key": "k1", "return_code": "R02"})).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert_eq!(json_of(again).await, json!({"code": "not_paid"}));
+    create(&client, &mock, "k2", &body("wd-2", "5.00", "1")).await;
+    let before = json!({"idempotency_key": "k2", "return_code": "R01", "at": "2000-01-01T00:00:00Z"});
+    let before = admin_post(&client, &mock, "returns", &before).await;
+    assert_eq!(before.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_of(before).await["code"], "invalid_request");
+
+    // A return at a given time: nothing shows until the clock passes it.
+    let at = mock.now() + chrono::TimeDelta::hours(3);
+    let scheduled = json!({"idempotency_key": "k2", "return_code": "R03", "at": at.to_rfc3339()});
+    assert_eq!(admin_post(&client, &mock, "returns", &scheduled).await.status(), StatusCode::NO_CONTENT);
+    assert_eq!(lookup_json(&client, &mock, "k2").await["data"][0]["status"], "paid");
+    let (_, _, csv) = report(&client, &mock, &day(at)).await;
+    assert!(report_lines(&csv).iter().all(|l| !(l[1] == "k2" && l[6] == "returned")), "not yet: {csv}");
+    mock.set_clock_offset(chrono::TimeDelta::hours(28));
+    let lookup = lookup_json(&client, &mock, "k2").await;
+    assert_eq!(
+        (lookup["data"][0]["status"].as_str(), lookup["data"][0]["return_code"].as_str()),
+        (Some("returned"), Some("R03"))
+    );
+    let (_, _, csv) = report(&client, &mock, &day(at)).await;
+    let k2_returned: Vec<_> = report_lines(&csv).into_iter().filter(|l| l[1] == "k2" && l[6] == "returned").collect();
+    assert_eq!(k2_returned.len(), 1, "{csv}");
+    let event_at = chrono::DateTime::parse_from_rfc3339(&k2_returned[0][7]).unwrap();
+    assert_eq!(event_at.timestamp_millis(), at.timestamp_millis(), "dated when it took effect");
+
+    // In-process: a return now (the old call) and one at a given time.
+    create(&client, &mock, "k3", &body("wd-3", "1.00", "1")).await;
+    create(&client, &mock, "k4", &body("wd-4", "1.00", "1")).await;
+    assert!(mock.return_transfer("k3", "R01"));
+    assert!(mock.return_transfer_at("k4", "R04", mock.now() + chrono::TimeDelta::minutes(5)));
+    assert!(!mock.return_transfer_at("k4", "R04", mock.now() - chrono::TimeDelta::days(30)), "before it was paid");
+    let statuses: Vec<_> = mock.transfers().into_iter().map(|t| t.status).collect();
+    use TransferStatus::{Paid, Returned};
+    assert_eq!(statuses, [Returned, Returned, Returned, Paid]);
+}
+
+#[tokio::test]
+async fn report_faults_show_in_the_csv_only() {
+    let mock = start(vec![]).await;
+    let client = Client::new();
+    for (key, reference) in [("k1", "wd-1"), ("k2", "wd-2"), ("k3", "wd-3"), ("k4", "wd-4")] {
+        create(&client, &mock, key, &body(reference, "10.00", "1")).await;
+    }
+    let today = day(mock.now());
+    let mut before = Vec::new();
+    for key in ["k1", "k2", "k3", "k4"] {
+        before.push(lookup_json(&client, &mock, key).await);
+    }
+    let (_, _, honest) = report(&client, &mock, &today).await;
+    assert_eq!(report_lines(&honest).len(), 4);
+
+    let faults = json!({"rules": [
+        {"type": "omit_paid", "idempotency_key": "k1"},
+        {"type": "wrong_amount", "idempotency_key": "k2", "amount": "99.99"},
+        {"type": "unknown_transfer", "transfer_id": "tr_ghost", "idempotency_key": "ghost", "amount": "7.00",
+         "currency": "EUR", "date": today},
+        {"type": "spurious_return", "idempotency_key": "k3"},
+        {"type": "duplicate_line", "idempotency_key": "k4"},
+        {"type": "malformed_line", "date": today}
+    ]});
+    assert_eq!(admin_post(&client, &mock, "report-faults", &faults).await.status(), StatusCode::NO_CONTENT);
+    let round_trip = json_of(client.get(format!("{}/__admin/report-faults", mock.url())).send().await.unwrap()).await;
+    assert_eq!(round_trip["rules"].as_array().unwrap().len(), 6);
+    assert_eq!(round_trip["rules"][5]["amount"], "not-a-number");
+    let typo = admin_post(&client, &mock, "report-faults", &json!({"rules": [{"type": "omit_pied"}]})).await;
+    assert_eq!(typo.status(), StatusCode::BAD_REQUEST);
+
+    let (status, content_type, csv) = report(&client, &mock, &today).await;
+    assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some("text/csv")));
+    let lines = report_lines(&csv);
+    let of = |key: &str| -> Vec<(String, String)> {
+        lines.iter().filter(|l| l[1] == key).map(|l| (l[3].clone(), l[6].clone())).collect()
+    };
+    let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(of("k1"), Vec::<(String, String)>::new(), "paid line omitted: {csv}");
+    assert_eq!(of("k2"), [s("99.99", "paid")], "{csv}");
+    assert_eq!(of("k3"), [s("10.00", "paid"), s("10.00", "returned")], "{csv}");
+    assert_eq!(of("k4"), [s("10.00", "paid"), s("10.00", "paid")], "{csv}");
+    let ghost: Vec<_> = lines.iter().filter(|l| l[1] == "ghost").collect();
+    assert_eq!(ghost.len(), 1, "{csv}");
+    assert_eq!(ghost[0][..7], ["tr_ghost", "ghost", "tr_ghost", "7.00", "EUR", "0.00", "paid"]);
+    assert_eq!(ghost[0][7], format!("{today}T12:00:00.000Z"));
+    let malformed: Vec<_> = lines.iter().filter(|l| l[3] == "not-a-number").collect();
+    assert_eq!(malformed.len(), 1, "{csv}");
+    assert_eq!(lines.len(), 7, "{csv}");
+    let mut sorted = lines.iter().map(|l| l[7].clone()).collect::<Vec<_>>();
+    sorted.sort();
+    assert_eq!(sorted, lines.iter().map(|l| l[7].clone()).collect::<Vec<_>>(), "event order");
+
+    // The transfers API still tells the truth.
+    for (key, was) in ["k1", "k2", "k3", "k4"].into_iter().zip(&before) {
+        assert_eq!(&lookup_json(&client, &mock, key).await, was, "{key}");
+    }
+    assert!(mock.transfers().iter().all(|t| t.status == TransferStatus::Paid));
+    // Faults on another day stay there; reset clears them.
+    let tomorrow = day(mock.now() + chrono::TimeDelta::days(1));
+    assert_eq!(report(&client, &mock, &tomorrow).await.2, format!("{REPORT_HEADER}\n"));
+    mock.set_report_faults(provider_mocks::ReportFaultConfig::default());
+    assert_eq!(report(&client, &mock, &today).await.2, honest);
+}
+
+#[tokio::test]
+async fn settlement_report_with_a_bad_date_is_400() {
+    let mock = start(vec![]).await;
+    let client = Client::new();
+    for date in ["2024-13-01", "2024-02-30", "yesterday", "2024-3-1", ""] {
+        let (status, _, text) = report(&client, &mock, date).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{date}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"code": "invalid_request"}));
+    }
+    let missing = client.get(format!("{}/v1/reports/settlements", mock.url())).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(json_of(missing).await, json!({"code": "invalid_request"}));
+}
