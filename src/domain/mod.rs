@@ -18,6 +18,7 @@ mod money;
 mod reference;
 mod replay;
 mod role;
+pub mod settlement;
 mod status;
 mod text_enum;
 mod withdrawal;

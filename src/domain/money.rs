@@ -136,6 +136,15 @@ impl Amount {
         Ok(amount)
     }
 
+    /// An amount a provider reported (a settlement line): the same grammar, positivity and scale
+    /// as [`Amount::parse`], but no customer limit — the provider's record is what it is.
+    pub fn parse_reported(value: &str, currency: Currency) -> Result<Self, AmountError> {
+        if !is_plain_decimal(value) {
+            return Err(AmountError::NotADecimal);
+        }
+        Self::new(Decimal::from_str_exact(value).map_err(|_| AmountError::NotADecimal)?, currency)
+    }
+
     /// An amount with the positivity and scale rules, without a limit (funding, internal use).
     pub fn new(value: Decimal, currency: Currency) -> Result<Self, AmountError> {
         if value <= Decimal::ZERO {

@@ -28,5 +28,6 @@ mod runbooks;
 mod sandbox;
 mod security;
 mod selection;
+mod settlement;
 mod transitions;
 mod validation;
