@@ -1,8 +1,9 @@
 //! Payout returns (SPEC §14.3): a payout the bank returned after the provider paid it. Applying a
 //! return writes one `payout_returns` row and the `return` ledger entry that moves the amount from
 //! paid out back to available, in one transaction; the row is unique per withdrawal, so the same
-//! return applied twice changes nothing. Only a `completed` withdrawal can be returned: anything
-//! else is the caller's exception to report, never a credit.
+//! return applied twice changes nothing. Only a `completed` withdrawal can be returned, and only
+//! for the amount and currency the provider reports returning: anything else is the caller's
+//! exception to report, never a credit.
 
 use serde_json::Value;
 use sqlx::types::Json;
@@ -10,7 +11,7 @@ use uuid::Uuid;
 
 use super::batch::Writes;
 use super::{accounts, DbTime, Result, Tx};
-use crate::domain::{Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{Amount, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::{with_conn, with_read_conn};
 
 /// A return as stored.
@@ -35,19 +36,27 @@ pub enum Applied {
     AlreadyApplied,
     /// We do not hold the withdrawal as `completed`: nothing to return, nothing changed.
     NotCompleted,
+    /// The provider's record returns another amount or currency than the withdrawal paid out:
+    /// nothing changed (a settlement exception, never a credit).
+    AmountMismatch,
 }
 
 /// Applies the provider's return of `withdrawal` (read inside `tx`, under its row lock where the
-/// backend has one) with `evidence`, the provider's record it rests on.
+/// backend has one): `reported` is the amount and currency the provider's record says it returned,
+/// `evidence` that record. The credit is the withdrawal's own amount, and only when they agree.
 pub async fn apply(
     tx: &mut Tx,
     withdrawal: &Withdrawal,
+    reported: Amount,
     return_code: &str,
     returned_at: DbTime,
     evidence: &Value,
 ) -> Result<Applied> {
     if withdrawal.status != WithdrawalStatus::Completed {
         return Ok(Applied::NotCompleted);
+    }
+    if reported != withdrawal.amount {
+        return Ok(Applied::AmountMismatch);
     }
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use withdrawals::domain::WithdrawalStatus;
+use withdrawals::domain::{Amount, Currency, WithdrawalStatus};
 use withdrawals::storage::returns::{self, Applied};
 use withdrawals::storage::withdrawals as store;
 use withdrawals::storage::DbTime;
@@ -20,11 +20,19 @@ both_backends!(
 
 const WAIT: Duration = Duration::from_secs(25);
 
+/// Applies a return the provider reports for the withdrawal's own amount.
 async fn apply(app: &TestApp, id: withdrawals::domain::WithdrawalId, code: &str) -> Applied {
+    let mut tx = app.db.begin().await.unwrap();
+    let amount = store::get_in_tx(&mut tx, id).await.unwrap().unwrap().amount;
+    drop(tx);
+    apply_reported(app, id, amount, code).await
+}
+
+async fn apply_reported(app: &TestApp, id: withdrawals::domain::WithdrawalId, reported: Amount, code: &str) -> Applied {
     let mut tx = app.db.begin().await.unwrap();
     let withdrawal = store::get_in_tx(&mut tx, id).await.unwrap().unwrap();
     let evidence = json!({"source": "test", "status": "returned", "return_code": code});
-    let applied = returns::apply(&mut tx, &withdrawal, code, DbTime::now(), &evidence).await.unwrap();
+    let applied = returns::apply(&mut tx, &withdrawal, reported, code, DbTime::now(), &evidence).await.unwrap();
     tx.commit().await.unwrap();
     applied
 }
@@ -36,6 +44,15 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     stop.cancel();
     assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()));
+
+    // A return the provider reports for another amount, or in another currency, credits nothing.
+    let usd = Currency::parse("USD").unwrap();
+    let eur = Currency::parse("EUR").unwrap();
+    for reported in [Amount::from_minor(2549, usd).unwrap(), Amount::from_minor(2550, eur).unwrap()] {
+        assert_eq!(apply_reported(&app, id, reported, "R01").await, Applied::AmountMismatch);
+        assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()), "{reported:?}");
+        assert!(returns::for_withdrawal(&app.db, id).await.unwrap().is_none(), "no return recorded");
+    }
 
     assert_eq!(apply(&app, id, "R01").await, Applied::Credited);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "re-credited");
