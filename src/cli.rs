@@ -190,6 +190,16 @@ pub struct ServeArgs {
     /// `X-Forwarded-Proto: https`).
     #[arg(long, env = "CONSOLE_SECURE_COOKIE")]
     pub console_secure_cookie: bool,
+    /// Days after its completion before a withdrawal no settlement report shows paid is a
+    /// `missing_from_report` exception.
+    #[arg(long, env = "SETTLEMENT_GRACE_DAYS", default_value_t = 3)]
+    pub settlement_grace_days: i64,
+    /// Workers import yesterday's settlement report every day (`false` to import by hand only).
+    #[arg(long, env = "SETTLEMENT_DAILY_IMPORT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub settlement_daily_import: bool,
+    /// The hour (UTC) from which yesterday's report is fetched.
+    #[arg(long, env = "SETTLEMENT_IMPORT_HOUR", default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..24))]
+    pub settlement_import_hour: u32,
     /// Database pool size.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
@@ -413,7 +423,13 @@ impl ServeArgs {
             AmountLimits::parse(&self.review_approval_threshold, self.review_approval_default)
                 .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;
         config.review.in_flight_grace = Duration::from_millis(self.tuning.reconcile_grace_ms);
+        config.settlement = crate::config::SettlementSettings {
+            grace_days: self.settlement_grace_days.max(0),
+            daily_import: self.settlement_daily_import,
+            import_hour: self.settlement_import_hour,
+        };
         let mut worker = WorkerConfig::new(startup::worker_id());
+        worker.settlement = config.settlement;
         worker.concurrency = self.worker_concurrency.max(1);
         worker.batch_size = self.claim_batch.max(1);
         self.tuning.apply(&mut worker);

@@ -53,6 +53,26 @@ pub struct AppConfig {
     /// Sandbox mode (no `PROVIDER_URL`): new withdrawals are marked `sandbox` and only a sandbox
     /// provider pays them.
     pub sandbox: bool,
+    /// Settlement reconciliation (SPEC §14).
+    pub settlement: SettlementSettings,
+}
+
+/// Settlement reconciliation: the grace days before a completed withdrawal no report shows paid
+/// is `missing_from_report`, and the daily import of yesterday's report.
+#[derive(Debug, Clone, Copy)]
+pub struct SettlementSettings {
+    /// `SETTLEMENT_GRACE_DAYS` (default 3).
+    pub grace_days: i64,
+    /// Workers enqueue the daily import (`SETTLEMENT_DAILY_IMPORT`, default on).
+    pub daily_import: bool,
+    /// Yesterday's report is fetched from this hour (UTC) on (`SETTLEMENT_IMPORT_HOUR`, default 6).
+    pub import_hour: u32,
+}
+
+impl Default for SettlementSettings {
+    fn default() -> Self {
+        Self { grace_days: 3, daily_import: true, import_hour: 6 }
+    }
 }
 
 /// The two-person rule's thresholds and how review decisions judge the provider's answer.
@@ -105,6 +125,7 @@ impl Default for AppConfig {
             console: ConsoleSettings::default(),
             review: ReviewSettings::default(),
             sandbox: false,
+            settlement: SettlementSettings::default(),
         }
     }
 }

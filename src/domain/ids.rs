@@ -79,6 +79,18 @@ id_type!(
     AttemptId
 );
 id_type!(
+    /// One imported version of a provider's settlement report (SPEC §14.1).
+    SettlementReportId
+);
+id_type!(
+    /// One line of an imported settlement report.
+    SettlementLineId
+);
+id_type!(
+    /// A settlement exception for operators (SPEC §14.2).
+    SettlementExceptionId
+);
+id_type!(
     /// A run's lease on a job: every write after the claim is fenced by it (random, not
     /// time-ordered: [`LeaseToken::random`]).
     LeaseToken

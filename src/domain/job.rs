@@ -34,6 +34,12 @@ pub const PAYOUTS_QUEUE: &str = "payouts";
 /// The queue that asks the provider what happened (SPEC §7).
 pub const RECONCILIATION_QUEUE: &str = "reconciliation";
 
+/// The queue of the daily settlement import (SPEC §14.1).
+pub const SETTLEMENT_QUEUE: &str = "settlement";
+
+/// Fetches, imports and matches a day's settlement report.
+pub const IMPORT_SETTLEMENT: &str = "import_settlement";
+
 /// Sends a withdrawal to the payout provider.
 pub const SUBMIT_PAYOUT: &str = "submit_payout";
 
@@ -72,6 +78,18 @@ pub struct ReconcilePayout {
 }
 
 impl ReconcilePayout {
+    pub const VERSION: i64 = 1;
+}
+
+/// Payload of [`IMPORT_SETTLEMENT`], version [`ImportSettlement::VERSION`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportSettlement {
+    /// The report's day (UTC).
+    pub date: chrono::NaiveDate,
+}
+
+impl ImportSettlement {
     pub const VERSION: i64 = 1;
 }
 

@@ -13,6 +13,77 @@ use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
 use super::{Amount, AmountError, Currency};
+use crate::text_enum;
+
+text_enum! {
+    /// What matching made of one report line (SPEC §14.2).
+    pub enum LineResult("settlement line result", 6) {
+        /// The line agrees with the withdrawal (or a safe outcome was applied from it).
+        Matched = "matched",
+        /// The line's amount or currency (or reference) differs from the withdrawal's.
+        AmountMismatch = "amount_mismatch",
+        /// The provider paid what we hold as failed, or failed what we hold as completed.
+        StatusMismatch = "status_mismatch",
+        /// No withdrawal has this operation key.
+        UnknownTransfer = "unknown_transfer",
+        /// A return: re-credited once, or an exception when it cannot be.
+        Returned = "returned",
+        /// The same line, unchanged, was matched in an earlier import.
+        SeenBefore = "seen_before",
+    }
+}
+
+text_enum! {
+    /// The kinds of settlement exception operators resolve.
+    pub enum ExceptionKind("settlement exception kind", 5) {
+        AmountMismatch = "amount_mismatch",
+        StatusMismatch = "status_mismatch",
+        UnknownTransfer = "unknown_transfer",
+        /// A return that could not be credited: the provider's record does not show it, or we
+        /// never completed the withdrawal.
+        Returned = "returned",
+        /// Completed here, but no report shows it paid within the grace days.
+        MissingFromReport = "missing_from_report",
+    }
+}
+
+text_enum! {
+    /// Where a settlement exception stands.
+    pub enum ExceptionStatus("settlement exception status", 2) {
+        Open = "open",
+        Resolved = "resolved",
+    }
+}
+
+text_enum! {
+    /// Why an operator resolved a settlement exception. Resolving records the finding; it never
+    /// moves money (money moves only through the review actions, checked live at the provider).
+    pub enum Resolution("settlement resolution", 5) {
+        /// The provider corrected its report (a later version matches).
+        ProviderCorrected = "provider_corrected",
+        /// The withdrawal was put right through review (complete, fail) or a return was applied.
+        ResolvedInReview = "resolved_in_review",
+        /// Not ours: a transfer of another merchant or a test line, confirmed with the provider.
+        NotOurs = "not_ours",
+        /// A known, accepted difference (e.g. a timing difference across days).
+        AcceptedDifference = "accepted_difference",
+        /// Raised with the provider; their case number is in the note.
+        EscalatedToProvider = "escalated_to_provider",
+    }
+}
+
+impl LineResult {
+    /// The exception a line with this result opens, if any.
+    pub fn exception_kind(self) -> Option<ExceptionKind> {
+        match self {
+            LineResult::AmountMismatch => Some(ExceptionKind::AmountMismatch),
+            LineResult::StatusMismatch => Some(ExceptionKind::StatusMismatch),
+            LineResult::UnknownTransfer => Some(ExceptionKind::UnknownTransfer),
+            LineResult::Returned => Some(ExceptionKind::Returned),
+            LineResult::Matched | LineResult::SeenBefore => None,
+        }
+    }
+}
 
 /// The header every report starts with (SPEC §14.1).
 pub const REPORT_HEADER: [&str; 8] =
@@ -65,6 +136,34 @@ impl SettlementLine {
     /// What makes a line the same line in another import or version of the report.
     pub fn key(&self) -> String {
         format!("{}|{}|{}", self.transfer_id, self.status.as_str(), self.event_at.timestamp_micros())
+    }
+
+    /// Everything the line says, digested: the same key with another digest is a corrected line.
+    pub fn content_digest(&self) -> String {
+        let text = format!(
+            "{}|{}|{}|{}|{}|{}|{}|{}",
+            self.transfer_id,
+            self.idempotency_key,
+            self.reference,
+            self.amount.to_minor(),
+            self.amount.currency().code(),
+            self.fee_minor,
+            self.status.as_str(),
+            self.event_at.timestamp_micros()
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+}
+
+impl SettlementReport {
+    /// The one UTC day every line happened on, if they all agree (none for an empty report).
+    pub fn day(&self) -> Result<Option<chrono::NaiveDate>, ReportError> {
+        let Some(first) = self.lines.first() else { return Ok(None) };
+        let day = first.event_at.date_naive();
+        match self.lines.iter().find(|l| l.event_at.date_naive() != day) {
+            Some(other) => Err(refuse(other.line, format!("happened on {}, not on the report's day {day}", other.event_at.date_naive()))),
+            None => Ok(Some(day)),
+        }
     }
 }
 
@@ -185,6 +284,28 @@ mod tests {
     #[test]
     fn an_empty_report_is_a_report_with_no_lines() {
         assert!(parse_report(HEADER.as_bytes()).unwrap().lines.is_empty());
+    }
+
+    #[test]
+    fn evidence_names_round_trip() {
+        crate::assert_text_enum_round_trips!(LineResult);
+        crate::assert_text_enum_round_trips!(ExceptionKind);
+        crate::assert_text_enum_round_trips!(ExceptionStatus);
+        crate::assert_text_enum_round_trips!(Resolution);
+    }
+
+    #[test]
+    fn a_corrected_line_keeps_its_key_and_changes_its_digest_and_a_report_has_one_day() {
+        let one = parse_report(&report("tr_1,k1,r1,25.50,USD,0.00,paid,2026-12-03T10:00:00Z\n")).unwrap();
+        let two = parse_report(&report("tr_1,k1,r1,25.00,USD,0.00,paid,2026-12-03T10:00:00Z\n")).unwrap();
+        assert_eq!(one.lines[0].key(), two.lines[0].key());
+        assert_ne!(one.lines[0].content_digest(), two.lines[0].content_digest());
+        assert_eq!(one.day().unwrap(), chrono::NaiveDate::from_ymd_opt(2026, 12, 3));
+        let spread = parse_report(&report(
+            "tr_1,k1,r1,25.50,USD,0.00,paid,2026-12-03T10:00:00Z\ntr_2,k2,r2,1.00,USD,0.00,paid,2026-12-04T00:00:01Z\n",
+        ))
+        .unwrap();
+        assert_eq!(spread.day().unwrap_err().line, 3);
     }
 
     #[test]

@@ -120,6 +120,8 @@ pub enum Actor {
     Customer,
     Worker(String),
     Reconciliation,
+    /// Settlement matching (SPEC §14.2), acting on a report line the provider confirmed.
+    Settlement,
     Operator(String),
     System,
 }
@@ -130,6 +132,7 @@ impl fmt::Display for Actor {
             Actor::Customer => f.write_str("customer"),
             Actor::Worker(id) => write!(f, "worker:{id}"),
             Actor::Reconciliation => f.write_str("reconciliation"),
+            Actor::Settlement => f.write_str("settlement"),
             Actor::Operator(id) => write!(f, "operator:{id}"),
             Actor::System => f.write_str("system"),
         }

@@ -11,6 +11,7 @@ pub mod payload;
 pub mod reconcile;
 pub mod replay;
 pub mod retry;
+pub mod settlement;
 pub mod submit;
 pub mod worker;
 
@@ -19,7 +20,8 @@ use crate::storage::jobs::{self as job_store, NewJob};
 use crate::storage::{DbTime, Result, Tx};
 
 pub use crate::domain::job::{
-    ReconcilePayout, SubmitPayout, PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SUBMIT_PAYOUT,
+    ImportSettlement, ReconcilePayout, SubmitPayout, IMPORT_SETTLEMENT, PAYOUTS_QUEUE, RECONCILE_PAYOUT,
+    RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
 };
 
 /// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::{ReconcilePayout, SubmitPayout, RECONCILE_PAYOUT, SUBMIT_PAYOUT};
+use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
@@ -28,6 +29,7 @@ pub fn current_version(kind: &str) -> Option<i64> {
     match kind {
         SUBMIT_PAYOUT => Some(SubmitPayout::VERSION),
         RECONCILE_PAYOUT => Some(ReconcilePayout::VERSION),
+        IMPORT_SETTLEMENT => Some(ImportSettlement::VERSION),
         _ => None,
     }
 }

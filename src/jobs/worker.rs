@@ -20,8 +20,8 @@ use tracing::Instrument;
 
 use super::retry::RetryPolicy;
 use super::{
-    enqueue_reconciliation, reconcile, submit, ReconcilePayout, SubmitPayout, PAYOUTS_QUEUE, RECONCILE_PAYOUT,
-    RECONCILIATION_QUEUE, SUBMIT_PAYOUT,
+    enqueue_reconciliation, reconcile, submit, ImportSettlement, ReconcilePayout, SubmitPayout, IMPORT_SETTLEMENT,
+    PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
 };
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobId, LeaseToken, WithdrawalId};
@@ -71,6 +71,8 @@ pub struct WorkerConfig {
     /// This worker pays through a sandbox provider: it pays only withdrawals marked `sandbox`,
     /// and a real worker never pays those.
     pub sandbox: bool,
+    /// The daily settlement import and its grace days (SPEC §14).
+    pub settlement: crate::config::SettlementSettings,
 }
 
 impl WorkerConfig {
@@ -97,7 +99,7 @@ impl WorkerConfig {
     pub fn new(worker_id: impl Into<String>) -> Self {
         Self {
             worker_id: worker_id.into(),
-            queues: vec![PAYOUTS_QUEUE, RECONCILIATION_QUEUE],
+            queues: vec![PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE],
             concurrency: 16,
             batch_size: 16,
             lease: Duration::from_secs(30),
@@ -116,6 +118,7 @@ impl WorkerConfig {
             error_backoff: Duration::from_secs(5),
             in_flight_grace: Duration::from_secs(15),
             sandbox: false,
+            settlement: crate::config::SettlementSettings::default(),
         }
     }
 }
@@ -467,6 +470,10 @@ impl JobContext {
                 Ok(p) => reconcile::handle(self, p).await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
+            IMPORT_SETTLEMENT => match serde_json::from_slice::<ImportSettlement>(&payload) {
+                Ok(p) => super::settlement::handle(self, p).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
             other => self.poison("unknown_payload_version", &format!("no handler for {other}")).await,
         }
     }
@@ -508,6 +515,11 @@ impl Worker {
             }
             if let Err(err) = self.sweep_once().await {
                 tracing::warn!(error = format!("{err:#}"), "stuck-processing sweep failed");
+            }
+            if !self.config.sandbox {
+                if let Err(err) = super::settlement::schedule_daily(&self.db, &self.config.settlement).await {
+                    tracing::warn!(error = format!("{err:#}"), "could not schedule the settlement import");
+                }
             }
         }
     }

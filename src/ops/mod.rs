@@ -18,6 +18,7 @@ pub mod ledger;
 pub mod overview;
 pub mod replays;
 pub mod review;
+pub mod settlement;
 pub mod types;
 
 pub use crate::config::ReplaySettings;
@@ -93,6 +94,8 @@ actions! {
     OperatorDisable => "operator.disable", "operator", Admin, "";
     OperatorEnable => "operator.enable", "operator", Admin, "";
     OperatorRotateToken => "operator.rotate_token", "operator", Admin, "";
+    SettlementImport => "settlement.import", "settlement_report", Operator, "new";
+    SettlementExceptionResolve => "settlement_exception.resolve", "settlement_exception", Operator, "";
 }
 
 impl<'a> Ops<'a> {

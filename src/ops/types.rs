@@ -654,8 +654,114 @@ pub struct OptionalReason {
     pub reason: Option<String>,
 }
 
-/// `GET /ops/v1/ledger/verify` when the ledger holds (a difference is a 409 `ledger_violation`).
+/// `GET /ops/v1/ledger/verify[?date=D]` when the ledger holds (a difference is a 409
+/// `ledger_violation`, or `settlement_totals_differ` for a day's totals).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LedgerCheck {
     pub clean: bool,
+    /// With `date`: the day checked, and its totals per currency (ours against the report's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub date: Option<chrono::NaiveDate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub totals: Vec<DayTotalView>,
+}
+
+/// `GET /ops/v1/ledger/verify?date=`: the day to check against its settlement report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LedgerQuery {
+    /// `YYYY-MM-DD` (UTC).
+    pub date: Option<String>,
+}
+
+/// One currency's totals of a day, in the currency's units: ours against the report's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayTotalView {
+    pub currency: String,
+    pub ours_paid: String,
+    pub report_paid: String,
+    pub ours_returned: String,
+    pub report_returned: String,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settlement reconciliation (SPEC §14).
+
+pub use crate::jobs::settlement::{Differences, ImportSummary, MatchCounts};
+pub use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
+
+/// `POST /ops/v1/settlement/imports`: fetch the day's report from the provider (`date`), or
+/// import a report's CSV text (`csv`, with `date` optional: its lines name their day).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    #[serde(default)]
+    pub date: Option<chrono::NaiveDate>,
+    #[serde(default)]
+    pub csv: Option<String>,
+}
+
+/// `GET /ops/v1/settlement/reports`: imported report versions, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ReportQuery {
+    /// `YYYY-MM-DD`: one day's versions.
+    pub date: Option<String>,
+    pub limit: Option<i64>,
+}
+
+/// One imported version of a day's report.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportView {
+    pub id: Uuid,
+    pub date: String,
+    pub version: i32,
+    pub digest: String,
+    pub source: String,
+    pub lines: i32,
+    /// Against the previous version: counts and (up to 100 each) the line keys added, removed,
+    /// changed.
+    pub differences: Value,
+    pub imported_by: String,
+    pub imported_at: DateTime<Utc>,
+}
+
+/// `GET /ops/v1/settlement/exceptions`: by kind and status (`open` by default; `all`), oldest
+/// first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExceptionQuery {
+    pub kind: Option<String>,
+    pub status: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// A settlement exception, with the evidence it was opened on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExceptionView {
+    pub id: Uuid,
+    pub kind: ExceptionKind,
+    pub status: ExceptionStatus,
+    pub withdrawal_id: Option<Uuid>,
+    pub report_date: Option<String>,
+    pub transfer_id: Option<String>,
+    pub detail: String,
+    pub evidence: Value,
+    pub opened_at: DateTime<Utc>,
+    pub age_seconds: i64,
+    #[serde(default)]
+    pub resolved_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub resolved_by: Option<Uuid>,
+    #[serde(default)]
+    pub resolution: Option<Resolution>,
+    #[serde(default)]
+    pub resolution_note: Option<String>,
+}
+
+/// `POST /ops/v1/settlement/exceptions/{id}/resolve`: why (a [`Resolution`]) and a note saying
+/// what was found or done. Resolving records the finding; it moves no money.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveExceptionRequest {
+    pub reason: Resolution,
+    pub note: String,
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::classify::{classify_error, classify_get, classify_lookup, classify_response};
-use super::{BoxFuture, LookupOutcome, Provider, ProviderError, SubmitOutcome, TransferRequest};
+use super::{BoxFuture, LookupOutcome, Provider, ProviderError, ReportFetch, SubmitOutcome, TransferRequest};
 
 #[derive(Clone)]
 pub struct ProviderConfig {
@@ -110,6 +110,47 @@ impl Provider for HttpProvider {
             })
             .ok();
         Box::pin(self.read(self.http.get(url), correlation_id, classify_get))
+    }
+
+    fn settlement_report<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        correlation_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ReportFetch>> {
+        Box::pin(async move {
+            let unavailable = |code: &str, status: Option<u16>, message: String| {
+                ReportFetch::Unavailable(ProviderError {
+                    code: code.to_owned(),
+                    http_status: status,
+                    message,
+                    retry_after: None,
+                })
+            };
+            let response = self
+                .http
+                .get(format!("{}/v1/reports/settlements", self.base_url))
+                .query(&[("date", date.format("%Y-%m-%d").to_string())])
+                .header("Authorization", self.bearer())
+                .header("X-Correlation-Id", correlation_id)
+                .send()
+                .await
+                .map_err(|e| {
+                    let code = if e.is_timeout() { "report_timeout" } else { "report_unreachable" };
+                    unavailable(code, None, "the provider could not be asked".into())
+                })?;
+            let status = response.status();
+            if status == reqwest::StatusCode::NOT_FOUND {
+                return Err(ReportFetch::NotPublished);
+            }
+            if !status.is_success() {
+                return Err(unavailable(&format!("http_{}", status.as_u16()), Some(status.as_u16()), "report fetch refused".into()));
+            }
+            let body = response
+                .bytes()
+                .await
+                .map_err(|_| unavailable("report_body_lost", Some(status.as_u16()), "the report broke off".into()))?;
+            Ok(body.to_vec())
+        })
     }
 }
 

@@ -137,6 +137,37 @@ pub trait Provider: Send + Sync {
 
     /// `GET /v1/transfers/{id}`: one transfer by the provider's id. `NotFound` for a 404.
     fn get<'a>(&'a self, transfer_id: &'a str, correlation_id: &'a str) -> BoxFuture<'a, LookupOutcome>;
+
+    /// `GET /v1/reports/settlements?date=`: the day's settlement report, as the bytes sent (SPEC §14.1).
+    fn settlement_report<'a>(
+        &'a self,
+        date: chrono::NaiveDate,
+        correlation_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ReportFetch>>;
+}
+
+/// Why a settlement report could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportFetch {
+    /// The provider has not published that day's report (404).
+    #[error("the provider has not published this report")]
+    NotPublished,
+    /// The provider could not answer.
+    #[error("the provider could not be asked: {}: {}", .0.code, .0.message)]
+    Unavailable(ProviderError),
+    /// The breaker is open.
+    #[error("the provider breaker is open")]
+    BreakerOpen,
+}
+
+impl ReportFetch {
+    pub fn code(&self) -> &str {
+        match self {
+            ReportFetch::NotPublished => "report_not_published",
+            ReportFetch::Unavailable(e) => &e.code,
+            ReportFetch::BreakerOpen => "breaker_open",
+        }
+    }
 }
 
 /// The provider as the workers use it: every call goes through the breaker.
@@ -173,6 +204,20 @@ impl Gateway {
     /// A transfer by the provider's id, through the breaker like a lookup.
     pub async fn get(&self, transfer_id: &str, correlation_id: &str) -> Result<LookupOutcome, BreakerOpen> {
         self.read(self.provider.get(transfer_id, correlation_id)).await
+    }
+
+    /// A day's settlement report, through the breaker (an unanswered fetch counts as a failure).
+    pub async fn settlement_report(&self, date: chrono::NaiveDate, correlation_id: &str) -> Result<Vec<u8>, ReportFetch> {
+        let permit = self.breaker.try_acquire().map_err(|_| ReportFetch::BreakerOpen)?;
+        let started = std::time::Instant::now();
+        let outcome = self.provider.settlement_report(date, correlation_id).await;
+        let counted = match &outcome {
+            Ok(_) => CallOutcome::Success,
+            Err(ReportFetch::NotPublished) => CallOutcome::Ignored,
+            Err(_) => CallOutcome::Failure,
+        };
+        self.breaker.record(permit, counted, started.elapsed());
+        outcome
     }
 
     async fn read(&self, call: BoxFuture<'_, LookupOutcome>) -> Result<LookupOutcome, BreakerOpen> {

@@ -355,6 +355,19 @@ pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> 
     Ok(count > 0)
 }
 
+/// Whether a job of `kind` with this correlation id was ever enqueued (in any status): how a
+/// once-a-day job is enqueued once.
+pub async fn exists_with_correlation(tx: &mut Tx, kind: &str, correlation_id: &str) -> Result<bool> {
+    let count: i64 = with_conn!(tx, |conn| {
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE correlation_id = $1 AND kind = $2")
+            .bind(correlation_id)
+            .bind(kind)
+            .fetch_one(&mut *conn)
+            .await?
+    });
+    Ok(count > 0)
+}
+
 /// Forwards PostgreSQL job notifications to `wake` until `shutdown`; on SQLite there is nothing
 /// to listen to (every writer is in-process or polled for).
 pub async fn listen(

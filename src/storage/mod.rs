@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod reconciliations;
 pub mod replays;
 pub mod returns;
+pub mod settlement;
 pub mod review_decisions;
 pub mod server;
 pub mod sessions;

@@ -5,14 +5,19 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 use crate::http::error::ApiError;
+use super::OpsQuery;
 use crate::http::AppState;
-use crate::ops::types::LedgerCheck;
+use crate::ops::types::{LedgerCheck, LedgerQuery};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/ops/v1/ledger/verify", get(verify))
 }
 
-async fn verify(State(state): State<AppState>, operator: Operator) -> Result<Json<LedgerCheck>, ApiError> {
-    Ok(Json(ops::ledger::verify(&state.ops(), &operator).await?))
+async fn verify(
+    State(state): State<AppState>,
+    operator: Operator,
+    OpsQuery(q): OpsQuery<LedgerQuery>,
+) -> Result<Json<LedgerCheck>, ApiError> {
+    Ok(Json(ops::ledger::verify(&state.ops(), &operator, q).await?))
 }

@@ -11,6 +11,7 @@ mod credentials;
 mod dead_letters;
 mod decisions;
 mod ledger;
+mod settlement;
 mod overview;
 mod replays;
 mod review;
@@ -38,6 +39,7 @@ pub fn router() -> Router<AppState> {
         .merge(overview::router())
         .merge(credentials::router())
         .merge(ledger::router())
+        .merge(settlement::router())
 }
 
 impl FromRequestParts<AppState> for Operator {

@@ -1,0 +1,714 @@
+//! Settlement reconciliation (SPEC §14): importing a provider's daily report, matching every line
+//! to its withdrawal, and finding completed withdrawals no report shows paid.
+//!
+//! - **Import** ([`import`]): the report is parsed and checked whole first, so a malformed one
+//!   stores and applies nothing. A report already stored (same digest) changes nothing; a
+//!   corrected report of the same day becomes the next version with its differences (lines
+//!   added, removed, changed by line key). A line identical to one of an earlier version is
+//!   `seen_before` and not matched again.
+//! - **Matching** ([`plan`], pure): each line is read as the provider's transfer and judged by the
+//!   same [`Verdict`] reconciliation uses. Safe outcomes apply themselves through the same guarded
+//!   transitions, but only once the provider's live record agrees (a lookup by the operation key,
+//!   amount and currency checked): a `paid` line completes a withdrawal still `processing` or in
+//!   `requires_review`, a `failed` line fails it, a `returned` line re-credits a `completed` one
+//!   (§14.3). Every other result is a settlement exception. A line the provider could not confirm
+//!   stays unmatched and is tried again by the next import or daily run.
+//! - **Missing** ([`sweep_missing`]): a withdrawal completed here that no report shows `paid`
+//!   within `SETTLEMENT_GRACE_DAYS` is a `missing_from_report` exception.
+//! - **Daily job** ([`handle`], [`schedule_daily`]): the worker's sweep enqueues one
+//!   `import_settlement` job per day (yesterday's report, after `SETTLEMENT_IMPORT_HOUR` UTC); the
+//!   job fetches, imports and matches, retries an unavailable provider with backoff, and
+//!   dead-letters a refused report (`dependency_rejected`, `settlement_report_refused`).
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{NaiveDate, TimeDelta, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::retry::RetryDecision;
+use super::worker::JobContext;
+use crate::config::SettlementSettings;
+use crate::dead_letter::Failure;
+use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT, SETTLEMENT_QUEUE};
+use crate::domain::settlement::{parse_report, ExceptionKind, LineResult, ReportError, SettlementReport};
+use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::provider::{Gateway, ReportFetch, Transfer, TransferStatus, Verdict};
+use crate::storage::jobs::{self as job_store, Finish, NewJob};
+use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException, NewLine, ReportRow};
+use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
+use crate::storage::{returns, Db, DbTime, Tx};
+
+/// Where a report came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Fetched from the provider's reports endpoint.
+    Provider,
+    /// A file an operator supplied.
+    File,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Provider => "provider",
+            Origin::File => "file",
+        }
+    }
+}
+
+/// Why an import stored nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The report is malformed (or its lines are not of the day it claims): refused whole.
+    #[error("report refused: {0}")]
+    Refused(ReportError),
+    /// A file with no lines names no day; say which with `--date`.
+    #[error("the report has no lines: name its day")]
+    NoDay,
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
+}
+
+/// How many of a version's lines differ from the version before.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Differences {
+    pub added: usize,
+    pub removed: usize,
+    pub changed: usize,
+}
+
+/// What matching did with the lines it decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchCounts {
+    pub matched: usize,
+    /// Withdrawals completed from a confirmed `paid` line.
+    pub completed: usize,
+    /// Withdrawals failed from a confirmed `failed` line.
+    pub failed: usize,
+    /// Returns re-credited (once each).
+    pub returns_credited: usize,
+    /// Returns already applied before.
+    pub returns_already_applied: usize,
+    pub exceptions_opened: usize,
+    /// Lines the provider could not confirm yet: tried again by the next run.
+    pub awaiting_confirmation: usize,
+}
+
+/// The answer of an import.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportSummary {
+    pub report_id: uuid::Uuid,
+    pub date: NaiveDate,
+    pub version: i32,
+    pub digest: String,
+    pub source: String,
+    /// This exact report was stored before: nothing new was stored.
+    pub already_imported: bool,
+    pub lines: usize,
+    /// Lines identical to an earlier version's (not matched again).
+    pub seen_before: usize,
+    pub differences: Differences,
+    pub matching: MatchCounts,
+    /// `missing_from_report` exceptions the sweep opened.
+    pub missing_opened: usize,
+}
+
+/// Fetches a day's report from the provider.
+pub async fn fetch(gateway: &Gateway, date: NaiveDate) -> Result<Vec<u8>, ReportFetch> {
+    gateway.settlement_report(date, &format!("settlement-import:{date}")).await
+}
+
+/// Imports one report: stores it (or finds it stored), matches its lines and sweeps for
+/// completed withdrawals missing from the reports. `date` is the report's day; a file may leave
+/// it to its lines. `gateway` confirms safe outcomes; without one they wait.
+pub async fn import(
+    db: &Db,
+    gateway: Option<&Gateway>,
+    settings: &SettlementSettings,
+    date: Option<NaiveDate>,
+    bytes: &[u8],
+    origin: Origin,
+    imported_by: &str,
+) -> Result<ImportSummary, ImportError> {
+    let report = parse_report(bytes).map_err(ImportError::Refused)?;
+    let date = match (date, report.day().map_err(ImportError::Refused)?) {
+        (Some(asked), Some(lines)) if asked != lines => {
+            let first = report.lines.iter().find(|l| l.event_at.date_naive() != asked).map_or(2, |l| l.line);
+            return Err(ImportError::Refused(ReportError {
+                line: first,
+                reason: format!("happened on {lines}, not on the report's day {asked}"),
+            }));
+        }
+        (Some(asked), _) => asked,
+        (None, Some(lines)) => lines,
+        (None, None) => return Err(ImportError::NoDay),
+    };
+    let (stored, already, seen_before, differences) = match store::report_by_digest(db, &report.digest).await? {
+        Some(existing) => (existing, true, 0, Differences::default()),
+        None => match store_version(db, &report, date, origin, imported_by).await? {
+            Some((row, seen, diff)) => (row, false, seen, diff),
+            // A concurrent import stored the same bytes first.
+            None => {
+                let row = store::report_by_digest(db, &report.digest).await?.ok_or_else(|| {
+                    crate::storage::StorageError::corrupt("a report's digest conflicted but is not stored")
+                })?;
+                (row, true, 0, Differences::default())
+            }
+        },
+    };
+    let matching = match_day(db, gateway, &stored.report_date).await?;
+    let missing_opened = sweep_missing(db, settings).await?;
+    let summary = ImportSummary {
+        report_id: stored.id.0,
+        date,
+        version: stored.version,
+        digest: stored.digest,
+        source: stored.source,
+        already_imported: already,
+        lines: report.lines.len(),
+        seen_before,
+        differences,
+        matching,
+        missing_opened,
+    };
+    tracing::info!(
+        date = %summary.date, version = summary.version, already = summary.already_imported,
+        exceptions = summary.matching.exceptions_opened, missing = summary.missing_opened, "settlement report imported"
+    );
+    Ok(summary)
+}
+
+/// Stores a new version of the day's report with its lines and differences, in one transaction.
+/// `None` when the same digest was stored meanwhile.
+async fn store_version(
+    db: &Db,
+    report: &SettlementReport,
+    date: NaiveDate,
+    origin: Origin,
+    imported_by: &str,
+) -> Result<Option<(ReportRow, usize, Differences)>, ImportError> {
+    let day = date.format("%Y-%m-%d").to_string();
+    let mut tx = db.begin().await?;
+    let previous = store::latest_report(&mut tx, &day).await?;
+    let earlier = store::line_keys_of_day(&mut tx, &day).await?;
+    let seen: HashSet<(&str, &str)> = earlier.iter().map(|(k, d, _)| (k.as_str(), d.as_str())).collect();
+    let before: HashMap<&str, &str> = earlier
+        .iter()
+        .filter(|(_, _, r)| previous.as_ref().is_some_and(|p| p.id == *r))
+        .map(|(k, d, _)| (k.as_str(), d.as_str()))
+        .collect();
+    let keys: Vec<(String, String)> = report.lines.iter().map(|l| (l.key(), l.content_digest())).collect();
+    let now: HashSet<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+    let mut diff = Differences::default();
+    let mut changed_keys = Vec::new();
+    let mut added_keys = Vec::new();
+    for (key, digest) in &keys {
+        match before.get(key.as_str()) {
+            None => {
+                diff.added += 1;
+                added_keys.push(key.as_str());
+            }
+            Some(d) if d != digest => {
+                diff.changed += 1;
+                changed_keys.push(key.as_str());
+            }
+            Some(_) => {}
+        }
+    }
+    let removed_keys: Vec<&str> = before.keys().filter(|k| !now.contains(**k)).copied().collect();
+    diff.removed = removed_keys.len();
+    const SHOWN: usize = 100;
+    let differences = json!({
+        "previous_version": previous.as_ref().map(|p| p.version),
+        "added": diff.added, "removed": diff.removed, "changed": diff.changed,
+        "added_keys": &added_keys[..added_keys.len().min(SHOWN)],
+        "removed_keys": &removed_keys[..removed_keys.len().min(SHOWN)],
+        "changed_keys": &changed_keys[..changed_keys.len().min(SHOWN)],
+    });
+    let row = ReportRow {
+        id: crate::domain::SettlementReportId::new(),
+        report_date: day,
+        version: previous.as_ref().map_or(1, |p| p.version + 1),
+        digest: report.digest.clone(),
+        source: origin.as_str().to_owned(),
+        line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
+        differences: sqlx::types::Json(differences),
+        imported_by: imported_by.to_owned(),
+        imported_at: DbTime::now(),
+    };
+    if !store::insert_report(&mut tx, &row).await? {
+        return Ok(None);
+    }
+    let mut seen_before = 0;
+    let lines: Vec<NewLine<'_>> = report
+        .lines
+        .iter()
+        .zip(&keys)
+        .map(|(line, (key, digest))| {
+            let again = seen.contains(&(key.as_str(), digest.as_str()));
+            seen_before += usize::from(again);
+            NewLine { line, result: again.then_some(LineResult::SeenBefore) }
+        })
+        .collect();
+    store::insert_lines(&mut tx, row.id, &lines).await?;
+    tx.commit().await?;
+    Ok(Some((row, seen_before, diff)))
+}
+
+/// Matches every line of the day still undecided (of any version), in report order.
+pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::storage::Result<MatchCounts> {
+    let mut counts = MatchCounts::default();
+    for line in store::unmatched_lines_of_day(db, day).await? {
+        match_line(db, gateway, &line, &mut counts).await?;
+    }
+    Ok(counts)
+}
+
+/// What a line asks for, judged on the report alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The line agrees with what we hold: nothing to do.
+    Matched,
+    /// A safe outcome, applied once the provider's live record agrees.
+    Confirm(Apply),
+    /// An exception for operators, with why.
+    Exception(ExceptionKind, String),
+}
+
+/// The safe outcomes a line can apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    Complete,
+    Fail,
+    CreditReturn,
+}
+
+impl Apply {
+    /// Does the provider's live verdict confirm this?
+    fn confirmed_by(self, live: &Verdict) -> bool {
+        match self {
+            Apply::Complete => matches!(live, Verdict::Paid(_) | Verdict::Returned(_)),
+            Apply::Fail => matches!(live, Verdict::Failed(_)),
+            Apply::CreditReturn => matches!(live, Verdict::Returned(_)),
+        }
+    }
+
+    /// The exception when the provider's record does not confirm the line.
+    fn unconfirmed(self, live: &Verdict) -> (ExceptionKind, String) {
+        let says = live.name();
+        match self {
+            Apply::Complete => {
+                (ExceptionKind::StatusMismatch, format!("the report shows it paid; the provider's record says {says}"))
+            }
+            Apply::Fail => {
+                (ExceptionKind::StatusMismatch, format!("the report shows it failed; the provider's record says {says}"))
+            }
+            Apply::CreditReturn => (
+                ExceptionKind::Returned,
+                format!("the report shows a return the provider's record does not (it says {says}): not credited"),
+            ),
+        }
+    }
+}
+
+/// The decision on one line (SPEC §14.2), from the withdrawal under its operation key (if any)
+/// and the line read as the provider's transfer. Pure.
+pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
+    use WithdrawalStatus::{Completed, Failed, Pending, Processing, RequiresReview};
+    let Some(w) = withdrawal else {
+        return Plan::Exception(ExceptionKind::UnknownTransfer, "no withdrawal has this operation key".into());
+    };
+    let held = w.status;
+    match line {
+        Verdict::Mismatch(_, m) => Plan::Exception(
+            ExceptionKind::AmountMismatch,
+            format!("the report's {} differ from the withdrawal's", m.fields.join(", ")),
+        ),
+        Verdict::Paid(_) => match held {
+            Completed => Plan::Matched,
+            Processing | RequiresReview => Plan::Confirm(Apply::Complete),
+            Failed | Pending => {
+                Plan::Exception(ExceptionKind::StatusMismatch, format!("the provider paid a withdrawal we hold as {held}"))
+            }
+        },
+        Verdict::Failed(_) => match held {
+            Failed => Plan::Matched,
+            Processing | RequiresReview => Plan::Confirm(Apply::Fail),
+            Completed | Pending => Plan::Exception(
+                ExceptionKind::StatusMismatch,
+                format!("the provider failed a withdrawal we hold as {held}"),
+            ),
+        },
+        Verdict::Returned(_) => match held {
+            Completed => Plan::Confirm(Apply::CreditReturn),
+            _ => Plan::Exception(
+                ExceptionKind::Returned,
+                format!("a return of a withdrawal we hold as {held}, never completed: not credited"),
+            ),
+        },
+        other => Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name())),
+    }
+}
+
+/// The line as the provider's transfer (what [`Verdict::of_transfer`] judges).
+fn as_transfer(line: &LineRow) -> Option<Transfer> {
+    let currency = Currency::parse(&line.currency).ok()?;
+    let amount = Amount::from_minor(line.amount_minor, currency).ok()?;
+    let status = match line.status.as_str() {
+        "paid" => TransferStatus::Paid,
+        "failed" => TransferStatus::Failed,
+        "returned" => TransferStatus::Returned,
+        _ => return None,
+    };
+    Some(Transfer {
+        id: line.transfer_id.clone(),
+        reference: Some(line.reference.clone()),
+        amount: amount.value(),
+        currency: line.currency.clone(),
+        status,
+        failure_code: None,
+        return_code: None,
+        created_at: None,
+        updated_at: Some(line.event_at.0),
+    })
+}
+
+/// The evidence of a line's match: the line itself, what we held, and the provider's live answer
+/// when one was asked for.
+fn evidence(line: &LineRow, withdrawal: Option<&Withdrawal>, verdict: &str, live: Option<Value>) -> Value {
+    json!({
+        "source": "settlement_report",
+        "report_id": line.report_id,
+        "line": line.line_no,
+        "line_key": line.line_key,
+        "report_line": {
+            "transfer_id": line.transfer_id, "idempotency_key": line.idempotency_key, "reference": line.reference,
+            "amount_minor": line.amount_minor, "currency": line.currency, "fee_minor": line.fee_minor,
+            "status": line.status, "event_at": line.event_at.0,
+        },
+        "verdict": verdict,
+        "ours": withdrawal.map(|w| json!({
+            "withdrawal_id": w.id, "status": w.status, "amount": w.amount.value().to_string(),
+            "currency": w.amount.currency().code(), "version": w.version,
+        })),
+        "provider_record": live,
+        "matched_at": Utc::now(),
+    })
+}
+
+async fn match_line(
+    db: &Db,
+    gateway: Option<&Gateway>,
+    line: &LineRow,
+    counts: &mut MatchCounts,
+) -> crate::storage::Result<()> {
+    let id = line.idempotency_key.parse::<WithdrawalId>().ok();
+    let withdrawal = match id {
+        Some(id) => withdrawals::get(db, None, id).await?,
+        None => None,
+    };
+    let Some(transfer) = as_transfer(line) else {
+        return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
+    };
+    let line_verdict = match &withdrawal {
+        Some(w) => Verdict::of_transfer(w, &transfer),
+        None => Verdict::Paid(transfer.clone()),
+    };
+    let w = withdrawal.as_ref();
+    let apply = match plan(w, &line_verdict) {
+        Plan::Matched => {
+            let e = evidence(line, w, line_verdict.name(), None);
+            let mut tx = db.begin().await?;
+            let decision = LineDecision { withdrawal_id: id, result: LineResult::Matched, applied: None, evidence: &e };
+            if store::decide_line(&mut tx, line.id, &decision).await? {
+                tx.commit().await?;
+                counts.matched += 1;
+            }
+            return Ok(());
+        }
+        Plan::Exception(kind, detail) => {
+            let e = evidence(line, w, line_verdict.name(), None);
+            return except(db, line, w.map(|w| w.id), kind, &detail, &e, counts).await;
+        }
+        Plan::Confirm(apply) => apply,
+    };
+    let Some(w) = w else { return Ok(()) };
+    // The report is a day old: nothing moves money until the provider's record, asked now,
+    // agrees (amount and currency checked by the verdict).
+    let live = match gateway {
+        Some(g) => match g.lookup(&w.id.to_string(), &format!("settlement:{}", line.report_id)).await {
+            Ok(answer) => Verdict::of_lookup(w, &answer, false),
+            Err(_) => Verdict::Unavailable("the provider breaker is open".into()),
+        },
+        None => Verdict::Unavailable("no provider is configured in this process".into()),
+    };
+    let live_evidence = live.evidence(w, Utc::now());
+    if let Verdict::Unavailable(why) = &live {
+        tracing::info!(line = line.line_no, why, "settlement line awaits the provider's confirmation");
+        counts.awaiting_confirmation += 1;
+        return Ok(());
+    }
+    let e = evidence(line, Some(w), line_verdict.name(), Some(live_evidence.clone()));
+    if let Verdict::Mismatch(_, m) = &live {
+        let detail = format!("the provider's record's {} differ from the withdrawal's", m.fields.join(", "));
+        return except(db, line, Some(w.id), ExceptionKind::AmountMismatch, &detail, &e, counts).await;
+    }
+    if !apply.confirmed_by(&live) {
+        let (kind, detail) = apply.unconfirmed(&live);
+        return except(db, line, Some(w.id), kind, &detail, &e, counts).await;
+    }
+    let mut tx = db.begin().await?;
+    let (result, applied) = match apply {
+        Apply::Complete | Apply::Fail => {
+            let (to, failure_code, reason) = match apply {
+                Apply::Complete => (WithdrawalStatus::Completed, None, "settlement report shows it paid; provider confirms"),
+                _ => (
+                    WithdrawalStatus::Failed,
+                    live.transfer().and_then(|t| t.failure_code.clone()).or_else(|| Some("provider_failed".into())),
+                    "settlement report shows it failed; provider confirms",
+                ),
+            };
+            let request = TransitionRequest {
+                id: w.id,
+                from: w.status,
+                to,
+                expected_version: Some(w.version),
+                actor: &Actor::Settlement,
+                reason,
+                correlation_id: &format!("settlement:{}", line.report_id),
+                failure_code: failure_code.as_deref(),
+                evidence: Some(&e),
+            };
+            match withdrawals::transition(&mut tx, &request).await? {
+                TransitionOutcome::Applied(_) => crate::metrics::transition_on_commit(&mut tx, w.status, to),
+                // Moved meanwhile: the line is matched again by the next run, against what it
+                // holds then.
+                TransitionOutcome::Stale | TransitionOutcome::Forbidden(_) => {
+                    counts.awaiting_confirmation += 1;
+                    return Ok(());
+                }
+            }
+            let done = if to == WithdrawalStatus::Completed { "completed" } else { "failed" };
+            (LineResult::Matched, Some(done))
+        }
+        Apply::CreditReturn => {
+            let t = live.transfer().cloned().unwrap_or(transfer);
+            let reported = Currency::parse(&t.currency).and_then(|c| Amount::new(t.amount, c));
+            let Ok(reported) = reported else {
+                let detail = "the provider's return names an amount we cannot read: not credited";
+                return except(db, line, Some(w.id), ExceptionKind::Returned, detail, &e, counts).await;
+            };
+            let code = t.return_code.clone().unwrap_or_else(|| "unspecified".into());
+            let current = withdrawals::get_in_tx(&mut tx, w.id).await?.unwrap_or_else(|| w.clone());
+            match returns::apply(&mut tx, &current, reported, &code, line.event_at, &e).await? {
+                returns::Applied::Credited => (LineResult::Returned, Some("return_credited")),
+                returns::Applied::AlreadyApplied => (LineResult::Returned, None),
+                returns::Applied::NotCompleted => {
+                    drop(tx);
+                    let detail = "a return of a withdrawal that is not completed: not credited";
+                    return except(db, line, Some(w.id), ExceptionKind::Returned, detail, &e, counts).await;
+                }
+                returns::Applied::AmountMismatch => {
+                    drop(tx);
+                    let detail = "the provider returns another amount or currency than was paid out: not credited";
+                    return except(db, line, Some(w.id), ExceptionKind::AmountMismatch, detail, &e, counts).await;
+                }
+            }
+        }
+    };
+    let decision = LineDecision { withdrawal_id: Some(w.id), result, applied, evidence: &e };
+    if !store::decide_line(&mut tx, line.id, &decision).await? {
+        // Another import decided this line first; what this one did rolls back.
+        return Ok(());
+    }
+    tx.commit().await?;
+    match (result, applied) {
+        (_, Some("completed")) => (counts.matched, counts.completed) = (counts.matched + 1, counts.completed + 1),
+        (_, Some("failed")) => (counts.matched, counts.failed) = (counts.matched + 1, counts.failed + 1),
+        (_, Some(_)) => counts.returns_credited += 1,
+        (LineResult::Returned, None) => counts.returns_already_applied += 1,
+        _ => counts.matched += 1,
+    }
+    Ok(())
+}
+
+/// Records the line's result and opens its exception, in one transaction.
+async fn except(
+    db: &Db,
+    line: &LineRow,
+    withdrawal: Option<WithdrawalId>,
+    kind: ExceptionKind,
+    detail: &str,
+    evidence: &Value,
+    counts: &mut MatchCounts,
+) -> crate::storage::Result<()> {
+    let result = match kind {
+        ExceptionKind::AmountMismatch => LineResult::AmountMismatch,
+        ExceptionKind::StatusMismatch => LineResult::StatusMismatch,
+        ExceptionKind::UnknownTransfer => LineResult::UnknownTransfer,
+        ExceptionKind::Returned | ExceptionKind::MissingFromReport => LineResult::Returned,
+    };
+    let mut tx = db.begin().await?;
+    let decision = LineDecision { withdrawal_id: withdrawal, result, applied: None, evidence };
+    if !store::decide_line(&mut tx, line.id, &decision).await? {
+        return Ok(());
+    }
+    let day = line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
+    let opened = store::open_exception(
+        &mut tx,
+        &NewException {
+            kind,
+            dedupe_key: format!("line:{kind}:{}", line.line_key),
+            withdrawal_id: withdrawal,
+            line_id: Some(line.id),
+            report_date: Some(&day),
+            transfer_id: Some(&line.transfer_id),
+            detail,
+            evidence,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    if opened {
+        tracing::warn!(kind = kind.as_str(), line = line.line_no, detail, "settlement exception opened");
+        counts.exceptions_opened += 1;
+    }
+    Ok(())
+}
+
+/// Opens a `missing_from_report` exception for every withdrawal completed more than the grace
+/// days ago (on a day reports cover) that no report line shows paid. Returns how many opened.
+pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::storage::Result<usize> {
+    let cutoff = DbTime::now().plus(-TimeDelta::days(settings.grace_days));
+    let mut opened = 0;
+    loop {
+        let batch = store::missing_from_reports(db, cutoff, 500).await?;
+        if batch.is_empty() {
+            return Ok(opened);
+        }
+        let mut tx = db.begin().await?;
+        let mut new_here = 0;
+        for m in &batch {
+            let e = json!({
+                "source": "settlement_reports",
+                "completed_at": m.completed_at.0,
+                "amount_minor": m.amount,
+                "currency": m.currency,
+                "grace_days": settings.grace_days,
+                "checked_at": Utc::now(),
+            });
+            let detail = format!(
+                "completed at {}, but no imported report shows it paid within {} day(s)",
+                m.completed_at.0.format("%Y-%m-%d %H:%M:%SZ"),
+                settings.grace_days
+            );
+            let new = NewException {
+                kind: ExceptionKind::MissingFromReport,
+                dedupe_key: store::missing_key(m.id),
+                withdrawal_id: Some(m.id),
+                line_id: None,
+                report_date: None,
+                transfer_id: None,
+                detail: &detail,
+                evidence: &e,
+            };
+            new_here += usize::from(store::open_exception(&mut tx, &new).await?);
+        }
+        tx.commit().await?;
+        opened += new_here;
+        if batch.len() < 500 || new_here == 0 {
+            return Ok(opened);
+        }
+    }
+}
+
+/// Enqueues yesterday's import once it is due (after `import_hour` UTC) and neither imported
+/// nor already enqueued; also re-runs matching of days with lines awaiting confirmation. Called
+/// from the worker's sweep. Returns whether a job was enqueued.
+pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::Result<bool> {
+    if !settings.daily_import {
+        return Ok(false);
+    }
+    let now = Utc::now();
+    if now.time() < chrono::NaiveTime::from_hms_opt(settings.import_hour, 0, 0).unwrap_or_default() {
+        return Ok(false);
+    }
+    let Some(day) = now.date_naive().pred_opt() else { return Ok(false) };
+    let correlation = format!("settlement-import:{day}");
+    let mut tx = db.begin().await?;
+    if store::has_report(&mut tx, &day.format("%Y-%m-%d").to_string()).await?
+        || job_store::exists_with_correlation(&mut tx, IMPORT_SETTLEMENT, &correlation).await?
+    {
+        return Ok(false);
+    }
+    enqueue_import(&mut tx, day, &correlation, DbTime::now()).await?;
+    tx.commit().await?;
+    tracing::info!(%day, "settlement import enqueued");
+    Ok(true)
+}
+
+/// Enqueues an import of `day`'s report.
+pub async fn enqueue_import(
+    tx: &mut Tx,
+    day: NaiveDate,
+    correlation_id: &str,
+    run_at: DbTime,
+) -> crate::storage::Result<crate::domain::JobId> {
+    let payload = ImportSettlement { date: day };
+    job_store::enqueue(
+        tx,
+        &NewJob {
+            queue: SETTLEMENT_QUEUE,
+            kind: IMPORT_SETTLEMENT,
+            payload: serde_json::to_vec(&payload).expect("payload serialises"),
+            payload_version: ImportSettlement::VERSION,
+            run_at,
+            correlation_id: correlation_id.to_owned(),
+            withdrawal_id: None,
+        },
+    )
+    .await
+}
+
+/// The `import_settlement` job: fetch the day's report, import and match it.
+pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Result<()> {
+    let settings = &ctx.config().settlement;
+    let bytes = match fetch(ctx.gateway(), payload.date).await {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            let policy = &ctx.config().reconcile_policy;
+            let attempts = u32::try_from(ctx.job.attempts + 1).unwrap_or(u32::MAX);
+            let elapsed = ctx
+                .job
+                .first_attempt_at
+                .map(|f| (DbTime::now().0 - f.0).to_std().unwrap_or_default())
+                .unwrap_or_default();
+            let decision = policy.next_delay(attempts, elapsed, None, &mut rand::thread_rng());
+            return match decision {
+                RetryDecision::RetryAfter(delay) => {
+                    let mut tx = ctx.db().begin().await?;
+                    job_store::mark_first_attempt(&mut tx, ctx.job.id, ctx.job.lease_token).await?;
+                    let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::minutes(1)));
+                    let how = Finish::Reschedule { run_at, consumed_attempt: true, error: why.code() };
+                    ctx.finish_or_rollback(tx, &how).await
+                }
+                RetryDecision::Exhausted(_) => {
+                    let failure = Failure::retries_exhausted(why.code(), why.to_string());
+                    ctx.dead_letter(ctx.db().begin().await?, &failure).await
+                }
+            };
+        }
+    };
+    let by = format!("worker:{}", ctx.worker_id());
+    match import(ctx.db(), Some(ctx.gateway()), settings, Some(payload.date), &bytes, Origin::Provider, &by).await {
+        Ok(_) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
+        Err(ImportError::Refused(err)) => {
+            let failure = Failure::permanent("settlement_report_refused", format!("report of {}: {err}", payload.date));
+            ctx.dead_letter(ctx.db().begin().await?, &failure).await
+        }
+        Err(ImportError::NoDay) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
+        Err(ImportError::Storage(err)) => Err(err.into()),
+    }
+}
