@@ -63,7 +63,8 @@ pub struct AppConfig {
 pub struct SettlementSettings {
     /// `SETTLEMENT_GRACE_DAYS` (default 3).
     pub grace_days: i64,
-    /// Workers enqueue the daily import (`SETTLEMENT_DAILY_IMPORT`, default on).
+    /// Workers enqueue the daily import (`SETTLEMENT_DAILY_IMPORT`: on for `serve`/`worker`; off
+    /// in this default, which tests and embedded workers use).
     pub daily_import: bool,
     /// Yesterday's report is fetched from this hour (UTC) on (`SETTLEMENT_IMPORT_HOUR`, default 6).
     pub import_hour: u32,
@@ -71,7 +72,7 @@ pub struct SettlementSettings {
 
 impl Default for SettlementSettings {
     fn default() -> Self {
-        Self { grace_days: 3, daily_import: true, import_hour: 6 }
+        Self { grace_days: 3, daily_import: false, import_hour: 6 }
     }
 }
 
