@@ -30,8 +30,8 @@ pub use failure::Category;
 pub use idempotency::{IdempotencyKey, IdempotencyKeyError};
 pub use ids::{
     AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, JobId, LeaseToken, OperatorId,
-    ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId, SettlementReportId,
-    TransitionId, WithdrawalId,
+    ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId,
+    SettlementReportId, TransitionId, WithdrawalId,
 };
 pub use job::JobStatus;
 pub use money::format_minor;

@@ -161,7 +161,10 @@ impl SettlementReport {
         let Some(first) = self.lines.first() else { return Ok(None) };
         let day = first.event_at.date_naive();
         match self.lines.iter().find(|l| l.event_at.date_naive() != day) {
-            Some(other) => Err(refuse(other.line, format!("happened on {}, not on the report's day {day}", other.event_at.date_naive()))),
+            Some(other) => Err(refuse(
+                other.line,
+                format!("happened on {}, not on the report's day {day}", other.event_at.date_naive()),
+            )),
             None => Ok(Some(day)),
         }
     }

@@ -302,9 +302,10 @@ impl Apply {
             Apply::Complete => {
                 (ExceptionKind::StatusMismatch, format!("the report shows it paid; the provider's record says {says}"))
             }
-            Apply::Fail => {
-                (ExceptionKind::StatusMismatch, format!("the report shows it failed; the provider's record says {says}"))
-            }
+            Apply::Fail => (
+                ExceptionKind::StatusMismatch,
+                format!("the report shows it failed; the provider's record says {says}"),
+            ),
             Apply::CreditReturn => (
                 ExceptionKind::Returned,
                 format!("the report shows a return the provider's record does not (it says {says}): not credited"),
@@ -329,9 +330,10 @@ pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
         Verdict::Paid(_) => match held {
             Completed => Plan::Matched,
             Processing | RequiresReview => Plan::Confirm(Apply::Complete),
-            Failed | Pending => {
-                Plan::Exception(ExceptionKind::StatusMismatch, format!("the provider paid a withdrawal we hold as {held}"))
-            }
+            Failed | Pending => Plan::Exception(
+                ExceptionKind::StatusMismatch,
+                format!("the provider paid a withdrawal we hold as {held}"),
+            ),
         },
         Verdict::Failed(_) => match held {
             Failed => Plan::Matched,
@@ -463,7 +465,9 @@ async fn match_line(
     let (result, applied) = match apply {
         Apply::Complete | Apply::Fail => {
             let (to, failure_code, reason) = match apply {
-                Apply::Complete => (WithdrawalStatus::Completed, None, "settlement report shows it paid; provider confirms"),
+                Apply::Complete => {
+                    (WithdrawalStatus::Completed, None, "settlement report shows it paid; provider confirms")
+                }
                 _ => (
                     WithdrawalStatus::Failed,
                     live.transfer().and_then(|t| t.failure_code.clone()).or_else(|| Some("provider_failed".into())),
@@ -710,5 +714,108 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         }
         Err(ImportError::NoDay) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
         Err(ImportError::Storage(err)) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AccountId, Destination};
+
+    fn withdrawal(status: WithdrawalStatus) -> Withdrawal {
+        let usd = Currency::parse("USD").unwrap();
+        Withdrawal {
+            id: WithdrawalId::new(),
+            account_id: AccountId(uuid::Uuid::now_v7()),
+            status,
+            amount: Amount::new("40.00".parse().unwrap(), usd).unwrap(),
+            destination: Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+            reference: None,
+            failure_code: None,
+            version: 2,
+            idempotency_key: "k".into(),
+            correlation_id: "c".into(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            sandbox: false,
+        }
+    }
+
+    fn line(w: &Withdrawal, amount: &str, status: TransferStatus) -> Verdict {
+        let t = Transfer {
+            id: "tr_1".into(),
+            reference: Some(w.id.to_string()),
+            amount: amount.parse().unwrap(),
+            currency: "USD".into(),
+            status,
+            failure_code: None,
+            return_code: None,
+            created_at: None,
+            updated_at: None,
+        };
+        Verdict::of_transfer(w, &t)
+    }
+
+    #[test]
+    fn every_line_against_every_state_has_one_outcome() {
+        use ExceptionKind as K;
+        use TransferStatus as T;
+        use WithdrawalStatus as S;
+        let cases = [
+            (S::Completed, T::Paid, Some(Plan::Matched)),
+            (S::Processing, T::Paid, Some(Plan::Confirm(Apply::Complete))),
+            (S::RequiresReview, T::Paid, Some(Plan::Confirm(Apply::Complete))),
+            (S::Failed, T::Paid, None),
+            (S::Pending, T::Paid, None),
+            (S::Failed, T::Failed, Some(Plan::Matched)),
+            (S::Processing, T::Failed, Some(Plan::Confirm(Apply::Fail))),
+            (S::RequiresReview, T::Failed, Some(Plan::Confirm(Apply::Fail))),
+            (S::Completed, T::Failed, None),
+            (S::Completed, T::Returned, Some(Plan::Confirm(Apply::CreditReturn))),
+        ];
+        for (held, status, wanted) in cases {
+            let w = withdrawal(held);
+            let got = plan(Some(&w), &line(&w, "40.00", status));
+            match wanted {
+                Some(plan) => assert_eq!(got, plan, "{held} / {status:?}"),
+                None => assert!(matches!(got, Plan::Exception(K::StatusMismatch, _)), "{held} / {status:?}: {got:?}"),
+            }
+        }
+        for held in [S::Processing, S::RequiresReview, S::Failed, S::Pending] {
+            let w = withdrawal(held);
+            assert!(matches!(plan(Some(&w), &line(&w, "40.00", T::Returned)), Plan::Exception(K::Returned, _)));
+        }
+        let w = withdrawal(S::Processing);
+        let off = plan(Some(&w), &line(&w, "40.01", T::Paid));
+        assert!(matches!(&off, Plan::Exception(K::AmountMismatch, why) if why.contains("amount")), "{off:?}");
+        assert!(matches!(plan(None, &line(&w, "40.00", T::Paid)), Plan::Exception(K::UnknownTransfer, _)));
+    }
+
+    #[test]
+    fn only_the_providers_matching_record_confirms_a_safe_outcome() {
+        let w = withdrawal(WithdrawalStatus::Completed);
+        let returned = line(&w, "40.00", TransferStatus::Returned);
+        let paid = line(&w, "40.00", TransferStatus::Paid);
+        let failed = line(&w, "40.00", TransferStatus::Failed);
+        assert!(Apply::CreditReturn.confirmed_by(&returned));
+        assert!(!Apply::CreditReturn.confirmed_by(&paid), "a spurious return is not credited");
+        assert!(Apply::Complete.confirmed_by(&paid) && Apply::Complete.confirmed_by(&returned));
+        assert!(!Apply::Complete.confirmed_by(&failed) && !Apply::Complete.confirmed_by(&Verdict::NoTransfer));
+        assert!(
+            Apply::Fail.confirmed_by(&failed)
+                && !Apply::Fail.confirmed_by(&Verdict::Pending(Transfer {
+                    id: "t".into(),
+                    reference: None,
+                    amount: 1.into(),
+                    currency: "USD".into(),
+                    status: TransferStatus::Pending,
+                    failure_code: None,
+                    return_code: None,
+                    created_at: None,
+                    updated_at: None,
+                }))
+        );
+        assert_eq!(Apply::CreditReturn.unconfirmed(&paid).0, ExceptionKind::Returned);
+        assert_eq!(Apply::Complete.unconfirmed(&failed).0, ExceptionKind::StatusMismatch);
     }
 }

@@ -86,7 +86,11 @@ pub async fn verify(ops: &Ops<'_>, operator: &Operator, q: LedgerQuery) -> OpsRe
     if !differences.is_empty() {
         return Err(OpsError::conflict(
             "settlement_totals_differ",
-            format!("{date}: {} difference(s) against the settlement report: {}", differences.len(), differences.join("; ")),
+            format!(
+                "{date}: {} difference(s) against the settlement report: {}",
+                differences.len(),
+                differences.join("; ")
+            ),
         ));
     }
     Ok(LedgerCheck { clean: true, date: Some(date), totals: views })

@@ -10,7 +10,9 @@ use super::types::{
     ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, List, Page, ReportQuery, ReportView,
     ResolveExceptionRequest,
 };
-use super::{decode_cursor, encode_cursor, page, page_limit, Action, Audited, Operator, Ops, OpsError, OpsResult, Role};
+use super::{
+    decode_cursor, encode_cursor, page, page_limit, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
+};
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus};
 use crate::domain::SettlementExceptionId;
 use crate::jobs::settlement::{self as settlement, ImportError, Origin};
@@ -57,9 +59,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         let settings = &ops.config.settlement;
         settlement::import(ops.db, ops.gateway, settings, req.date, &bytes, origin, &by).await.map_err(|e| match e {
             ImportError::Refused(err) => OpsError::invalid("report_refused", "csv", format!("report refused: {err}")),
-            ImportError::NoDay => {
-                OpsError::invalid("date_required", "date", "the report has no lines: give its date")
-            }
+            ImportError::NoDay => OpsError::invalid("date_required", "date", "the report has no lines: give its date"),
             ImportError::Storage(err) => err.into(),
         })
     };

@@ -686,8 +686,8 @@ pub struct DayTotalView {
 // ---------------------------------------------------------------------------------------------
 // Settlement reconciliation (SPEC §14).
 
-pub use crate::jobs::settlement::{Differences, ImportSummary, MatchCounts};
 pub use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
+pub use crate::jobs::settlement::{Differences, ImportSummary, MatchCounts};
 
 /// `POST /ops/v1/settlement/imports`: fetch the day's report from the provider (`date`), or
 /// import a report's CSV text (`csv`, with `date` optional: its lines name their day).

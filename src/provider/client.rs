@@ -143,7 +143,11 @@ impl Provider for HttpProvider {
                 return Err(ReportFetch::NotPublished);
             }
             if !status.is_success() {
-                return Err(unavailable(&format!("http_{}", status.as_u16()), Some(status.as_u16()), "report fetch refused".into()));
+                return Err(unavailable(
+                    &format!("http_{}", status.as_u16()),
+                    Some(status.as_u16()),
+                    "report fetch refused".into(),
+                ));
             }
             let body = response
                 .bytes()

@@ -207,7 +207,11 @@ impl Gateway {
     }
 
     /// A day's settlement report, through the breaker (an unanswered fetch counts as a failure).
-    pub async fn settlement_report(&self, date: chrono::NaiveDate, correlation_id: &str) -> Result<Vec<u8>, ReportFetch> {
+    pub async fn settlement_report(
+        &self,
+        date: chrono::NaiveDate,
+        correlation_id: &str,
+    ) -> Result<Vec<u8>, ReportFetch> {
         let permit = self.breaker.try_acquire().map_err(|_| ReportFetch::BreakerOpen)?;
         let started = std::time::Instant::now();
         let outcome = self.provider.settlement_report(date, correlation_id).await;

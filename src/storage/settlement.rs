@@ -63,7 +63,8 @@ pub struct LineRow {
     pub matched_at: Option<DbTime>,
 }
 
-const LINE_COLUMNS: &str = "id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
+const LINE_COLUMNS: &str =
+    "id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
                             amount_minor, currency, fee_minor, status, event_at, withdrawal_id, result, applied, \
                             evidence, matched_at";
 
@@ -354,21 +355,27 @@ pub struct MissingCandidate {
     pub completed_at: DbTime,
 }
 
-/// Completed withdrawals that no imported line shows `paid` (or `returned`), completed on a day
-/// some report was imported for or later, but before `cutoff` (now minus the grace days), that
-/// have no `missing_from_report` exception yet. At most `limit`, oldest first.
+/// Completed withdrawals that no imported line shows `paid` (or `returned`), completed between
+/// the first imported report's day and the end of the last one's, and before `cutoff` (now minus
+/// the grace days), that have no `missing_from_report` exception yet. At most `limit`, oldest
+/// first.
 pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result<Vec<MissingCandidate>> {
-    let Some(first_day) = with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, Option<String>>("SELECT MIN(report_date) FROM settlement_reports")
-            .fetch_one(&mut *conn)
-            .await?
-    }) else {
+    let (first_day, last_day) = with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, (Option<String>, Option<String>)>(
+            "SELECT MIN(report_date), MAX(report_date) FROM settlement_reports",
+        )
+        .fetch_one(&mut *conn)
+        .await?
+    });
+    let day_start = |day: Option<String>| {
+        let day = chrono::NaiveDate::parse_from_str(&day?, "%Y-%m-%d").ok()?;
+        Some(DbTime(day.and_time(chrono::NaiveTime::MIN).and_utc()))
+    };
+    let (Some(since), Some(last)) = (day_start(first_day), day_start(last_day)) else {
         return Ok(Vec::new());
     };
-    let Ok(first) = chrono::NaiveDate::parse_from_str(&first_day, "%Y-%m-%d") else {
-        return Ok(Vec::new());
-    };
-    let since = DbTime(first.and_time(chrono::NaiveTime::MIN).and_utc());
+    // A withdrawal completed on a day whose report is not imported yet cannot be judged.
+    let until = std::cmp::min(cutoff, last.plus(chrono::TimeDelta::days(1)));
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, MissingCandidate>(
             "SELECT w.id, w.amount, w.currency, w.updated_at AS completed_at FROM withdrawals w
@@ -380,7 +387,7 @@ pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result
              ORDER BY w.updated_at, w.id LIMIT $3",
         )
         .bind(since)
-        .bind(cutoff)
+        .bind(until)
         .bind(limit)
         .fetch_all(&mut *conn)
         .await?

@@ -1,17 +1,86 @@
-//! Settlement reports (SPEC §14.1): the provider mock's report and our parser agree on the
-//! contract — a paid withdrawal is one `paid` line under its operation key with its exact amount —
-//! and a malformed or duplicated line refuses the whole report, naming the line.
+//! Settlement reconciliation (SPEC §14): the provider mock's report and our parser agree on the
+//! contract; an import matches every line to its withdrawal with the evidence stored, applies safe
+//! outcomes only once the provider's live record agrees, opens an exception for every other
+//! result, is idempotent, versions a corrected report with its differences, refuses a malformed
+//! one whole; returns are re-credited once; the daily job imports and dead-letters a refused
+//! report; `ledger verify --date` compares a day's totals with the report's.
 
 use std::time::Duration;
 
-use provider_mocks::{ReportFault, ReportFaultConfig};
-use withdrawals::domain::settlement::{parse_report, LineStatus};
-use withdrawals::domain::WithdrawalStatus;
+use chrono::NaiveDate;
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, ReportFault, ReportFaultConfig, RouteMatch};
+use rust_decimal::Decimal;
+use serde_json::{json, Value};
+use withdrawals::config::AppConfig;
+use withdrawals::domain::settlement::{parse_report, LineResult, LineStatus};
+use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::jobs::settlement::{self as settlement_job, ImportSummary};
+use withdrawals::storage::settlement as store;
+use withdrawals::storage::{returns, DbTime};
 
 use crate::both_backends;
-use crate::harness::TestApp;
+use crate::harness::{worker_config, Backend, Customer, TestApp};
 
-both_backends!(the_providers_report_parses_and_a_bad_line_refuses_it_whole,);
+/// The app with no grace: a completed withdrawal missing from an imported day is an exception at
+/// once (the grace days themselves are a clock comparison, covered by the storage query's cutoff).
+async fn app(backend: Backend) -> TestApp {
+    let mut config = AppConfig::default();
+    config.settlement.grace_days = 0;
+    TestApp::spawn_with(backend, config).await
+}
+
+both_backends!(with = app;
+    the_providers_report_parses_and_a_bad_line_refuses_it_whole,
+    a_days_report_matches_every_line_and_opens_an_exception_for_each_difference,
+    a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_confirms_it,
+    lines_that_contradict_our_state_are_status_mismatches_and_move_nothing,
+    a_corrected_report_is_a_new_version_with_its_differences,
+    a_malformed_report_is_refused_whole_and_applies_nothing,
+    the_daily_job_imports_the_report_and_dead_letters_a_refused_one,
+);
+
+const WAIT: Duration = Duration::from_secs(25);
+const HEADER: &str = "transfer_id,idempotency_key,reference,amount,currency,fee,status,event_at\n";
+
+/// `POST /ops/v1/settlement/imports` as an operator; the status and the JSON answer.
+async fn import(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
+    let response =
+        app.client.post(app.url("/ops/v1/settlement/imports")).bearer_auth(token).json(&body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn imported(app: &TestApp, token: &str, body: Value) -> ImportSummary {
+    let (status, answer) = import(app, token, body).await;
+    assert_eq!(status, 200, "{answer}");
+    serde_json::from_value(answer).unwrap()
+}
+
+async fn exceptions(app: &TestApp, token: &str, query: &str) -> Vec<Value> {
+    let url = app.url(&format!("/ops/v1/settlement/exceptions?{query}"));
+    let body: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+    body["data"].as_array().unwrap().clone()
+}
+
+/// Completed withdrawals of `amount` each, one per key, from one account.
+async fn completed(app: &TestApp, customer: &Customer, keys: &[&str], amount: &str) -> Vec<WithdrawalId> {
+    let mut ids = Vec::new();
+    for key in keys {
+        ids.push(app.create_withdrawal(customer, key, amount).await);
+    }
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
+    }
+    ids
+}
+
+fn line(id: WithdrawalId, amount: &str, status: &str, at: &str) -> String {
+    format!("tr_{id},{id},{id},{amount},USD,0.00,{status},{at}\n")
+}
+
+fn result_of(lines: &[store::LineRow], status: &str) -> Option<LineResult> {
+    lines.iter().find(|l| l.status == status).and_then(|l| l.result)
+}
 
 async fn the_providers_report_parses_and_a_bad_line_refuses_it_whole(app: TestApp) {
     let stop = app.start_default_worker();
@@ -44,4 +113,433 @@ async fn the_providers_report_parses_and_a_bad_line_refuses_it_whole(app: TestAp
     let err = parse_report(mock.settlement_report(today).as_bytes()).unwrap_err();
     assert!(err.reason.contains("amount `12,34`"), "{err}");
     assert!(err.line >= 2, "{err}");
+}
+
+async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_difference(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let stop = app.start_default_worker();
+    let alice = app.customer("1000.00").await;
+    let ids = completed(&app, &alice, &["ok", "wrong", "spurious", "returned", "omitted"], "10.00").await;
+    stop.cancel();
+    let [ok, wrong, spurious, returned, omitted] = ids[..] else { unreachable!() };
+    let mock = &app.provider.mock;
+    let today = mock.now().date_naive();
+    assert!(mock.return_transfer_at(&returned.to_string(), "R01", mock.now()));
+    mock.set_report_faults(ReportFaultConfig {
+        rules: vec![
+            ReportFault::WrongAmount { idempotency_key: wrong.to_string(), amount: Decimal::new(1001, 2) },
+            ReportFault::SpuriousReturn { idempotency_key: spurious.to_string() },
+            ReportFault::OmitPaid { idempotency_key: omitted.to_string() },
+            ReportFault::UnknownTransfer {
+                transfer_id: "tr_ghost".into(),
+                idempotency_key: "ghost-key".into(),
+                reference: None,
+                amount: Decimal::new(500, 2),
+                currency: "USD".into(),
+                date: today,
+            },
+        ],
+    });
+    let (available_before, _, paid_before) = app.usd_balance(&alice).await;
+    assert_eq!((available_before.as_str(), paid_before.as_str()), ("950.00", "50.00"));
+
+    let first = imported(&app, &operator, json!({"date": today})).await;
+    assert!(!first.already_imported);
+    assert_eq!((first.version, first.date), (1, today));
+    // ok, returned, spurious: paid lines matched; the real return credited; three exceptions
+    // from lines (amount, spurious return, ghost) and one missing.
+    assert_eq!(first.matching.matched, 3, "{first:?}");
+    assert_eq!(first.matching.returns_credited, 1, "{first:?}");
+    assert_eq!(first.matching.exceptions_opened, 3, "{first:?}");
+    assert_eq!(first.missing_opened, 1, "{first:?}");
+    assert_eq!(first.matching.awaiting_confirmation, 0, "{first:?}");
+
+    let open = exceptions(&app, &operator, "").await;
+    let kind_of = |id: Option<WithdrawalId>| {
+        let id = id.map(|i| Value::String(i.to_string())).unwrap_or(Value::Null);
+        open.iter()
+            .filter(|e| e["withdrawal_id"] == id)
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kind_of(Some(wrong)), ["amount_mismatch"]);
+    assert_eq!(kind_of(Some(spurious)), ["returned"]);
+    assert_eq!(kind_of(Some(omitted)), ["missing_from_report"]);
+    assert_eq!(kind_of(None), ["unknown_transfer"]);
+    assert_eq!(open.len(), 4, "{open:#?}");
+    let ghost = open.iter().find(|e| e["kind"] == "unknown_transfer").unwrap();
+    assert_eq!(ghost["transfer_id"], "tr_ghost");
+    let spurious_e = open.iter().find(|e| e["kind"] == "returned").unwrap();
+    assert_eq!(spurious_e["evidence"]["provider_record"]["verdict"], "paid", "{spurious_e:#}");
+    let wrong_e = open.iter().find(|e| e["kind"] == "amount_mismatch").unwrap();
+    assert_eq!(wrong_e["evidence"]["report_line"]["amount_minor"], 1001, "{wrong_e:#}");
+    let filtered = exceptions(&app, &operator, "kind=missing_from_report").await;
+    assert_eq!(filtered.len(), 1);
+
+    // Every line is evidence on its withdrawal.
+    let lines = store::lines_for_withdrawal(&app.db, ok).await.unwrap();
+    assert_eq!(result_of(&lines, "paid"), Some(LineResult::Matched));
+    let evidence = &lines[0].evidence.as_ref().unwrap().0;
+    assert_eq!(evidence["source"], "settlement_report");
+    assert_eq!(evidence["ours"]["status"], "completed");
+    let returned_lines = store::lines_for_withdrawal(&app.db, returned).await.unwrap();
+    assert_eq!(result_of(&returned_lines, "paid"), Some(LineResult::Matched));
+    assert_eq!(result_of(&returned_lines, "returned"), Some(LineResult::Returned));
+    assert_eq!(
+        returned_lines.iter().find(|l| l.status == "returned").unwrap().applied.as_deref(),
+        Some("return_credited")
+    );
+    assert_eq!(
+        result_of(&store::lines_for_withdrawal(&app.db, spurious).await.unwrap(), "returned"),
+        Some(LineResult::Returned)
+    );
+
+    // The real return is credited once; the spurious one not at all.
+    assert!(returns::for_withdrawal(&app.db, returned).await.unwrap().is_some());
+    assert!(returns::for_withdrawal(&app.db, spurious).await.unwrap().is_none());
+    let (available, held, paid_out) = app.usd_balance(&alice).await;
+    assert_eq!((available.as_str(), held.as_str(), paid_out.as_str()), ("960.00", "0.00", "40.00"));
+    let shown: Value =
+        app.get(&alice, &format!("/v1/withdrawals/{returned}")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((shown["status"].as_str(), shown["return"]["return_code"].as_str()), (Some("completed"), Some("R01")));
+    app.assert_ledger_invariant().await;
+
+    // The same report again changes nothing.
+    let again = imported(&app, &operator, json!({"date": today})).await;
+    assert!(again.already_imported, "{again:?}");
+    assert_eq!((again.report_id, again.version), (first.report_id, 1));
+    assert_eq!(again.matching, Default::default(), "{again:?}");
+    assert_eq!(again.missing_opened, 0);
+    assert_eq!(exceptions(&app, &operator, "").await.len(), 4);
+    assert_eq!(app.usd_balance(&alice).await.0, "960.00");
+    app.assert_ledger_invariant().await;
+
+    // The day's totals differ from the report's — a paid line missing, another amount, a line for
+    // no withdrawal of ours, a return the provider's record does not show: 409 naming them.
+    let verify = |date: NaiveDate| {
+        app.client.get(app.url(&format!("/ops/v1/ledger/verify?date={date}"))).bearer_auth(&operator).send()
+    };
+    let (status, code, body) = crate::harness::problem_code(verify(today).await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (409, "settlement_totals_differ"), "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("USD paid out: ours 50.00 report 45.01"), "{detail}");
+    assert!(detail.contains("USD returned: ours 10.00 report 20.00"), "{detail}");
+    let (status, code, _) = crate::harness::problem_code(verify(today.pred_opt().unwrap()).await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (404, "report_not_imported"));
+
+    // Resolving records the finding, audited; twice is a conflict. Money does not move.
+    let id = wrong_e["id"].as_str().unwrap();
+    let resolve = |note: &str| {
+        app.client
+            .post(app.url(&format!("/ops/v1/settlement/exceptions/{id}/resolve")))
+            .bearer_auth(&operator)
+            .json(&json!({"reason": "escalated_to_provider", "note": note}))
+            .send()
+    };
+    let (status, code, _) = crate::harness::problem_code(resolve(" ").await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (422, "note_required"));
+    let done: Value = resolve("case 4411 with the provider").await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (done["status"].as_str(), done["resolution"].as_str()),
+        (Some("resolved"), Some("escalated_to_provider"))
+    );
+    let (status, code, _) = crate::harness::problem_code(resolve("again").await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (409, "already_resolved"));
+    assert_eq!(exceptions(&app, &operator, "").await.len(), 3);
+    assert_eq!(exceptions(&app, &operator, "status=resolved").await.len(), 1);
+    let viewer = app.operator("viewer").await;
+    let refused = app
+        .client
+        .post(app.url(&format!("/ops/v1/settlement/exceptions/{id}/resolve")))
+        .bearer_auth(&viewer)
+        .json(&json!({"reason": "not_ours", "note": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    let audit: Value = app
+        .client
+        .get(app.url("/ops/v1/audit?limit=50"))
+        .bearer_auth(&app.operator("admin").await)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<(String, String)> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["action"].as_str().unwrap().to_owned(), r["result"].as_str().unwrap().to_owned()))
+        .collect();
+    for wanted in [
+        ("settlement.import", "ok"),
+        ("settlement_exception.resolve", "ok"),
+        ("settlement_exception.resolve", "already_resolved"),
+        ("settlement_exception.resolve", "forbidden"),
+    ] {
+        assert!(actions.iter().any(|(a, r)| (a.as_str(), r.as_str()) == wanted), "{wanted:?} in {actions:?}");
+    }
+    assert_eq!(app.usd_balance(&alice).await.0, "960.00");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_confirms_it(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    // The provider executes the payout but the answer never arrives; only the payout queue runs,
+    // so the withdrawal stays `processing` with its reconciliation waiting.
+    mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 4_000 })],
+    });
+    let mut config = worker_config("w-payouts-only");
+    config.queues = vec![withdrawals::jobs::PAYOUTS_QUEUE];
+    let stop = app.start_worker(app.gateway.clone(), config);
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.eventually("the attempt's outcome unknown", WAIT, || async {
+        let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
+        attempts.last().filter(|a| a.side_effect == withdrawals::domain::SideEffect::Unknown).map(|_| ())
+    })
+    .await;
+    stop.cancel();
+    mock.set_faults(FaultConfig::default());
+    assert_eq!(app.wait_for_status(id, WithdrawalStatus::Processing, WAIT).await.status, WithdrawalStatus::Processing);
+    let today = mock.now().date_naive();
+
+    // The provider cannot confirm: nothing moves, the line waits.
+    mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable)] });
+    let waiting = imported(&app, &operator, json!({"date": today})).await;
+    assert_eq!((waiting.matching.awaiting_confirmation, waiting.matching.completed), (1, 0), "{waiting:?}");
+    let held = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(held.status, WithdrawalStatus::Processing);
+    assert_eq!(result_of(&store::lines_for_withdrawal(&app.db, id).await.unwrap(), "paid"), None);
+
+    // Once it can, the same import completes it, with the line and the provider's answer as evidence.
+    mock.set_faults(FaultConfig::default());
+    let done = imported(&app, &operator, json!({"date": today})).await;
+    assert!(done.already_imported);
+    assert_eq!((done.matching.completed, done.matching.matched, done.matching.awaiting_confirmation), (1, 1, 0));
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let transitions = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap();
+    let last = transitions.last().unwrap();
+    assert_eq!(last.actor, "settlement");
+    let evidence = &last.evidence.as_ref().expect("evidence stored with the transition").0;
+    assert_eq!(evidence["source"], "settlement_report");
+    assert_eq!(evidence["provider_record"]["verdict"], "paid");
+    assert_eq!(evidence["provider_record"]["transfer"]["amount"], "25.00");
+    let lines = store::lines_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(lines[0].applied.as_deref(), Some("completed"));
+    assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
+    app.assert_ledger_invariant().await;
+
+    // The day's totals agree with the report's.
+    let clean: Value = app
+        .client
+        .get(app.url(&format!("/ops/v1/ledger/verify?date={today}")))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(clean["clean"], true, "{clean}");
+    assert_eq!(clean["totals"][0]["ours_paid"], "25.00", "{clean}");
+    assert_eq!(clean["totals"][0]["report_paid"], "25.00", "{clean}");
+}
+
+async fn lines_that_contradict_our_state_are_status_mismatches_and_move_nothing(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let paid = completed(&app, &alice, &["paid"], "10.00").await[0];
+    mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(
+            RouteMatch::Create,
+            FaultEffect::SettleFailed { failure_code: "account_closed".into() },
+        )],
+    });
+    let failed = app.create_withdrawal(&alice, "failed", "20.00").await;
+    app.wait_for_status(failed, WithdrawalStatus::Failed, WAIT).await;
+    stop.cancel();
+    mock.set_faults(FaultConfig::default());
+    let before = app.usd_balance(&alice).await;
+
+    // A report (a file) that says the opposite of what we hold, and a return of a payout we never
+    // completed.
+    let at = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let csv = format!(
+        "{HEADER}{}{}{}",
+        line(paid, "10.00", "failed", &at),
+        line(failed, "20.00", "paid", &at),
+        line(failed, "20.00", "returned", &at)
+    );
+    let summary = imported(&app, &operator, json!({"csv": csv})).await;
+    assert_eq!(summary.source, "file");
+    assert_eq!(summary.matching.exceptions_opened, 3, "{summary:?}");
+    let open = exceptions(&app, &operator, "").await;
+    let kinds: Vec<(&str, &str)> =
+        open.iter().map(|e| (e["kind"].as_str().unwrap(), e["withdrawal_id"].as_str().unwrap())).collect();
+    let (paid_s, failed_s) = (paid.to_string(), failed.to_string());
+    assert!(kinds.contains(&("status_mismatch", paid_s.as_str())), "{kinds:?}");
+    assert!(kinds.contains(&("status_mismatch", failed_s.as_str())), "{kinds:?}");
+    assert!(kinds.contains(&("returned", failed_s.as_str())), "{kinds:?}");
+    assert!(returns::for_withdrawal(&app.db, failed).await.unwrap().is_none());
+    for (id, status) in [(paid, WithdrawalStatus::Completed), (failed, WithdrawalStatus::Failed)] {
+        assert_eq!(withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status, status);
+    }
+    assert_eq!(app.usd_balance(&alice).await, before);
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_corrected_report_is_a_new_version_with_its_differences(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let ids = completed(&app, &alice, &["a", "b", "c"], "10.00").await;
+    stop.cancel();
+    let at = |s: &str| format!("{}T{s}Z", app.provider.mock.now().date_naive());
+    let first = format!(
+        "{HEADER}{}{}",
+        line(ids[0], "10.01", "paid", &at("01:00:00")),
+        line(ids[1], "10.00", "paid", &at("02:00:00"))
+    );
+    let v1 = imported(&app, &operator, json!({"csv": first})).await;
+    assert_eq!((v1.version, v1.matching.exceptions_opened, v1.matching.matched), (1, 1, 1), "{v1:?}");
+
+    // The provider corrects the first line's amount and adds a line it had left out.
+    let second = format!(
+        "{HEADER}{}{}{}",
+        line(ids[0], "10.00", "paid", &at("01:00:00")),
+        line(ids[1], "10.00", "paid", &at("02:00:00")),
+        line(ids[2], "10.00", "paid", &at("03:00:00"))
+    );
+    let v2 = imported(&app, &operator, json!({"csv": second, "date": v1.date})).await;
+    assert!(!v2.already_imported);
+    assert_eq!(v2.version, 2);
+    assert_eq!((v2.differences.added, v2.differences.changed, v2.differences.removed), (1, 1, 0), "{v2:?}");
+    assert_eq!(v2.seen_before, 1, "the unchanged line is not matched again");
+    assert_eq!((v2.matching.matched, v2.matching.exceptions_opened), (2, 0), "{v2:?}");
+    for id in &ids {
+        let lines = store::lines_for_withdrawal(&app.db, *id).await.unwrap();
+        assert!(lines.iter().any(|l| l.result == Some(LineResult::Matched)), "{id}: {lines:?}");
+    }
+    let reports: Value = app
+        .client
+        .get(app.url(&format!("/ops/v1/settlement/reports?date={}", v1.date)))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let versions: Vec<i64> =
+        reports["data"].as_array().unwrap().iter().map(|r| r["version"].as_i64().unwrap()).collect();
+    assert_eq!(versions, [2, 1]);
+    assert_eq!(reports["data"][0]["differences"]["changed"], 1);
+    assert_eq!(reports["data"][0]["differences"]["changed_keys"].as_array().unwrap().len(), 1);
+    // The first version's exception stays for an operator to resolve as `provider_corrected`.
+    assert_eq!(exceptions(&app, &operator, "kind=amount_mismatch").await.len(), 1);
+
+    // A file whose lines are of another day than the one named is refused.
+    let (status, answer) = import(&app, &operator, json!({"csv": second, "date": "2001-01-01"})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_malformed_report_is_refused_whole_and_applies_nothing(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    completed(&app, &alice, &["a"], "10.00").await;
+    stop.cancel();
+    let today = mock.now().date_naive();
+    mock.set_report_faults(ReportFaultConfig {
+        rules: vec![ReportFault::MalformedLine { date: today, amount: "ten".into() }],
+    });
+    let (status, answer) = import(&app, &operator, json!({"date": today})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("amount `ten`"), "{answer}");
+    let bad_file = format!("{HEADER}tr_1,k1,r1,1.00,USD,0.00,paid,2026-12-03T10:00:00Z\ntr_1,k1,r1,1.00,USD,0.00,paid,2026-12-03T10:00:00Z\n");
+    let (status, answer) = import(&app, &operator, json!({"csv": bad_file})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("line 3"), "{answer}");
+    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
+    let (status, answer) = import(&app, &operator, json!({})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("date_or_csv_required")));
+
+    // Corrected by the provider, the same day imports.
+    mock.set_report_faults(ReportFaultConfig::default());
+    let summary = imported(&app, &operator, json!({"date": today})).await;
+    assert_eq!((summary.version, summary.matching.matched), (1, 1), "{summary:?}");
+}
+
+async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: TestApp) {
+    let mock = &app.provider.mock;
+    let mut config = worker_config("w-settlement");
+    config.settlement.grace_days = 0;
+    let stop = app.start_worker(app.gateway.clone(), config.clone());
+    let alice = app.customer("100.00").await;
+    let id = completed(&app, &alice, &["a"], "10.00").await[0];
+    stop.cancel();
+    let today = mock.now().date_naive();
+
+    // Enqueued once a day (after the import hour), never twice.
+    let mut settings = config.settlement;
+    settings.daily_import = true;
+    settings.import_hour = 0;
+    assert!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
+    assert!(!settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
+    settings.daily_import = false;
+    assert!(!settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
+
+    // Today's import, as the job runs it.
+    let mut tx = app.db.begin().await.unwrap();
+    settlement_job::enqueue_import(&mut tx, today, "test-import", DbTime::now()).await.unwrap();
+    tx.commit().await.unwrap();
+    let stop = app.start_worker(app.gateway.clone(), config.clone());
+    let day = today.format("%Y-%m-%d").to_string();
+    app.eventually("today's report imported by the job", WAIT, || async {
+        let reports = store::list_reports(&app.db, Some(&day), 10).await.unwrap();
+        let lines = store::lines_for_withdrawal(&app.db, id).await.unwrap();
+        (!reports.is_empty() && result_of(&lines, "paid") == Some(LineResult::Matched)).then_some(())
+    })
+    .await;
+
+    // A malformed report is refused whole: the job is dead-lettered, nothing is stored.
+    let tomorrow = today.succ_opt().unwrap();
+    mock.set_report_faults(ReportFaultConfig {
+        rules: vec![ReportFault::MalformedLine { date: tomorrow, amount: "1.2.3".into() }],
+    });
+    let mut tx = app.db.begin().await.unwrap();
+    settlement_job::enqueue_import(&mut tx, tomorrow, "test-refused", DbTime::now()).await.unwrap();
+    tx.commit().await.unwrap();
+    let operator = app.operator("operator").await;
+    let letter = app
+        .eventually("the refused report's dead letter", WAIT, || async {
+            let body: Value = app
+                .client
+                .get(app.url("/ops/v1/dead-letters?error_code=settlement_report_refused"))
+                .bearer_auth(&operator)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["data"].as_array().and_then(|d| d.first().cloned())
+        })
+        .await;
+    stop.cancel();
+    assert_eq!(letter["category"], "dependency_rejected", "{letter:#}");
+    assert!(letter["error_message"].as_str().unwrap_or_default().contains("line 2"), "{letter:#}");
+    let tomorrow_day = tomorrow.format("%Y-%m-%d").to_string();
+    assert!(store::list_reports(&app.db, Some(&tomorrow_day), 10).await.unwrap().is_empty());
+    app.assert_ledger_invariant().await;
 }

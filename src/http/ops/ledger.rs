@@ -4,8 +4,8 @@ use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::http::error::ApiError;
 use super::OpsQuery;
+use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::types::{LedgerCheck, LedgerQuery};
 use crate::ops::{self, Operator};

@@ -11,10 +11,10 @@ mod credentials;
 mod dead_letters;
 mod decisions;
 mod ledger;
-mod settlement;
 mod overview;
 mod replays;
 mod review;
+mod settlement;
 
 use std::marker::PhantomData;
 
