@@ -9,13 +9,13 @@ use uuid::Uuid;
 use super::acts::WithdrawalResolve;
 use super::types::{
     AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReconciliationView, ResolveRequest, Resolved,
-    TransitionView, WithdrawalDetail, WithdrawalQuery,
+    SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
     OpsError, OpsResult, Role,
 };
-use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{format_minor, Actor, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::jobs::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::jobs as job_store;
@@ -142,7 +142,28 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         })
         .collect();
     let review_decisions = review_decisions::for_withdrawal(db, id).await?.iter().map(super::decisions::view).collect();
+    let settlement_lines = crate::storage::settlement::lines_for_withdrawal(db, id)
+        .await?
+        .into_iter()
+        .map(|l| SettlementLineView {
+            report_id: l.report_id.0,
+            line: l.line_no,
+            transfer_id: l.transfer_id,
+            status: l.status,
+            amount: Currency::parse(&l.currency)
+                .map(|c| format_minor(l.amount_minor, c))
+                .unwrap_or_else(|_| l.amount_minor.to_string()),
+            currency: l.currency,
+            event_at: l.event_at.0,
+            result: l.result.map(|r| r.to_string()),
+            applied: l.applied,
+            evidence: l.evidence.map(|e| e.0),
+        })
+        .collect();
+    let settlement_exceptions = super::settlement::exceptions_for_withdrawal(db, id).await?;
     Ok(WithdrawalDetail {
+        settlement_lines,
+        settlement_exceptions,
         withdrawal: OpsWithdrawal::from(&w),
         review_decisions,
         transitions,

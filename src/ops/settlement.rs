@@ -144,6 +144,14 @@ pub async fn exceptions(ops: &Ops<'_>, operator: &Operator, q: ExceptionQuery) -
     Ok(page(rows, limit, |e| encode_cursor(e.opened_at, e.id.0), view))
 }
 
+/// A withdrawal's exceptions (for its review page).
+pub(super) async fn exceptions_for_withdrawal(
+    db: &crate::storage::Db,
+    id: crate::domain::WithdrawalId,
+) -> OpsResult<Vec<ExceptionView>> {
+    Ok(store::exceptions_for_withdrawal(db, id).await?.iter().map(view).collect())
+}
+
 /// One exception with its evidence.
 pub async fn exception(ops: &Ops<'_>, operator: &Operator, id: SettlementExceptionId) -> OpsResult<ExceptionView> {
     operator.require(Role::Viewer)?;

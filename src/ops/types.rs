@@ -107,6 +107,30 @@ pub struct WithdrawalDetail {
     pub reconciliation_results: Vec<ReconciliationView>,
     pub dead_letters: Vec<DeadLetterBrief>,
     pub ledger_entries: Vec<LedgerEntryView>,
+    /// Every settlement report line matched to it, with its result and evidence (SPEC §14.2).
+    #[serde(default)]
+    pub settlement_lines: Vec<SettlementLineView>,
+    /// Its settlement exceptions, open or resolved.
+    #[serde(default)]
+    pub settlement_exceptions: Vec<ExceptionView>,
+}
+
+/// One settlement report line about a withdrawal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SettlementLineView {
+    pub report_id: Uuid,
+    pub line: i32,
+    pub transfer_id: String,
+    /// `paid`, `failed` or `returned`.
+    pub status: String,
+    pub amount: String,
+    pub currency: String,
+    pub event_at: DateTime<Utc>,
+    /// `matched`, `amount_mismatch`, … or none while it waits for the provider's confirmation.
+    pub result: Option<String>,
+    /// `completed`, `failed` or `return_credited`: what matching applied from it.
+    pub applied: Option<String>,
+    pub evidence: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

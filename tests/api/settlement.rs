@@ -176,7 +176,20 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     let filtered = exceptions(&app, &operator, "kind=missing_from_report").await;
     assert_eq!(filtered.len(), 1);
 
-    // Every line is evidence on its withdrawal.
+    // Every line is evidence on its withdrawal, shown with its exceptions in review.
+    let shown: Value = app
+        .client
+        .get(app.url(&format!("/ops/v1/withdrawals/{wrong}")))
+        .bearer_auth(&operator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["settlement_lines"][0]["result"], "amount_mismatch", "{shown:#}");
+    assert_eq!(shown["settlement_lines"][0]["amount"], "10.01", "{shown:#}");
+    assert_eq!(shown["settlement_exceptions"][0]["kind"], "amount_mismatch", "{shown:#}");
     let lines = store::lines_for_withdrawal(&app.db, ok).await.unwrap();
     assert_eq!(result_of(&lines, "paid"), Some(LineResult::Matched));
     let evidence = &lines[0].evidence.as_ref().unwrap().0;
