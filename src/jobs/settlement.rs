@@ -17,7 +17,8 @@
 //!   within `SETTLEMENT_GRACE_DAYS` is a `missing_from_report` exception.
 //! - **Daily job** ([`handle`], [`schedule_daily`]): the worker's sweep enqueues one
 //!   `import_settlement` job per day (yesterday's report, after `SETTLEMENT_IMPORT_HOUR` UTC); the
-//!   job fetches, imports and matches, retries an unavailable provider with backoff, and
+//!   job fetches, imports and matches, then matches again the lines of earlier days still waiting
+//!   for the provider's confirmation; it retries an unavailable provider with backoff and
 //!   dead-letters a refused report (`dependency_rejected`, `settlement_report_refused`).
 
 use std::collections::{HashMap, HashSet};
@@ -416,7 +417,12 @@ async fn match_line(
     };
     let line_verdict = match &withdrawal {
         Some(w) => Verdict::of_transfer(w, &transfer),
-        None => Verdict::Paid(transfer.clone()),
+        // No withdrawal to check it against: the line's own status names it.
+        None => match transfer.status {
+            TransferStatus::Failed => Verdict::Failed(transfer.clone()),
+            TransferStatus::Returned => Verdict::Returned(transfer.clone()),
+            _ => Verdict::Paid(transfer.clone()),
+        },
     };
     let w = withdrawal.as_ref();
     let apply = match plan(w, &line_verdict) {
@@ -629,8 +635,7 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
 }
 
 /// Enqueues yesterday's import once it is due (after `import_hour` UTC) and neither imported
-/// nor already enqueued; also re-runs matching of days with lines awaiting confirmation. Called
-/// from the worker's sweep. Returns whether a job was enqueued.
+/// nor already enqueued. Called from the worker's sweep. Returns whether a job was enqueued.
 pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::Result<bool> {
     if !settings.daily_import {
         return Ok(false);
@@ -707,7 +712,14 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
     };
     let by = format!("worker:{}", ctx.worker_id());
     match import(ctx.db(), Some(ctx.gateway()), settings, Some(payload.date), &bytes, Origin::Provider, &by).await {
-        Ok(_) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
+        Ok(_) => {
+            // Lines of earlier days that waited for the provider's confirmation are tried again.
+            for day in store::days_awaiting(ctx.db()).await? {
+                let counts = match_day(ctx.db(), Some(ctx.gateway()), &day).await?;
+                tracing::info!(%day, ?counts, "settlement lines awaiting confirmation matched again");
+            }
+            ctx.finish_in_own_tx(&Finish::Succeeded).await
+        }
         Err(ImportError::Refused(err)) => {
             let failure = Failure::permanent("settlement_report_refused", format!("report of {}: {err}", payload.date));
             ctx.dead_letter(ctx.db().begin().await?, &failure).await

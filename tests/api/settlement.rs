@@ -329,11 +329,20 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert_eq!(held.status, WithdrawalStatus::Processing);
     assert_eq!(result_of(&store::lines_for_withdrawal(&app.db, id).await.unwrap(), "paid"), None);
 
-    // Once it can, the same import completes it, with the line and the provider's answer as evidence.
+    // Once it can, the next daily run (here: tomorrow's report, empty so far) matches the waiting
+    // line again and completes the withdrawal, with the line and the provider's answer as evidence.
     mock.set_faults(FaultConfig::default());
-    let done = imported(&app, &operator, json!({"date": today})).await;
-    assert!(done.already_imported);
-    assert_eq!((done.matching.completed, done.matching.matched, done.matching.awaiting_confirmation), (1, 1, 0));
+    let mut tx = app.db.begin().await.unwrap();
+    settlement_job::enqueue_import(&mut tx, today.succ_opt().unwrap(), "next-day", DbTime::now()).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut config = worker_config("w-settlement-only");
+    config.queues = vec![withdrawals::jobs::SETTLEMENT_QUEUE];
+    let stop = app.start_worker(app.gateway.clone(), config);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    stop.cancel();
+    let again = imported(&app, &operator, json!({"date": today})).await;
+    assert!(again.already_imported);
+    assert_eq!((again.matching.completed, again.matching.awaiting_confirmation), (0, 0), "{again:?}");
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let transitions = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap();
     let last = transitions.last().unwrap();
