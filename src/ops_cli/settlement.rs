@@ -208,7 +208,7 @@ fn print_summary(s: &ImportSummary) {
     println!("differences from the previous version: {} added, {} removed, {} changed", d.added, d.removed, d.changed);
     let m = &s.matching;
     println!(
-        "matching: {} matched, {} completed, {} failed, {} returns credited ({} already), {} exceptions opened, {} awaiting confirmation",
+        "matching: matched {}, completed {}, failed {}, returns credited {} ({} already), exceptions opened {}, awaiting confirmation {}",
         m.matched,
         m.completed,
         m.failed,
@@ -217,7 +217,7 @@ fn print_summary(s: &ImportSummary) {
         m.exceptions_opened,
         m.awaiting_confirmation
     );
-    println!("missing from reports: {} exceptions opened", s.missing_opened);
+    println!("missing from reports: exceptions opened {}", s.missing_opened);
     if m.exceptions_opened + s.missing_opened > 0 {
         println!("see them with: withdrawals settlement exceptions");
     }
