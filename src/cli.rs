@@ -67,13 +67,22 @@ pub enum Command {
         #[command(flatten)]
         conn: ops_cli::Connection,
     },
-    /// The ledger: `verify` checks the invariant for every account and currency (calls
-    /// /ops/v1/ledger/verify); exits non-zero on any difference, naming it.
+    /// The ledger: `verify` checks the invariant for every account and currency, and with
+    /// `--date` a day's totals against its settlement report (calls /ops/v1/ledger/verify); exits
+    /// non-zero on any difference, naming it.
     Ledger {
         #[command(flatten)]
         conn: ops_cli::Connection,
         #[command(subcommand)]
         command: ops_cli::LedgerCommand,
+    },
+    /// Settlement reconciliation: import a day's report, list the imported versions, list, show
+    /// and resolve settlement exceptions (calls /ops/v1/settlement).
+    Settlement {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::SettlementCommand,
     },
     /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
     Review {
@@ -351,6 +360,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
         Command::Breakers { conn } => ops_cli::breakers(&conn).await,
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
+        Command::Settlement { conn, command } => ops_cli::settlement(&conn, command).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,

@@ -1,5 +1,5 @@
-//! The operator commands of the CLI (`status`, `breakers`, `review`, `dlq`, `replay`, `audit`,
-//! and the credential lifecycle: `accounts keys …`, `operators list|disable|enable|rotate-token`):
+//! The operator commands of the CLI (`status`, `breakers`, `ledger`, `review`, `dlq`, `replay`,
+//! `audit`, `settlement` (in [`settlement`]), and the credential lifecycle: `accounts keys …`, `operators list|disable|enable|rotate-token`):
 //! thin clients of `/ops/v1`, so roles and the audit log apply exactly as they do over HTTP.
 //! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
 //! for scripts. The credential commands also take `--direct`: the same ops routes run in this
@@ -8,11 +8,13 @@
 //! Requests are built from, and answers read into, the DTOs of [`crate::ops::types`]: the tables
 //! print typed fields, and `--json` prints the answer exactly as the API wrote it.
 
+mod settlement;
+
 use std::fmt::Display;
 
 use anyhow::{bail, Context};
 use axum::http::{header, Method};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use clap::{Args, Subcommand};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -23,10 +25,12 @@ use uuid::Uuid;
 use crate::http::AppState;
 use crate::ops::types::{
     ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterGroup, DeadLetterQuery,
-    DeadLetterView, Decided, Decision, LedgerCheck, List, OperatorView, OpsWithdrawal, OptionalReason, Overview, Page,
-    ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest, Resolved,
-    SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+    DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView, OpsWithdrawal, OptionalReason,
+    Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest,
+    Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
 };
+
+pub use settlement::{settlement, ImportArgs, SettlementCommand};
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {
@@ -555,25 +559,44 @@ pub async fn status(conn: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `withdrawals breakers`: each provider breaker's state as the API process sees it.
+/// `withdrawals ledger …`.
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
-    /// Check the ledger invariant (SPEC §1.2) for every account and currency.
-    Verify,
+    /// Check the ledger invariant (SPEC §1.2) for every account and currency; with `--date`, also
+    /// our totals of that day against its imported settlement report, per currency (SPEC §14.4).
+    Verify {
+        /// The day (YYYY-MM-DD, UTC) whose totals are checked against its settlement report.
+        #[arg(long)]
+        date: Option<NaiveDate>,
+    },
 }
 
 pub async fn ledger(conn: &Connection, command: LedgerCommand) -> anyhow::Result<()> {
     match command {
-        LedgerCommand::Verify => {
-            let answer = Client::new(conn)?.get::<LedgerCheck>("/ops/v1/ledger/verify", &()).await?;
-            if answer.unless_json(conn.json).is_some() {
-                println!("ledger verified: every account and currency agrees with its entries and its funding");
+        LedgerCommand::Verify { date } => {
+            let query = LedgerQuery { date: date.map(|d| d.to_string()) };
+            let answer = Client::new(conn)?.get::<LedgerCheck>("/ops/v1/ledger/verify", &query).await?;
+            let Some(check) = answer.unless_json(conn.json) else { return Ok(()) };
+            println!("ledger verified: every account and currency agrees with its entries and its funding");
+            if let Some(date) = check.date {
+                println!("{date}: our totals agree with the settlement report");
+                println!(
+                    "{:<8} {:>16} {:>16} {:>16} {:>16}",
+                    "currency", "ours paid", "report paid", "ours returned", "report returned"
+                );
+                for t in &check.totals {
+                    println!(
+                        "{:<8} {:>16} {:>16} {:>16} {:>16}",
+                        t.currency, t.ours_paid, t.report_paid, t.ours_returned, t.report_returned
+                    );
+                }
             }
             Ok(())
         }
     }
 }
 
+/// `withdrawals breakers`: each provider breaker's state as the API process sees it.
 pub async fn breakers(conn: &Connection) -> anyhow::Result<()> {
     let answer = Client::new(conn)?.get::<List<BreakerView>>("/ops/v1/breakers", &()).await?;
     for b in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {

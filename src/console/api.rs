@@ -11,15 +11,17 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::session::Session;
-use crate::domain::{DeadLetterId, ReplayRunId, WithdrawalId};
+use crate::domain::{DeadLetterId, ReplayRunId, SettlementExceptionId, WithdrawalId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::acts::SettlementExceptionResolve;
 use crate::ops::types::{
-    AuditEntry, AuditQuery, Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, Decided, DecisionVerdict, List,
-    OpsWithdrawal, Overview, Page, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest, Resolved,
-    StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+    AuditEntry, AuditQuery, Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, Decided, DecisionVerdict,
+    ExceptionQuery, ExceptionView, List, OpsWithdrawal, Overview, Page, ReasonRequest, ReplayControl, ReplayQuery,
+    ReplayRunView, ReportQuery, ReportView, Resolution, ResolveExceptionRequest, ResolveRequest, Resolved, StartReplay,
+    Started, WithdrawalDetail, WithdrawalQuery,
 };
-use crate::ops::{self, OpsError};
+use crate::ops::{self, Action, OpsError};
 
 /// What the core refused, to show the operator.
 #[derive(Debug, Clone)]
@@ -180,6 +182,49 @@ pub async fn control_replay(
     request: &ReasonRequest,
 ) -> Result<ReplayRunView, Refusal> {
     Ok(ops::replays::control(&state.ops(), &session.operator, ReplayRunId(id), action, request.clone()).await?)
+}
+
+/// Imported settlement report versions, newest first.
+pub async fn settlement_reports(
+    state: &AppState,
+    session: &Session,
+    query: &ReportQuery,
+) -> Result<List<ReportView>, Refusal> {
+    Ok(ops::settlement::reports(&state.ops(), &session.operator, query.clone()).await?)
+}
+
+/// Settlement exceptions by kind and status (open by default), oldest first.
+pub async fn settlement_exceptions(
+    state: &AppState,
+    session: &Session,
+    query: &ExceptionQuery,
+) -> Result<Page<ExceptionView>, Refusal> {
+    Ok(ops::settlement::exceptions(&state.ops(), &session.operator, query.clone()).await?)
+}
+
+/// One settlement exception with its evidence.
+pub async fn settlement_exception(state: &AppState, session: &Session, id: Uuid) -> Result<ExceptionView, Refusal> {
+    Ok(ops::settlement::exception(&state.ops(), &session.operator, SettlementExceptionId(id)).await?)
+}
+
+/// Resolves a settlement exception with the resolution a form names and a note. As over HTTP,
+/// the role is checked (and its refusal audited) before the form's reason is read, so a viewer's
+/// forged form is a 403 whatever it carries.
+pub async fn resolve_settlement_exception(
+    state: &AppState,
+    session: &Session,
+    id: Uuid,
+    reason: &str,
+    note: &str,
+) -> Result<ExceptionView, Refusal> {
+    let (ops, id) = (state.ops(), SettlementExceptionId(id));
+    let Ok(reason) = reason.trim().parse::<Resolution>() else {
+        ops.authorize(&session.operator, &SettlementExceptionResolve::ACT, &id.to_string()).await?;
+        let names: Vec<&str> = Resolution::ALL.iter().map(|r| r.as_str()).collect();
+        return Err(Refusal::invalid("invalid_body", format!("the reason is one of {}", names.join(", "))));
+    };
+    let request = ResolveExceptionRequest { reason, note: note.to_owned() };
+    Ok(ops::settlement::resolve(&ops, &session.operator, id, request).await?)
 }
 
 /// The audit log, newest first.

@@ -1,8 +1,8 @@
 //! The operator console (issue 9): server-rendered pages under `/ops` for finance operators —
 //! overview, review queue with each withdrawal's evidence timeline and resolve forms, dead-letter
-//! triage, replays and the audit log. Templates are maud, compiled into the binary; every action
-//! is a plain form post carrying the session's CSRF token; a little inline script only refreshes
-//! a running replay's progress.
+//! triage, replays, settlement exceptions with their evidence and resolve form, and the audit
+//! log. Templates are maud, compiled into the binary; every action is a plain form post carrying
+//! the session's CSRF token; a little inline script only refreshes a running replay's progress.
 //!
 //! Owns no data path of its own: pages call only `api`'s typed functions (one per operation, each
 //! answering with a DTO of [`crate::ops::types`]), which act as the signed-in operator through the
@@ -17,6 +17,7 @@ mod overview;
 mod replays;
 mod review;
 pub mod session;
+mod settlement;
 mod views;
 
 use std::sync::LazyLock;
@@ -69,6 +70,9 @@ pub fn router() -> Router<AppState> {
         .route("/ops/replays/preview", post(replays::preview))
         .route("/ops/replays/{id}", get(replays::run))
         .route("/ops/replays/{id}/{action}", post(replays::control))
+        .route("/ops/settlement", get(settlement::index))
+        .route("/ops/settlement/exceptions/{id}", get(settlement::exception))
+        .route("/ops/settlement/exceptions/{id}/resolve", post(settlement::resolve))
         .route("/ops/audit", get(audit::log))
         .layer(axum::middleware::map_response(security_headers))
 }

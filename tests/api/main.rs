@@ -29,5 +29,6 @@ mod sandbox;
 mod security;
 mod selection;
 mod settlement;
+mod settlement_ui;
 mod transitions;
 mod validation;

@@ -1,0 +1,241 @@
+//! `withdrawals settlement import|reports|exceptions|show|resolve` (SPEC §14): thin clients of
+//! `/ops/v1/settlement`, like the other operator commands. An import sends either only the day
+//! (the API fetches the report from the provider) or a file's text; a refused report is the API's
+//! `report_refused` naming the line, and the command exits non-zero.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chrono::NaiveDate;
+use clap::builder::PossibleValue;
+use clap::{Args, Subcommand, ValueEnum};
+
+use super::{age, at, at_or_dash, o, Client, Connection};
+use crate::ops::types::{
+    ExceptionKind, ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, List, Page, ReportQuery, ReportView,
+    Resolution, ResolveExceptionRequest,
+};
+
+// The names are the API's own (`text_enum!`), so the CLI offers exactly what the API accepts.
+impl ValueEnum for Resolution {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Resolution::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
+    }
+}
+
+impl ValueEnum for ExceptionKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ExceptionKind::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.as_str()))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SettlementCommand {
+    /// Import a day's settlement report: `--date D` asks the API to fetch it from the provider;
+    /// `--file PATH` sends a report file's text (with `--date D`, the day its lines must be).
+    /// The same report twice changes nothing; a malformed one is refused whole, naming its line.
+    Import(ImportArgs),
+    /// Imported report versions, newest first.
+    Reports {
+        /// Only this day's versions (YYYY-MM-DD).
+        #[arg(long)]
+        date: Option<NaiveDate>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Settlement exceptions, oldest first (open ones unless `--status` says otherwise).
+    Exceptions {
+        #[arg(long, value_enum)]
+        kind: Option<ExceptionKind>,
+        #[arg(long, value_parser = ["open", "resolved", "all"])]
+        status: Option<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+        /// Where the previous page ended (printed under it).
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One exception with all its fields and the evidence it was opened on.
+    Show { id: String },
+    /// Resolve an open exception: why, and a note saying what was found or done. It records the
+    /// finding and moves no money (money moves only through `withdrawals review`).
+    Resolve {
+        id: String,
+        #[arg(long, value_enum)]
+        reason: Resolution,
+        #[arg(long)]
+        note: String,
+    },
+}
+
+/// Where the report comes from: the provider (`--date` alone) or a file (`--file`, `--date`
+/// optional). One of them is required.
+#[derive(Debug, Args)]
+#[group(id = "source", required = true, multiple = true)]
+pub struct ImportArgs {
+    /// The report's day (YYYY-MM-DD, UTC).
+    #[arg(long)]
+    date: Option<NaiveDate>,
+    /// A report file (CSV) to import instead of fetching it from the provider.
+    #[arg(long)]
+    file: Option<PathBuf>,
+}
+
+impl ImportArgs {
+    fn request(self) -> anyhow::Result<ImportRequest> {
+        let csv = match &self.file {
+            Some(path) => {
+                Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?)
+            }
+            None => None,
+        };
+        Ok(ImportRequest { date: self.date, csv })
+    }
+}
+
+pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    match command {
+        SettlementCommand::Import(args) => {
+            let request = args.request()?;
+            let answer = client.post::<_, ImportSummary>("/ops/v1/settlement/imports", &request).await?;
+            if let Some(summary) = answer.unless_json(conn.json) {
+                print_summary(&summary);
+            }
+        }
+        SettlementCommand::Reports { date, limit } => {
+            let query = ReportQuery { date: date.map(|d| d.to_string()), limit: limit.map(i64::from) };
+            let answer = client.get::<List<ReportView>>("/ops/v1/settlement/reports", &query).await?;
+            let Some(reports) = answer.unless_json(conn.json) else { return Ok(()) };
+            println!(
+                "{:<10} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  imported by",
+                "date", "ver", "digest", "source", "lines", "added/removed/changed", "imported at"
+            );
+            for r in reports.data {
+                let count = |field: &str| r.differences.get(field).and_then(|v| v.as_u64()).unwrap_or(0);
+                println!(
+                    "{:<10} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  {}",
+                    r.date,
+                    r.version,
+                    short(&r.digest),
+                    r.source,
+                    r.lines,
+                    format!("{}/{}/{}", count("added"), count("removed"), count("changed")),
+                    at(r.imported_at),
+                    r.imported_by
+                );
+            }
+        }
+        SettlementCommand::Exceptions { kind, status, limit, cursor } => {
+            let query = ExceptionQuery {
+                kind: kind.map(|k| k.as_str().to_owned()),
+                status,
+                limit: limit.map(i64::from),
+                cursor,
+            };
+            let answer = client.get::<Page<ExceptionView>>("/ops/v1/settlement/exceptions", &query).await?;
+            let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
+            println!(
+                "{:<36} {:<19} {:<8} {:>5} {:<36} {:<24}  detail",
+                "id", "kind", "status", "age", "withdrawal", "transfer"
+            );
+            for e in &page.data {
+                println!(
+                    "{:<36} {:<19} {:<8} {:>5} {:<36} {:<24}  {}",
+                    e.id.to_string(),
+                    e.kind.as_str(),
+                    e.status.as_str(),
+                    age(e.age_seconds),
+                    o(&e.withdrawal_id),
+                    o(&e.transfer_id),
+                    e.detail
+                );
+            }
+            if let Some(next) = page.next_cursor {
+                println!("more: --cursor {next}");
+            }
+        }
+        SettlementCommand::Show { id } => {
+            let answer = client.get::<ExceptionView>(&format!("/ops/v1/settlement/exceptions/{id}"), &()).await?;
+            if let Some(e) = answer.unless_json(conn.json) {
+                print_exception(&e)?;
+            }
+        }
+        SettlementCommand::Resolve { id, reason, note } => {
+            let path = format!("/ops/v1/settlement/exceptions/{id}/resolve");
+            let answer = client.post::<_, ExceptionView>(&path, &ResolveExceptionRequest { reason, note }).await?;
+            if let Some(e) = answer.unless_json(conn.json) {
+                println!("resolved {} ({}) as {}", e.id, e.kind, o(&e.resolution));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The first 12 hex digits of a digest: enough to tell versions apart in a table.
+fn short(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
+}
+
+fn print_summary(s: &ImportSummary) {
+    if s.already_imported {
+        println!(
+            "the report of {} is already imported (version {}, digest {}, from {}): nothing new stored",
+            s.date,
+            s.version,
+            short(&s.digest),
+            s.source
+        );
+    } else {
+        println!(
+            "imported the report of {}: version {}, digest {}, from {}",
+            s.date,
+            s.version,
+            short(&s.digest),
+            s.source
+        );
+    }
+    println!("lines: {} ({} seen before)", s.lines, s.seen_before);
+    let d = &s.differences;
+    println!("differences from the previous version: {} added, {} removed, {} changed", d.added, d.removed, d.changed);
+    let m = &s.matching;
+    println!(
+        "matching: matched {}, completed {}, failed {}, returns credited {} ({} already), exceptions opened {}, awaiting confirmation {}",
+        m.matched,
+        m.completed,
+        m.failed,
+        m.returns_credited,
+        m.returns_already_applied,
+        m.exceptions_opened,
+        m.awaiting_confirmation
+    );
+    println!("missing from reports: exceptions opened {}", s.missing_opened);
+    if m.exceptions_opened + s.missing_opened > 0 {
+        println!("see them with: withdrawals settlement exceptions");
+    }
+}
+
+fn print_exception(e: &ExceptionView) -> anyhow::Result<()> {
+    println!("id:          {}", e.id);
+    println!("kind:        {}", e.kind);
+    println!("status:      {}", e.status);
+    println!("withdrawal:  {}", o(&e.withdrawal_id));
+    println!("report date: {}", o(&e.report_date));
+    println!("transfer:    {}", o(&e.transfer_id));
+    println!("detail:      {}", e.detail);
+    println!("opened:      {} ({} ago)", at(e.opened_at), age(e.age_seconds));
+    println!("resolved:    {} by {}", at_or_dash(e.resolved_at), o(&e.resolved_by));
+    println!("resolution:  {}", o(&e.resolution));
+    println!("note:        {}", o(&e.resolution_note));
+    println!("evidence:");
+    println!("{}", serde_json::to_string_pretty(&e.evidence)?);
+    Ok(())
+}
