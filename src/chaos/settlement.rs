@@ -143,6 +143,8 @@ pub struct SettlementRun {
     pub ledger_verify: String,
     /// The returned account's available balance before anything was imported (minor units).
     pub return_available_before: Option<i64>,
+    /// The same after the imports.
+    pub return_available_after: Option<i64>,
     /// From the database, after the imports (see [`check`]).
     pub reports: Vec<String>,
     pub lines: u64,
@@ -261,7 +263,7 @@ async fn exercise_into(
 /// The withdrawals to inject on: completed here and paid at the provider, by customer key (so
 /// the same completions give the same choice), shuffled by the seed.
 async fn choose(db: &Db, transfers: &[TransferRecord], seed: u64, day: NaiveDate) -> anyhow::Result<Discrepancies> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e77_1e5e_77_1e);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e77_1e5e_771e);
     let paid: HashSet<&str> =
         transfers.iter().filter(|t| t.status == TransferStatus::Paid).map(|t| t.idempotency_key.as_str()).collect();
     let mut candidates: Vec<verify::WithdrawalOutcome> = verify::withdrawal_outcomes(db)
@@ -419,6 +421,7 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
         }
         let after = accounts::balances(db, AccountId(t.account_id)).await?;
         let after = after.iter().find(|b| b.currency == t.currency).map(|b| b.available);
+        run.return_available_after = after;
         // Settlement may also have failed a withdrawal of that account (releasing its hold).
         let released: i64 = lines
             .iter()
@@ -556,7 +559,10 @@ pub fn describe(s: &Value) -> Vec<String> {
         }
     };
     let i = &s["injected"];
-    let on = |k: &str| i[k]["withdrawal_id"].as_str().map_or("-".to_owned(), |id| id[..8.min(id.len())].to_owned());
+    // Ids end in their random part (UUIDv7 begin with the time, alike within a run).
+    let on = |k: &str| {
+        i[k]["withdrawal_id"].as_str().map_or("-".to_owned(), |id| format!("…{}", &id[id.len().saturating_sub(8)..]))
+    };
     let injected = match i["skipped"].as_str() {
         Some(why) => {
             format!("unknown_transfer {}; {why}", i["unknown_transfer"]["transfer_id"].as_str().unwrap_or("-"))
