@@ -28,7 +28,8 @@
 //! - [`cli`] — the `withdrawals` command line: parses and dispatches (serve, worker, migrate,
 //!   accounts, operators); [`ops_cli`] — its operator commands (status, breakers, review, dlq,
 //!   replay, audit), clients of `/ops/v1`.
-//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, and the invariant checks.
+//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, the settlement phase, and the invariant
+//!   checks.
 //! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
 //!   (one catalogue), recording, `/metrics`, the database-gauge refresher.

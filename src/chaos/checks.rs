@@ -2,7 +2,8 @@
 //! of transfers, and every log line the service wrote.
 //!
 //! "Paid" at the provider means a transfer whose status is `paid` or `returned` (a return is money
-//! that went out first; bringing it back is settlement's business, SPEC §14.3).
+//! that went out first; bringing it back is settlement's business, SPEC §14.3): an account's
+//! `paid_out` is what the provider paid for its withdrawals less the returns credited back.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -186,15 +187,24 @@ pub async fn check(
             ledger_paid.insert((account, b.currency.clone()), Decimal::new(b.paid_out, scale));
         }
     }
-    let keys: std::collections::BTreeSet<&(Uuid, String)> = provider_paid.keys().chain(ledger_paid.keys()).collect();
+    // A return settlement credited back (SPEC §14.3) left `paid_out` again.
+    let mut returned: BTreeMap<(Uuid, String), Decimal> = BTreeMap::new();
+    for r in verify::returned_by_account(db).await? {
+        let scale = Currency::parse(&r.currency).map(|c| c.minor_units()).unwrap_or(2);
+        returned.insert((r.account_id, r.currency.clone()), Decimal::new(r.returned_minor, scale));
+    }
+    let keys: std::collections::BTreeSet<&(Uuid, String)> =
+        provider_paid.keys().chain(ledger_paid.keys()).chain(returned.keys()).collect();
     for key in keys {
         let ours = ledger_paid.get(key).copied().unwrap_or_default();
         let theirs = provider_paid.get(key).copied().unwrap_or_default();
-        if ours != theirs {
+        let back = returned.get(key).copied().unwrap_or_default();
+        if ours != theirs - back {
+            let less = if back.is_zero() { String::new() } else { format!(", less {back} {} credited back", key.1) };
             violation(
                 &mut f,
                 format!(
-                    "account {} paid_out {} {} but the provider paid {} {} for its withdrawals",
+                    "account {} paid_out {} {} but the provider paid {} {} for its withdrawals{less}",
                     key.0, ours, key.1, theirs, key.1
                 ),
             );

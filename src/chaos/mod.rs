@@ -5,8 +5,10 @@
 //! worker processes on one database; creates thousands of withdrawals across many accounts with
 //! duplicate and concurrent resends and some cancels; SIGKILLs and restarts workers at random;
 //! restarts PostgreSQL once; lets two scripted, hurried operators work the review queue through
-//! the ops API ([`operator`]); then stops the faults, waits for the system to converge, and checks
-//! the invariants ([`checks`]). Exit status is non-zero on any violation.
+//! the ops API ([`operator`]); then stops the faults, waits for the system to converge, makes the
+//! provider's settlement reports disagree with its record, returns one payout, imports every day
+//! of the run through the ops API ([`settlement`]), and checks the invariants ([`checks`],
+//! [`settlement::check`]). Exit status is non-zero on any violation.
 //!
 //! The workers' reconciliation window is short (`RECONCILE_MAX_ELAPSED_MS`, 3 s), and for the
 //! first fifth of the fault phase the provider settles asynchronously *slower* than that window
@@ -27,6 +29,7 @@ pub mod checks;
 pub mod load;
 pub mod operator;
 pub mod procs;
+pub mod settlement;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -234,6 +237,8 @@ async fn run_against(
         ..Injected::default()
     };
     set_faults(&http, &mock_url, &rules, args.seed).await?;
+    // The run's first day, by the clock the provider's reports go by.
+    let start_day = settlement::mock_now(&http, &mock_url).await?.date_naive();
 
     // The service: one API process, several workers, all with short clocks.
     let api_port = free_port()?;
@@ -262,6 +267,10 @@ async fn run_against(
         ("DATABASE_MAX_CONNECTIONS", "8"),
         ("RECONCILE_MAX_ELAPSED_MS", window.as_str()),
         ("REVIEW_APPROVAL_THRESHOLD", REVIEW_APPROVAL_THRESHOLD),
+        // Settlement is imported by the run itself, at its end; and a completion no imported
+        // report shows paid is missing at once.
+        ("SETTLEMENT_GRACE_DAYS", "0"),
+        ("SETTLEMENT_DAILY_IMPORT", "false"),
     ]
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -432,6 +441,20 @@ async fn run_against(
     while operator_tasks.join_next().await.is_some() {}
     let desk = desk.report();
 
+    // Settlement, once nothing else moves (a run that did not converge fails anyway).
+    let settlement_run = if converged {
+        let api = settlement::Api {
+            http: &http,
+            base_url: &base_url,
+            mock_url: &mock_url,
+            operator_token: &operator_tokens[0],
+        };
+        eprintln!("chaos: converged after {convergence:.0?}; settlement: injecting discrepancies, importing");
+        Some(settlement::exercise(&db, &api, args.seed, start_day).await)
+    } else {
+        None
+    };
+
     let transfers: Vec<TransferRecord> = serde_json::from_value(
         http.get(format!("{mock_url}/__admin/transfers")).send().await?.json::<Value>().await?["data"].take(),
     )?;
@@ -477,6 +500,14 @@ async fn run_against(
     for a in &desk.anomalies {
         findings.violations.push(format!("operator: {a}"));
     }
+    let settlement_report = match settlement_run {
+        Some(mut run) => {
+            settlement::check(&db, &mut run).await?;
+            findings.violations.extend(run.violations.iter().map(|v| format!("settlement: {v}")));
+            json!(run)
+        }
+        None => json!({"skipped": "the run did not converge"}),
+    };
     db.close().await;
 
     let report = json!({
@@ -490,6 +521,7 @@ async fn run_against(
         "customers": stats,
         "injected": injected,
         "operator": desk,
+        "settlement": settlement_report,
         "findings": findings,
         "ok": findings.violations.is_empty(),
         "dir": dir.display().to_string(),
@@ -626,6 +658,9 @@ fn print_summary(report: &Value) {
         "checked: {} provider transfers ({} paid) for executions per key, {} dead letters and {} bytes of logs for secrets",
         n(&f["provider_executions_checked"]), n(&f["paid_transfers"]), n(&f["dead_letters_scanned"]), n(&f["log_bytes_scanned"])
     );
+    for line in settlement::describe(&report["settlement"]) {
+        eprintln!("{line}");
+    }
     eprintln!(
         "time: fault phase {:.0} s, convergence {:.1} s, total {:.0} s",
         report["fault_phase_seconds"].as_f64().unwrap_or(0.0),

@@ -1,12 +1,15 @@
 //! Whole-database reads for verifying a run after the fact (the chaos run's checks): every
 //! withdrawal's final state, the evidence behind each `requires_review`, the stored text of
-//! every dead letter (to prove nothing secret was kept), and the open dead letters recomputed
-//! from their events (to prove the maintained open set agrees).
+//! every dead letter (to prove nothing secret was kept), the open dead letters recomputed
+//! from their events (to prove the maintained open set agrees), and what settlement made of the
+//! run (report versions, every line's result, every exception, every return and its ledger
+//! entries — to prove each discrepancy was found once and each return credited once).
 
 use uuid::Uuid;
 
 use super::dead_letters::SummaryRow;
 use super::{Db, Result};
+use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult};
 use crate::with_read_conn;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -101,6 +104,133 @@ pub async fn open_dead_letters_from_events(db: &Db) -> Result<Vec<SummaryRow>> {
              WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
              GROUP BY d.category, d.error_code
              ORDER BY COUNT(*) DESC, d.category, d.error_code",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One imported report version.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReportVersion {
+    /// `YYYY-MM-DD`.
+    pub report_date: String,
+    pub version: i32,
+    pub line_count: i32,
+}
+
+/// Every imported report version, by day and version.
+pub async fn settlement_reports(db: &Db) -> Result<Vec<ReportVersion>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReportVersion>(
+            "SELECT report_date, version, line_count FROM settlement_reports ORDER BY report_date, version",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// What matching made of one stored report line.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LineOutcome {
+    pub report_date: String,
+    pub version: i32,
+    pub line_no: i32,
+    pub idempotency_key: String,
+    /// `paid`, `failed` or `returned`.
+    pub status: String,
+    pub withdrawal_id: Option<Uuid>,
+    /// NULL while the line waits for matching (or for the provider's confirmation).
+    pub result: Option<LineResult>,
+    /// What matching applied from the line: `completed`, `failed` or `return_credited`.
+    pub applied: Option<String>,
+}
+
+/// Every stored line of every report version, in report order.
+pub async fn settlement_lines(db: &Db) -> Result<Vec<LineOutcome>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, LineOutcome>(
+            "SELECT r.report_date, r.version, l.line_no, l.idempotency_key, l.status, l.withdrawal_id, l.result,
+                    l.applied
+             FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
+             ORDER BY r.report_date, r.version, l.line_no",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One settlement exception, as far as a check needs it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ExceptionFact {
+    pub kind: ExceptionKind,
+    pub status: ExceptionStatus,
+    pub withdrawal_id: Option<Uuid>,
+    pub transfer_id: Option<String>,
+    pub dedupe_key: String,
+}
+
+/// Every settlement exception, open or resolved, oldest first.
+pub async fn settlement_exceptions(db: &Db) -> Result<Vec<ExceptionFact>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ExceptionFact>(
+            "SELECT kind, status, withdrawal_id, transfer_id, dedupe_key FROM settlement_exceptions
+             ORDER BY opened_at, id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// A withdrawal with a payout return or a `return` ledger entry: how many of each, and what
+/// they moved (minor units).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReturnCredit {
+    pub withdrawal_id: Uuid,
+    pub account_id: Uuid,
+    pub payout_returns: i64,
+    pub returned_minor: i64,
+    pub return_entries: i64,
+    /// The `return` entries' total effect on available.
+    pub entries_available_minor: i64,
+}
+
+/// Every withdrawal that has a `payout_returns` row or a `return` ledger entry (a return
+/// credited without its row, or twice, shows here as counts other than one).
+pub async fn return_credits(db: &Db) -> Result<Vec<ReturnCredit>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReturnCredit>(
+            "SELECT w.id AS withdrawal_id, w.account_id,
+                    (SELECT COUNT(*) FROM payout_returns p WHERE p.withdrawal_id = w.id) AS payout_returns,
+                    (SELECT CAST(COALESCE(SUM(p.amount_minor), 0) AS BIGINT) FROM payout_returns p
+                     WHERE p.withdrawal_id = w.id) AS returned_minor,
+                    (SELECT COUNT(*) FROM ledger_entries e WHERE e.withdrawal_id = w.id AND e.kind = 'return')
+                      AS return_entries,
+                    (SELECT CAST(COALESCE(SUM(e.available_delta), 0) AS BIGINT) FROM ledger_entries e
+                     WHERE e.withdrawal_id = w.id AND e.kind = 'return') AS entries_available_minor
+             FROM withdrawals w
+             WHERE EXISTS (SELECT 1 FROM payout_returns p WHERE p.withdrawal_id = w.id)
+                OR EXISTS (SELECT 1 FROM ledger_entries e WHERE e.withdrawal_id = w.id AND e.kind = 'return')
+             ORDER BY w.id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Returns recorded per account and currency (minor units): what came back of what was paid out.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReturnedTotal {
+    pub account_id: Uuid,
+    pub currency: String,
+    pub returned_minor: i64,
+}
+
+pub async fn returned_by_account(db: &Db) -> Result<Vec<ReturnedTotal>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReturnedTotal>(
+            "SELECT account_id, currency, CAST(SUM(amount_minor) AS BIGINT) AS returned_minor FROM payout_returns
+             GROUP BY account_id, currency ORDER BY account_id, currency",
         )
         .fetch_all(&mut *conn)
         .await?

@@ -4,7 +4,11 @@
 //! log, a withdrawal the provider paid that is `failed`, an account whose `paid_out` is not what
 //! the provider paid, a withdrawal left unfinished. And the chaos run's scripted operators do what
 //! they claim to: press every button on a withdrawal whose transfer is still pending, and get it
-//! refused until the provider settles.
+//! refused until the provider settles. And the chaos run's settlement phase: over two days of the
+//! provider's clock, every injected report discrepancy is found once as an open exception of its
+//! kind, the real return is credited once and the spurious one not at all, the malformed report
+//! stores nothing — and its checks notice a discrepancy that went unfound or a line left unmatched;
+//! with too few completed withdrawals it injects only what needs none.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -16,6 +20,7 @@ use rust_decimal::Decimal;
 use withdrawals::chaos::checks::{check, Secrets};
 use withdrawals::chaos::load::Accepted;
 use withdrawals::chaos::operator::{Button, Desk, Limits, Operator};
+use withdrawals::chaos::settlement;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{AmountLimits, WithdrawalStatus};
 
@@ -26,6 +31,8 @@ both_backends!(
     the_chaos_checks_find_doubled_missing_and_leaked_money,
     the_chaos_checks_find_money_paid_against_the_ledger,
     the_chaos_operators_are_refused_until_the_provider_settles,
+    the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_real_return_once,
+    the_chaos_settlement_phase_with_few_completions_injects_only_the_unknown_transfer,
 );
 
 async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
@@ -256,4 +263,114 @@ async fn the_chaos_operators_are_refused_until_the_provider_settles(app: TestApp
     assert_eq!(violations(&app, &accepted, &app.provider.mock.transfers()).await, "");
     assert_eq!(app.usd_balance(&alice).await, ("90.00".to_owned(), "0.00".to_owned(), "10.00".to_owned()));
     app.assert_ledger_invariant().await;
+}
+
+/// An ops server whose missing sweep has no grace days, as the chaos run's processes have.
+async fn settlement_ops(app: &TestApp) -> String {
+    let mut config = AppConfig::default();
+    config.settlement.grace_days = 0;
+    serve_extra(app, config).await
+}
+
+async fn completed(app: &TestApp, alice: &crate::harness::Customer, keys: std::ops::Range<u32>) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in keys {
+        let id = app.create_withdrawal(alice, &format!("k{i}"), &format!("{}.25", 10 + i)).await;
+        app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(20)).await;
+        ids.push(id.to_string());
+    }
+    ids
+}
+
+async fn the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_real_return_once(app: TestApp) {
+    let stop = app.start_default_worker();
+    let alice = app.customer("1000.00").await;
+    let mock = &app.provider.mock;
+    let start_day = mock.now().date_naive();
+    // Three paid on the provider's first day, three on the next: two reports to import.
+    let mut ids = completed(&app, &alice, 0..3).await;
+    mock.set_clock_offset(chrono::TimeDelta::days(1));
+    ids.extend(completed(&app, &alice, 3..6).await);
+    stop.cancel();
+    let ops_url = settlement_ops(&app).await;
+    let token = app.operator("operator").await;
+    let api = settlement::Api { http: &app.client, base_url: &ops_url, mock_url: &mock.url(), operator_token: &token };
+
+    let mut run = settlement::exercise(&app.db, &api, 7, start_day).await;
+    settlement::check(&app.db, &mut run).await.unwrap();
+
+    assert_eq!(run.violations, Vec::<String>::new());
+    assert_eq!(run.days, vec![start_day, start_day.succ_opt().unwrap()]);
+    assert_eq!((run.refused_status, run.refused_code.as_deref()), (Some(422), Some("report_refused")));
+    assert!(run.refused_line.is_some_and(|l| l >= 2), "{:?}", run.refused_line);
+    assert_eq!(run.reports_after_refusal, Some(0));
+    assert_eq!(run.reports.len(), 2, "one version of each day: {:?}", run.reports);
+    assert_eq!(run.reimport.as_ref().unwrap()["already_imported"], true);
+    let kinds = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect();
+    assert_eq!(
+        run.exceptions,
+        kinds(&[("amount_mismatch", 1), ("missing_from_report", 1), ("returned", 1), ("unknown_transfer", 1)])
+    );
+    // Six paid lines less the omitted one, the spurious and the real return, the unknown transfer.
+    assert_eq!(run.lines, 5 + 2 + 1);
+    assert_eq!(run.matched, 4, "every paid line but the wrong amount: {:?}", run.line_results);
+    assert_eq!(run.returns_credited, 1);
+    assert_eq!(run.ledger_verify, "200 clean");
+    let d = &run.injected;
+    let chosen: HashSet<String> = [&d.omit_paid, &d.wrong_amount, &d.spurious_return, &d.bank_return]
+        .into_iter()
+        .map(|t| t.as_ref().expect("six completions are enough").withdrawal_id.to_string())
+        .collect();
+    assert_eq!(chosen.len(), 4, "four different withdrawals");
+    assert!(chosen.iter().all(|id| ids.contains(id)));
+    let returned = d.bank_return.clone().unwrap();
+    let paid_out = format!("{}.00", 10 * 6 + (0..6).sum::<i64>()).parse::<Decimal>().unwrap() + Decimal::new(150, 2)
+        - Decimal::new(returned.amount_minor, 2);
+    let balance = app.usd_balance(&alice).await;
+    assert_eq!(balance.2.parse::<Decimal>().unwrap(), paid_out, "paid out, less the one return: {balance:?}");
+    app.assert_ledger_invariant().await;
+    // The provider still counts the returned transfer as paid; the ledger has it back.
+    let accepted: HashMap<String, Accepted> =
+        ids.iter().enumerate().map(|(i, id)| (format!("k{i}"), Accepted { id: id.clone() })).collect();
+    assert_eq!(violations(&app, &accepted, &mock.transfers()).await, "");
+
+    // The checks notice a discrepancy no longer open, and a withdrawal no line matches.
+    let omitted = d.omit_paid.as_ref().unwrap().withdrawal_id;
+    app.execute_raw("UPDATE settlement_exceptions SET status = 'resolved' WHERE kind = 'missing_from_report'").await;
+    let unmatched = ids.iter().find(|id| !chosen.contains(*id)).unwrap();
+    let sql_id = if app.database_url.starts_with("sqlite:") {
+        format!("X'{}'", unmatched.replace('-', ""))
+    } else {
+        format!("'{unmatched}'")
+    };
+    app.execute_raw(&format!("UPDATE settlement_lines SET result = 'status_mismatch' WHERE withdrawal_id = {sql_id}"))
+        .await;
+    let mut again = settlement::SettlementRun { injected: run.injected.clone(), ..Default::default() };
+    settlement::check(&app.db, &mut again).await.unwrap();
+    let found = again.violations.join("\n");
+    assert!(found.contains(&format!("missing_from_report exception on withdrawal {omitted} is resolved")), "{found}");
+    assert!(found.contains(&format!("completed withdrawal {unmatched} has no matched settlement line")), "{found}");
+}
+
+async fn the_chaos_settlement_phase_with_few_completions_injects_only_the_unknown_transfer(app: TestApp) {
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    completed(&app, &alice, 0..2).await;
+    stop.cancel();
+    let ops_url = settlement_ops(&app).await;
+    let token = app.operator("operator").await;
+    let mock_url = app.provider.mock.url();
+    let api = settlement::Api { http: &app.client, base_url: &ops_url, mock_url: &mock_url, operator_token: &token };
+
+    let mut run = settlement::exercise(&app.db, &api, 7, app.provider.mock.now().date_naive()).await;
+    settlement::check(&app.db, &mut run).await.unwrap();
+
+    assert_eq!(run.violations, Vec::<String>::new());
+    assert!(run.injected.skipped.as_deref().is_some_and(|s| s.contains("only 2 completed")), "{:?}", run.injected);
+    assert!(run.injected.omit_paid.is_none() && run.injected.bank_return.is_none());
+    assert_eq!(run.exceptions, [("unknown_transfer".to_owned(), 1)].into());
+    assert_eq!((run.lines, run.matched, run.returns_credited), (3, 2, 0));
+    let summary = settlement::describe(&serde_json::to_value(&run).unwrap()).join("\n");
+    assert!(summary.contains("only 2 completed"), "{summary}");
+    assert!(summary.contains("ledger verify 200 clean"), "{summary}");
 }
