@@ -2,8 +2,9 @@
 //! event, so call sites stay one line and names cannot drift. Prometheus text is served at
 //! `/metrics` from the process-wide recorder installed by [`install`].
 //!
-//! Gauges that come from the database (depth, ages, withdrawals by state) are refreshed by one
-//! task on an interval ([`refresh_database_gauges`]), never per scrape.
+//! Gauges that come from the database (depth, ages, withdrawals by state, open settlement
+//! exceptions) are refreshed by one task on an interval ([`refresh_database_gauges`]), never per
+//! scrape.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -12,9 +13,10 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::job::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::domain::job::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE};
+use crate::domain::settlement::ExceptionKind;
 use crate::domain::{JobStatus, ReplayStatus, WithdrawalStatus};
-use crate::storage::{metrics as queries, Db, Tx};
+use crate::storage::{metrics as queries, settlement as settlement_queries, Db, Tx};
 
 pub const WITHDRAWALS_CREATED: &str = "withdrawals_created_total";
 pub const WITHDRAWAL_TRANSITIONS: &str = "withdrawal_transitions_total";
@@ -37,6 +39,8 @@ pub const REPLAY_ITEMS_PENDING: &str = "replay_items_pending";
 pub const JOBS_LIVE: &str = "jobs_live";
 pub const JOBS_DUE: &str = "jobs_due";
 pub const JOBS_OLDEST_DUE_SECONDS: &str = "jobs_oldest_due_seconds";
+pub const SETTLEMENT_EXCEPTIONS_OPEN: &str = "settlement_exceptions_open";
+pub const SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS: &str = "settlement_exception_oldest_open_age_seconds";
 
 /// Every metric this service exports, with its type and what it means: the README's list and
 /// the alert rules are checked against it.
@@ -66,6 +70,12 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (JOBS_LIVE, "gauge", "scheduled and running jobs, by queue and status (database)"),
     (JOBS_DUE, "gauge", "scheduled jobs whose time has come, by queue (database)"),
     (JOBS_OLDEST_DUE_SECONDS, "gauge", "how long the oldest due job of each queue has waited (database)"),
+    (SETTLEMENT_EXCEPTIONS_OPEN, "gauge", "open settlement exceptions, by kind (database, SPEC §14.2)"),
+    (
+        SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS,
+        "gauge",
+        "age of the oldest open settlement exception of any kind, 0 when none is open (database)",
+    ),
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -159,7 +169,7 @@ pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
     gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(age(open.oldest));
 
     let depths = queries::live_jobs_by_queue(db).await?;
-    for queue in [PAYOUTS_QUEUE, RECONCILIATION_QUEUE] {
+    for queue in [PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE] {
         for status in [JobStatus::Scheduled, JobStatus::Running] {
             let count = depths.iter().find(|d| d.queue == queue && d.status == status).map_or(0, |d| d.count);
             gauge!(JOBS_LIVE, "queue" => queue, "status" => status.as_str()).set(count as f64);
@@ -175,6 +185,15 @@ pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
         gauge!(REPLAY_RUNS, "status" => status.as_str()).set(row.map_or(0.0, |r| r.runs as f64));
         gauge!(REPLAY_ITEMS_PENDING, "status" => status.as_str()).set(row.map_or(0.0, |r| r.pending_items as f64));
     }
+
+    // Every kind, so an alert on a kind that has never been open reads 0, not "no data".
+    let exceptions = settlement_queries::open_exception_counts(db).await?;
+    for kind in ExceptionKind::ALL {
+        let count = exceptions.iter().find(|(k, _, _)| *k == kind).map_or(0, |(_, count, _)| *count);
+        gauge!(SETTLEMENT_EXCEPTIONS_OPEN, "kind" => kind.as_str()).set(count as f64);
+    }
+    let oldest = exceptions.iter().map(|(_, _, opened_at)| *opened_at).min();
+    gauge!(SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS).set(age(oldest));
     Ok(())
 }
 

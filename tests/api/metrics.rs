@@ -1,12 +1,20 @@
 //! `/metrics` (SPEC §9): what happened is a metric before it is an incident.
 
+use std::sync::OnceLock;
+use std::time::Duration;
+
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use withdrawals::domain::settlement::ExceptionKind;
 use withdrawals::domain::WithdrawalStatus;
+use withdrawals::storage::settlement::{self as settlement_store, NewException};
 
 use crate::both_backends;
 use crate::harness::TestApp;
 
-both_backends!(payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text);
+both_backends!(
+    payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text,
+    every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show,
+);
 
 /// The value of the first sample whose line starts with `prefix` (metric name plus labels).
 fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -24,6 +32,7 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     let rejected = app.create_withdrawal(&alice, "rejected", "10.00").await;
     app.wait_for_status(rejected, WithdrawalStatus::RequiresReview, std::time::Duration::from_secs(20)).await;
 
+    let _gauges = database_gauges_exclusive().await;
     withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
     let text = app.metrics().send().await.unwrap().text().await.unwrap();
 
@@ -47,4 +56,77 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     }
     assert!(sample(&text, "withdrawals_oldest_in_state_seconds{state=\"requires_review\"}").is_some());
     assert!(sample(&text, "dead_letters_oldest_open_seconds").is_some());
+}
+
+/// Database gauges are process-wide and each scenario here sets them from its own database: one
+/// refresh-and-read at a time, so one app's zeros are not read as another's counts (and one
+/// backend's open exception not as the other's). Tests elsewhere that refresh only ever write
+/// zeros to the settlement gauges, which the polling below rides over.
+async fn database_gauges_exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
+}
+
+/// Refreshes the database gauges and scrapes until `prefix` reads a value `accept`s.
+async fn refreshed_until(app: &TestApp, prefix: &str, accept: impl Fn(f64) -> bool) -> f64 {
+    app.eventually(&format!("`{prefix}` to change"), Duration::from_secs(10), || async {
+        withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+        let text = app.metrics().send().await.unwrap().text().await.unwrap();
+        sample(&text, prefix).filter(|v| accept(*v))
+    })
+    .await
+}
+
+fn open_gauge(kind: ExceptionKind) -> String {
+    format!("settlement_exceptions_open{{kind=\"{}\"}}", kind.as_str())
+}
+
+async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show(app: TestApp) {
+    let _one_at_a_time = database_gauges_exclusive().await;
+    // The app installs the recorder in its own task; a gauge set before that would be lost.
+    withdrawals::metrics::install();
+
+    // A fresh service: every kind exists, at zero, and so does the oldest age.
+    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    let text = app.metrics().send().await.unwrap().text().await.unwrap();
+    for kind in ExceptionKind::ALL {
+        assert_eq!(sample(&text, &open_gauge(kind)), Some(0.0), "{kind}: no zero sample in\n{text}");
+    }
+    assert_eq!(sample(&text, "settlement_exception_oldest_open_age_seconds "), Some(0.0));
+
+    // One unknown transfer opens, two days ago.
+    let evidence = serde_json::json!({"source": "test"});
+    let mut tx = app.db.begin().await.unwrap();
+    let opened = settlement_store::open_exception(
+        &mut tx,
+        &NewException {
+            kind: ExceptionKind::UnknownTransfer,
+            dedupe_key: "line:unknown_transfer:tr_metrics|paid|0".to_owned(),
+            withdrawal_id: None,
+            line_id: None,
+            report_date: Some("2026-12-01"),
+            transfer_id: Some("tr_metrics"),
+            detail: "no withdrawal has this operation key",
+            evidence: &evidence,
+        },
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert!(opened);
+    let two_days_ago = chrono::Utc::now() - chrono::TimeDelta::days(2);
+    app.execute_raw(&format!(
+        "UPDATE settlement_exceptions SET opened_at = '{}'",
+        two_days_ago.format("%Y-%m-%dT%H:%M:%S%.6fZ")
+    ))
+    .await;
+
+    let open = refreshed_until(&app, &open_gauge(ExceptionKind::UnknownTransfer), |v| v == 1.0).await;
+    assert_eq!(open, 1.0);
+    let age = refreshed_until(&app, "settlement_exception_oldest_open_age_seconds ", |v| v > 0.0).await;
+    assert!((2.0 * 86_400.0..3.0 * 86_400.0).contains(&age), "oldest open age {age} s, opened two days ago");
+    let text = app.metrics().send().await.unwrap().text().await.unwrap();
+    for kind in ExceptionKind::ALL.into_iter().filter(|k| *k != ExceptionKind::UnknownTransfer) {
+        assert_eq!(sample(&text, &open_gauge(kind)), Some(0.0), "{kind} stays at zero");
+    }
 }

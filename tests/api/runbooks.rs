@@ -227,6 +227,8 @@ fn every_alert_has_a_severity_a_summary_a_runbook_page_and_known_metrics() {
         "circuit_breaker_state",
         "withdrawals_oldest_in_state_seconds",
         "jobs_due",
+        "ledger_invariant_violations",
+        "settlement_exception_oldest_open_age_seconds",
     ];
     for subject in subjects {
         assert!(rules.iter().any(|r| r.expr.contains(subject)), "no alert reads {subject}");
@@ -243,6 +245,66 @@ fn every_runbook_page_has_the_sections_on_call_needs() {
             ["## What it means", "## Owner", "## Metrics to look at", "## What to run", "## Redaction", "## Escalation"]
         {
             assert!(text.contains(heading), "{name} has no `{heading}` section");
+        }
+    }
+}
+
+/// The settlement pages (SPEC §14) name every exception kind and every resolution the service
+/// knows, so a kind added to the domain without its procedure fails here; and they show the
+/// commands that investigate, resolve and check (which the test above parses with the CLI).
+#[test]
+fn the_settlement_pages_cover_every_kind_resolution_and_command_on_call_needs() {
+    use withdrawals::domain::settlement::{ExceptionKind, Resolution};
+
+    let page = |name: &str| {
+        let (_, text) = pages().into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no runbooks/{name}"));
+        text
+    };
+    let exceptions = page("settlement-exceptions.md");
+    for kind in ExceptionKind::ALL {
+        assert!(exceptions.contains(&format!("`{kind}`")), "settlement-exceptions.md does not explain `{kind}`");
+    }
+    for resolution in Resolution::ALL {
+        assert!(
+            exceptions.contains(&format!("`{resolution}`")),
+            "settlement-exceptions.md does not say when to resolve as `{resolution}`"
+        );
+    }
+    assert!(exceptions.contains("settlement_report_refused"), "the refused daily report's dead letter");
+    let returned = page("payout-returned.md");
+
+    let shown = |text: &str| commands(text).join("\n");
+    for (name, text, wanted) in [
+        (
+            "settlement-exceptions.md",
+            &exceptions,
+            &[
+                "withdrawals settlement exceptions",
+                "withdrawals settlement show ",
+                "withdrawals review show ",
+                "withdrawals settlement resolve ",
+                "withdrawals settlement import --date ",
+                "withdrawals settlement import --file ",
+                "withdrawals settlement reports",
+                "withdrawals ledger verify --date ",
+                "withdrawals dlq close ",
+            ][..],
+        ),
+        (
+            "payout-returned.md",
+            &returned,
+            &[
+                "withdrawals settlement exceptions --kind returned",
+                "withdrawals settlement show ",
+                "withdrawals review show ",
+                "withdrawals ledger verify --date ",
+                "withdrawals settlement resolve ",
+            ][..],
+        ),
+    ] {
+        let commands = shown(text);
+        for command in wanted {
+            assert!(commands.contains(command), "{name} runs no `{command}…`; it runs:\n{commands}");
         }
     }
 }
