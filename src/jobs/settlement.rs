@@ -16,7 +16,8 @@
 //! - **Missing** ([`sweep_missing`]): a withdrawal completed here that no report shows `paid`
 //!   within `SETTLEMENT_GRACE_DAYS` is a `missing_from_report` exception.
 //! - **Daily job** ([`handle`], [`schedule_daily`]): the worker's sweep enqueues one
-//!   `import_settlement` job per day (yesterday's report, after `SETTLEMENT_IMPORT_HOUR` UTC); the
+//!   `import_settlement` job per day (yesterday's report, after `SETTLEMENT_IMPORT_HOUR` UTC, and
+//!   any of the week before never fetched); the
 //!   job fetches, imports and matches, then matches again the lines of earlier days still waiting
 //!   for the provider's confirmation; it retries an unavailable provider with backoff and
 //!   dead-letters a refused report (`dependency_rejected`, `settlement_report_refused`).
@@ -326,7 +327,7 @@ pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
     match line {
         Verdict::Mismatch(_, m) => Plan::Exception(
             ExceptionKind::AmountMismatch,
-            format!("the report's {} differ from the withdrawal's", m.fields.join(", ")),
+            format!("the report's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len())),
         ),
         Verdict::Paid(_) => match held {
             Completed => Plan::Matched,
@@ -352,6 +353,14 @@ pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
             ),
         },
         other => Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name())),
+    }
+}
+
+fn differ(fields: usize) -> &'static str {
+    if fields == 1 {
+        "differs"
+    } else {
+        "differ"
     }
 }
 
@@ -460,7 +469,8 @@ async fn match_line(
     }
     let e = evidence(line, Some(w), line_verdict.name(), Some(live_evidence.clone()));
     if let Verdict::Mismatch(_, m) = &live {
-        let detail = format!("the provider's record's {} differ from the withdrawal's", m.fields.join(", "));
+        let detail =
+            format!("the provider's record's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len()));
         return except(db, line, Some(w.id), ExceptionKind::AmountMismatch, &detail, &e, counts).await;
     }
     if !apply.confirmed_by(&live) {
@@ -570,7 +580,8 @@ async fn except(
         &mut tx,
         &NewException {
             kind,
-            dedupe_key: format!("line:{kind}:{}", line.line_key),
+            // A corrected line (same key, other content) that still differs is a new finding.
+            dedupe_key: format!("line:{kind}:{}:{}", line.line_key, line.content_digest),
             withdrawal_id: withdrawal,
             line_id: Some(line.id),
             report_date: Some(&day),
@@ -592,6 +603,9 @@ async fn except(
 /// days ago (on a day reports cover) that no report line shows paid. Returns how many opened.
 pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::storage::Result<usize> {
     let cutoff = DbTime::now().plus(-TimeDelta::days(settings.grace_days));
+    // A line that names the withdrawal but waits for the provider's confirmation is not a
+    // missing one.
+    let awaiting: HashSet<String> = store::awaiting_keys(db).await?.into_iter().collect();
     let mut opened = 0;
     loop {
         let batch = store::missing_from_reports(db, cutoff, 500).await?;
@@ -600,7 +614,7 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
         }
         let mut tx = db.begin().await?;
         let mut new_here = 0;
-        for m in &batch {
+        for m in batch.iter().filter(|m| !awaiting.contains(&m.id.to_string())) {
             let e = json!({
                 "source": "settlement_reports",
                 "completed_at": m.completed_at.0,
@@ -634,28 +648,39 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
     }
 }
 
-/// Enqueues yesterday's import once it is due (after `import_hour` UTC) and neither imported
-/// nor already enqueued. Called from the worker's sweep. Returns whether a job was enqueued.
-pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::Result<bool> {
+/// How many days back the daily run looks for a report that was never fetched (the worker was
+/// down, the job was never enqueued).
+pub const BACKFILL_DAYS: i64 = 7;
+
+/// Enqueues yesterday's import once it is due (after `import_hour` UTC), and the import of any
+/// of the [`BACKFILL_DAYS`] before it that has no report and never had an import job; a day
+/// whose job was dead-lettered (a refused report) waits for an operator. Called from the
+/// worker's sweep. Returns how many imports were enqueued.
+pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::Result<usize> {
     if !settings.daily_import {
-        return Ok(false);
+        return Ok(0);
     }
     let now = Utc::now();
-    if now.time() < chrono::NaiveTime::from_hms_opt(settings.import_hour, 0, 0).unwrap_or_default() {
-        return Ok(false);
-    }
-    let Some(day) = now.date_naive().pred_opt() else { return Ok(false) };
-    let correlation = format!("settlement-import:{day}");
+    let due = now.time() >= chrono::NaiveTime::from_hms_opt(settings.import_hour, 0, 0).unwrap_or_default();
+    let first_back = if due { 1 } else { 2 };
     let mut tx = db.begin().await?;
-    if store::has_report(&mut tx, &day.format("%Y-%m-%d").to_string()).await?
-        || job_store::exists_with_correlation(&mut tx, IMPORT_SETTLEMENT, &correlation).await?
-    {
-        return Ok(false);
+    let mut enqueued = Vec::new();
+    for back in first_back..=BACKFILL_DAYS {
+        let day = now.date_naive() - TimeDelta::days(back);
+        let correlation = format!("settlement-import:{day}");
+        if store::has_report(&mut tx, &day.format("%Y-%m-%d").to_string()).await?
+            || job_store::exists_with_correlation(&mut tx, IMPORT_SETTLEMENT, &correlation).await?
+        {
+            continue;
+        }
+        enqueue_import(&mut tx, day, &correlation, DbTime::now()).await?;
+        enqueued.push(day);
     }
-    enqueue_import(&mut tx, day, &correlation, DbTime::now()).await?;
     tx.commit().await?;
-    tracing::info!(%day, "settlement import enqueued");
-    Ok(true)
+    if !enqueued.is_empty() {
+        tracing::info!(days = ?enqueued, "settlement imports enqueued");
+    }
+    Ok(enqueued.len())
 }
 
 /// Enqueues an import of `day`'s report.

@@ -394,6 +394,16 @@ pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result
     }))
 }
 
+/// The operation keys of lines still waiting to be matched: a withdrawal one of them names is not
+/// missing from the reports, only not judged yet.
+pub async fn awaiting_keys(db: &Db) -> Result<Vec<String>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, String>("SELECT DISTINCT idempotency_key FROM settlement_lines WHERE result IS NULL")
+            .fetch_all(&mut *conn)
+            .await?
+    }))
+}
+
 /// The dedupe key of a withdrawal's `missing_from_report` exception.
 pub fn missing_key(withdrawal: WithdrawalId) -> String {
     format!("missing:{withdrawal}")
@@ -499,7 +509,8 @@ pub struct DayTotals {
 }
 
 /// A day's totals per currency (SPEC §14.4): the latest report version's `paid` and `returned`
-/// lines against the withdrawals we completed that day (UTC, by their completion time) and the
+/// lines against the withdrawals we hold completed that were paid that day (UTC: by the
+/// provider's `paid` line when one was matched to it, else by our completion time) and the
 /// returns we recorded as returned that day. `None` when no report of that day was imported.
 pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashMap<String, DayTotals>>> {
     let day = date.format("%Y-%m-%d").to_string();
@@ -520,9 +531,17 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
         .bind(latest)
         .fetch_all(&mut *conn)
         .await?;
+        // A withdrawal is paid on the day the provider's `paid` line says; without one, on the
+        // day we completed it.
         let ours: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT currency, CAST(SUM(amount) AS BIGINT) FROM withdrawals
-             WHERE status = 'completed' AND updated_at >= $1 AND updated_at < $2 GROUP BY currency",
+            "SELECT w.currency, CAST(SUM(w.amount) AS BIGINT) FROM withdrawals w
+             LEFT JOIN (SELECT withdrawal_id, MIN(event_at) AS paid_at FROM settlement_lines
+                        WHERE status = 'paid' AND withdrawal_id IS NOT NULL GROUP BY withdrawal_id) p
+               ON p.withdrawal_id = w.id
+             WHERE w.status = 'completed'
+               AND ((p.paid_at >= $1 AND p.paid_at < $2)
+                    OR (p.paid_at IS NULL AND w.updated_at >= $1 AND w.updated_at < $2))
+             GROUP BY w.currency",
         )
         .bind(start)
         .bind(end)

@@ -33,6 +33,7 @@ both_backends!(with = app;
     the_providers_report_parses_and_a_bad_line_refuses_it_whole,
     a_days_report_matches_every_line_and_opens_an_exception_for_each_difference,
     a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_confirms_it,
+    a_withdrawal_whose_line_awaits_confirmation_is_not_missing_from_the_report,
     lines_that_contradict_our_state_are_status_mismatches_and_move_nothing,
     a_corrected_report_is_a_new_version_with_its_differences,
     a_malformed_report_is_refused_whole_and_applies_nothing,
@@ -298,11 +299,11 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     app.assert_ledger_invariant().await;
 }
 
-async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_confirms_it(app: TestApp) {
-    let operator = app.operator("operator").await;
+/// A withdrawal the provider paid (on the mock's clock, `offset` from now) but whose answer never
+/// arrived: it stays `processing`, its reconciliation waiting (only the payout queue ran).
+async fn paid_but_unanswered(app: &TestApp, offset: chrono::TimeDelta) -> (WithdrawalId, Customer) {
     let mock = &app.provider.mock;
-    // The provider executes the payout but the answer never arrives; only the payout queue runs,
-    // so the withdrawal stays `processing` with its reconciliation waiting.
+    mock.set_clock_offset(offset);
     mock.set_faults(FaultConfig {
         rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 4_000 })],
     });
@@ -311,15 +312,32 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     let stop = app.start_worker(app.gateway.clone(), config);
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
+    // The attempt finished (timed out) with its outcome unknown, and the job handed over to
+    // reconciliation.
     app.eventually("the attempt's outcome unknown", WAIT, || async {
         let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
-        attempts.last().filter(|a| a.side_effect == withdrawals::domain::SideEffect::Unknown).map(|_| ())
+        let done = attempts
+            .last()
+            .is_some_and(|a| a.finished_at.is_some() && a.side_effect == withdrawals::domain::SideEffect::Unknown);
+        let mut tx = app.db.begin().await.unwrap();
+        let handed_over =
+            withdrawals::storage::jobs::has_live_job(&mut tx, id, withdrawals::jobs::RECONCILE_PAYOUT).await.unwrap();
+        (done && handed_over).then_some(())
     })
     .await;
     stop.cancel();
     mock.set_faults(FaultConfig::default());
     assert_eq!(app.wait_for_status(id, WithdrawalStatus::Processing, WAIT).await.status, WithdrawalStatus::Processing);
+    (id, alice)
+}
+
+async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_confirms_it(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    // Paid by the provider yesterday; we learn it today.
+    let (id, alice) = paid_but_unanswered(&app, chrono::TimeDelta::days(-1)).await;
     let today = mock.now().date_naive();
+    assert_eq!(today, chrono::Utc::now().date_naive().pred_opt().unwrap());
 
     // The provider cannot confirm: nothing moves, the line waits.
     mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable)] });
@@ -356,7 +374,8 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
     app.assert_ledger_invariant().await;
 
-    // The day's totals agree with the report's.
+    // The day's totals agree with the report's: it was paid on the report's day (its paid line),
+    // though we completed it a day later.
     let clean: Value = app
         .client
         .get(app.url(&format!("/ops/v1/ledger/verify?date={today}")))
@@ -465,7 +484,33 @@ async fn a_corrected_report_is_a_new_version_with_its_differences(app: TestApp) 
     assert_eq!(reports["data"][0]["differences"]["changed"], 1);
     assert_eq!(reports["data"][0]["differences"]["changed_keys"].as_array().unwrap().len(), 1);
     // The first version's exception stays for an operator to resolve as `provider_corrected`.
-    assert_eq!(exceptions(&app, &operator, "kind=amount_mismatch").await.len(), 1);
+    let first_exception = exceptions(&app, &operator, "kind=amount_mismatch").await;
+    assert_eq!(first_exception.len(), 1);
+    let id = first_exception[0]["id"].as_str().unwrap();
+    let resolved = app
+        .client
+        .post(app.url(&format!("/ops/v1/settlement/exceptions/{id}/resolve")))
+        .bearer_auth(&operator)
+        .json(&json!({"reason": "provider_corrected", "note": "version 2 shows 10.00"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resolved.status(), 200);
+
+    // A third version that gets the same line wrong in another way is a new finding, not
+    // absorbed by the resolved one.
+    let third = format!(
+        "{HEADER}{}{}{}",
+        line(ids[0], "9.99", "paid", &at("01:00:00")),
+        line(ids[1], "10.00", "paid", &at("02:00:00")),
+        line(ids[2], "10.00", "paid", &at("03:00:00"))
+    );
+    let v3 = imported(&app, &operator, json!({"csv": third})).await;
+    assert_eq!((v3.version, v3.differences.changed, v3.seen_before), (3, 1, 2), "{v3:?}");
+    assert_eq!(v3.matching.exceptions_opened, 1, "{v3:?}");
+    let open = exceptions(&app, &operator, "kind=amount_mismatch").await;
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0]["evidence"]["report_line"]["amount_minor"], 999);
 
     // A file whose lines are of another day than the one named is refused.
     let (status, answer) = import(&app, &operator, json!({"csv": second, "date": "2001-01-01"})).await;
@@ -512,14 +557,14 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     stop.cancel();
     let today = mock.now().date_naive();
 
-    // Enqueued once a day (after the import hour), never twice.
     let mut settings = config.settlement;
     settings.daily_import = true;
     settings.import_hour = 0;
-    assert!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
-    assert!(!settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
+    // Yesterday and the week before it (never fetched) once each; never twice.
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 7);
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 0);
     settings.daily_import = false;
-    assert!(!settlement_job::schedule_daily(&app.db, &settings).await.unwrap());
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 0);
 
     // Today's import, as the job runs it.
     let mut tx = app.db.begin().await.unwrap();
@@ -563,5 +608,33 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     assert!(letter["error_message"].as_str().unwrap_or_default().contains("line 2"), "{letter:#}");
     let tomorrow_day = tomorrow.format("%Y-%m-%d").to_string();
     assert!(store::list_reports(&app.db, Some(&tomorrow_day), 10).await.unwrap().is_empty());
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_withdrawal_whose_line_awaits_confirmation_is_not_missing_from_the_report(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    let (id, _alice) = paid_but_unanswered(&app, chrono::TimeDelta::zero()).await;
+    let today = mock.now().date_naive();
+    mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable)] });
+    let waiting = imported(&app, &operator, json!({"date": today})).await;
+    assert_eq!(waiting.matching.awaiting_confirmation, 1, "{waiting:?}");
+
+    // Reconciliation completes it meanwhile; the missing sweep (no grace) must not count it
+    // missing: the report names it, in a line not judged yet.
+    mock.set_faults(FaultConfig::default());
+    let mut config = worker_config("w-reconcile-only");
+    config.queues = vec![withdrawals::jobs::RECONCILIATION_QUEUE];
+    let stop = app.start_worker(app.gateway.clone(), config);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    stop.cancel();
+    let mut settings = AppConfig::default().settlement;
+    settings.grace_days = 0;
+    assert_eq!(settlement_job::sweep_missing(&app.db, &settings).await.unwrap(), 0);
+
+    // The next run matches the line against what we hold now: matched, nothing applied twice.
+    let again = imported(&app, &operator, json!({"date": today})).await;
+    assert_eq!((again.matching.matched, again.matching.completed, again.missing_opened), (1, 0, 0), "{again:?}");
+    assert!(exceptions(&app, &operator, "status=all").await.is_empty());
     app.assert_ledger_invariant().await;
 }

@@ -241,7 +241,7 @@ async fn an_operator_resolves_a_settlement_exception_in_the_console(app: TestApp
 
     browser.click(&format!("#settlement-exceptions a[href='/ops/settlement/exceptions/{exception}']")).await;
     let page = browser.wait_for_text("Evidence").await;
-    assert!(page.contains("amount_mismatch") && page.contains("differ from the withdrawal's"), "{page}");
+    assert!(page.contains("amount_mismatch") && page.contains("from the withdrawal's"), "{page}");
     let evidence = browser.client.find(Locator::Css("#evidence")).await.unwrap().text().await.unwrap();
     assert!(evidence.contains("\"report_line\"") && evidence.contains("\"amount_minor\": 1200"), "{evidence}");
     browser.screenshot("settlement-exception").await;
