@@ -511,7 +511,8 @@ pub struct DayTotals {
 /// A day's totals per currency (SPEC §14.4): the latest report version's `paid` and `returned`
 /// lines against the withdrawals we hold completed that were paid that day (UTC: by the
 /// provider's `paid` line when one was matched to it, else by our completion time) and the
-/// returns we recorded as returned that day. `None` when no report of that day was imported.
+/// returns we recorded as returned that day; lines of a transfer resolved `not_ours` are left
+/// out. `None` when no report of that day was imported.
 pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashMap<String, DayTotals>>> {
     let day = date.format("%Y-%m-%d").to_string();
     let start = DbTime(date.and_time(chrono::NaiveTime::MIN).and_utc());
@@ -524,9 +525,15 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
         .fetch_optional(&mut *conn)
         .await?;
         let Some(latest) = latest else { return Ok(None) };
+        // A transfer an operator found not ours (`unknown_transfer` resolved `not_ours`) is not
+        // part of our books.
         let report: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT currency, status, CAST(SUM(amount_minor) AS BIGINT) FROM settlement_lines
-             WHERE report_id = $1 AND status IN ('paid', 'returned') GROUP BY currency, status",
+            "SELECT l.currency, l.status, CAST(SUM(l.amount_minor) AS BIGINT) FROM settlement_lines l
+             WHERE l.report_id = $1 AND l.status IN ('paid', 'returned')
+               AND NOT EXISTS (SELECT 1 FROM settlement_exceptions e
+                               WHERE e.kind = 'unknown_transfer' AND e.resolution = 'not_ours'
+                                 AND e.transfer_id = l.transfer_id)
+             GROUP BY l.currency, l.status",
         )
         .bind(latest)
         .fetch_all(&mut *conn)
