@@ -315,7 +315,7 @@ async fn create_under_claim(
         Ok(counts) => counts,
         Err(CreateRejected::InsufficientFunds) => return Ok(CreateOutcome::InsufficientFunds),
     };
-    if counts[completed] != 1 {
+    if !counts.applied(completed) {
         return Ok(CreateOutcome::ClaimLost);
     }
     tx.commit().await?;

@@ -88,7 +88,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     };
     let counts = writes.run(&mut tx).await?;
     if let Step::Call { leased, .. } = &step {
-        if !ctx.leased_for_attempt(counts[*leased] == 1) {
+        if !ctx.leased_for_attempt(counts.applied(*leased)) {
             return Ok(());
         }
     }
@@ -183,7 +183,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     };
     let counts = writes.run(&mut tx).await?;
     if let (Next::Finish(how), Some(finished)) = (&next, finished) {
-        if counts[finished] != 1 {
+        if !counts.applied(finished) {
             return ctx.commit_if_finished(tx, false, how).await.map(drop);
         }
     }
@@ -219,7 +219,12 @@ enum Step {
     Defer(crate::provider::breaker::Rejected),
     /// Call the provider as attempt `attempt_no` (row `attempt`), if the lease (the count at
     /// `leased`) still held.
-    Call { permit: crate::provider::breaker::Permit, attempt_no: i64, attempt: crate::domain::AttemptId, leased: usize },
+    Call {
+        permit: crate::provider::breaker::Permit,
+        attempt_no: i64,
+        attempt: crate::domain::AttemptId,
+        leased: crate::storage::batch::Written,
+    },
 }
 
 /// The outcome class a provider latency is recorded under.

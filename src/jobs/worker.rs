@@ -26,7 +26,7 @@ use super::{
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobId, LeaseToken, WithdrawalId};
 use crate::provider::Gateway;
-use crate::storage::batch::Writes;
+use crate::storage::batch::{Writes, Written};
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::{Db, DbTime, Tx};
 
@@ -176,12 +176,12 @@ impl JobContext {
         let mut writes = Writes::new();
         let finished = self.finish_in(&mut writes, how);
         let counts = writes.run(&mut tx).await?;
-        self.commit_if_finished(tx, counts[finished] == 1, how).await
+        self.commit_if_finished(tx, counts.applied(finished), how).await
     }
 
-    /// This run's fenced finish as a write of a larger batch (its count, at the returned index,
-    /// goes to [`JobContext::commit_if_finished`]).
-    pub fn finish_in(&self, writes: &mut Writes, how: &Finish<'_>) -> usize {
+    /// This run's fenced finish as a write of a larger batch (whether it applied goes to
+    /// [`JobContext::commit_if_finished`]).
+    pub fn finish_in(&self, writes: &mut Writes, how: &Finish<'_>) -> Written {
         job_store::finish_in(writes, self.job.id, self.job.lease_token, how)
     }
 
@@ -229,8 +229,8 @@ impl JobContext {
     /// Whether this run still holds its lease, checked right before a provider call (work that
     /// must only happen under the lease), as a write of a larger batch: in the same write the
     /// lease is extended and the job's first attempt marked (the start of its `max_elapsed`
-    /// budget). Its count (at the returned index) goes to [`JobContext::leased_for_attempt`].
-    pub fn lease_for_attempt_in(&self, writes: &mut Writes) -> usize {
+    /// budget). Whether it applied goes to [`JobContext::leased_for_attempt`].
+    pub fn lease_for_attempt_in(&self, writes: &mut Writes) -> Written {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
         job_store::extend_lease_in(writes, self.job.id, self.job.lease_token, lease, true)
     }

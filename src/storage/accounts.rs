@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::batch::{Arg, Writes};
+use super::batch::{Arg, Writes, Written};
 use super::{DbTime, Result, Tx};
 use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
 use crate::{with_conn, with_read_conn};
@@ -92,7 +92,7 @@ pub fn hold_in(
     amount: Amount,
     withdrawal: WithdrawalId,
     transition: Uuid,
-) -> usize {
+) -> Written {
     let minor = amount.to_minor();
     let held = writes.push(
         "UPDATE balances SET available = available - $1, held = held + $1

@@ -4,7 +4,7 @@
 //! attempt left without an outcome means the call may have happened, so the withdrawal must be
 //! reconciled, never blindly resubmitted.
 
-use super::batch::{Arg, Writes};
+use super::batch::{Arg, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AttemptId, JobId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
@@ -126,7 +126,7 @@ pub struct AttemptOutcome<'a> {
 
 /// What the call produced, as a write of a larger batch. Provider texts are redacted before
 /// storage.
-pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &AttemptOutcome<'_>) -> usize {
+pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &AttemptOutcome<'_>) -> Written {
     writes.push(
         "UPDATE provider_attempts
          SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,

@@ -64,6 +64,40 @@ struct Write {
     args: Vec<Arg>,
 }
 
+/// A write added to a [`Writes`]: asks the [`Ran`] outcome how many rows it touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written(usize);
+
+/// The writes of another batch appended to this one ([`Writes::append`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    first: usize,
+    len: usize,
+}
+
+/// What running a [`Writes`] did: the rows each write touched, read by its handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ran {
+    counts: Vec<u64>,
+}
+
+impl Ran {
+    /// The rows `write` touched.
+    pub fn rows(&self, write: Written) -> u64 {
+        self.counts[write.0]
+    }
+
+    /// Whether `write` touched exactly one row (a guarded update that applied, an insert).
+    pub fn applied(&self, write: Written) -> bool {
+        self.rows(write) == 1
+    }
+
+    /// The outcome of the appended writes alone, read by the handles their own batch gave.
+    pub fn part(&self, appended: Appended) -> Ran {
+        Ran { counts: self.counts[appended.first..appended.first + appended.len].to_vec() }
+    }
+}
+
 /// Writes to send together; see the module documentation.
 #[derive(Debug, Clone, Default)]
 pub struct Writes {
@@ -77,20 +111,21 @@ impl Writes {
         Self::default()
     }
 
-    /// Adds a write; returns its index in the counts [`Writes::run`] returns.
-    pub fn push(&mut self, sql: &'static str, args: Vec<Arg>) -> usize {
+    /// Adds a write; its handle reads its outcome from what [`Writes::run`] returns.
+    pub fn push(&mut self, sql: &'static str, args: Vec<Arg>) -> Written {
         self.writes.push(Write { sql, args });
-        self.writes.len() - 1
+        Written(self.writes.len() - 1)
     }
 
-    /// Appends `other`'s writes (and its notification); returns the index of its first write.
-    pub fn append(&mut self, other: Writes) -> usize {
+    /// Appends `other`'s writes (and its notification).
+    pub fn append(&mut self, other: Writes) -> Appended {
         let first = self.writes.len();
+        let len = other.writes.len();
         self.writes.extend(other.writes);
         if other.notify.is_some() {
             self.notify = other.notify;
         }
-        first
+        Appended { first, len }
     }
 
     /// Also sends `NOTIFY channel, payload` on PostgreSQL; on SQLite, wakes this process's
@@ -99,8 +134,12 @@ impl Writes {
         self.notify = Some([Arg::Text(channel.to_owned()), Arg::Text(payload.to_owned())]);
     }
 
-    /// Runs the writes inside `tx`; returns the rows each one touched, in order.
-    pub async fn run(&self, tx: &mut Tx) -> Result<Vec<u64>> {
+    /// Runs the writes inside `tx`; the outcome reads the rows each one touched by its handle.
+    pub async fn run(&self, tx: &mut Tx) -> Result<Ran> {
+        Ok(Ran { counts: self.counts(tx).await? })
+    }
+
+    async fn counts(&self, tx: &mut Tx) -> Result<Vec<u64>> {
         if self.writes.is_empty() && self.notify.is_none() {
             return Ok(Vec::new());
         }
@@ -200,6 +239,23 @@ mod tests {
              SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1), pg_notify($4, $5)"
         );
         assert_eq!(args.len(), 5);
+    }
+
+    #[test]
+    fn handles_read_their_own_writes_outcome_also_after_an_append() {
+        let mut theirs = Writes::new();
+        let first = theirs.push("UPDATE c SET x = 1", vec![]);
+        let second = theirs.push("UPDATE d SET x = 1", vec![]);
+        let mut writes = Writes::new();
+        let guard = writes.push("UPDATE a SET x = 1", vec![]);
+        let insert = writes.push("INSERT INTO b (x) VALUES (1)", vec![]);
+        let appended = writes.append(theirs);
+        // As `run` would answer: the guard touched nothing, the rest one row or two.
+        let ran = Ran { counts: vec![0, 1, 2, 1] };
+        assert!(!ran.applied(guard) && ran.applied(insert));
+        let part = ran.part(appended);
+        assert_eq!((part.rows(first), part.rows(second)), (2, 1));
+        assert!(!part.applied(first) && part.applied(second));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! over) cannot also store a response. A claim whose owner died is taken over after the lock
 //! timeout: its creation transaction never committed, so re-running it is safe.
 
-use super::batch::{Arg, Writes};
+use super::batch::{Arg, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
 use crate::with_conn;
@@ -154,7 +154,7 @@ pub async fn complete(
 ) -> Result<bool> {
     let mut writes = Writes::new();
     let completed = complete_in(&mut writes, key, claim, status, body, withdrawal);
-    Ok(writes.run(tx).await?[completed] == 1)
+    Ok(writes.run(tx).await?.applied(completed))
 }
 
 /// [`complete`] as a write of a larger batch; its count (the returned index) is 1, or 0 if the
@@ -166,7 +166,7 @@ pub fn complete_in(
     status: u16,
     body: &[u8],
     withdrawal: Option<WithdrawalId>,
-) -> usize {
+) -> Written {
     writes.push(
         "UPDATE idempotency_records
          SET state = 'completed', response_status = $1, response_body = $2, withdrawal_id = $3

@@ -13,7 +13,7 @@
 use chrono::TimeDelta;
 use uuid::Uuid;
 
-use super::batch::{Arg, Writes};
+use super::batch::{Arg, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
 use crate::domain::job::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
 use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
@@ -249,12 +249,12 @@ pub enum Finish<'a> {
 pub async fn finish(tx: &mut Tx, job: JobId, token: LeaseToken, how: &Finish<'_>) -> Result<bool> {
     let mut writes = Writes::new();
     let finished = finish_in(&mut writes, job, token, how);
-    Ok(writes.run(tx).await?[finished] == 1)
+    Ok(writes.run(tx).await?.applied(finished))
 }
 
 /// [`finish`] as a write of a larger batch; its count (the returned index) is 0 when the lease
 /// was lost, and the caller must then roll back.
-pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finish<'_>) -> usize {
+pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finish<'_>) -> Written {
     let now = DbTime::now();
     // (status, run_at, attempts consumed, error, whether this run was a handler error)
     let (status, run_at, consumed, error, handler_error) = match how {
@@ -407,7 +407,7 @@ pub async fn extend_lease(
 ) -> Result<bool> {
     let mut writes = Writes::new();
     let extended = extend_lease_in(&mut writes, job, token, lease, mark_first_attempt);
-    Ok(writes.run(tx).await?[extended] == 1)
+    Ok(writes.run(tx).await?.applied(extended))
 }
 
 /// [`extend_lease`] as a write of a larger batch; its count (the returned index) is 0 when the
@@ -418,7 +418,7 @@ pub fn extend_lease_in(
     token: LeaseToken,
     lease: TimeDelta,
     mark_first_attempt: bool,
-) -> usize {
+) -> Written {
     let now = DbTime::now();
     writes.push(
         "UPDATE jobs SET locked_until = $1,

@@ -9,7 +9,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::accounts::{self, EntryKind};
-use super::batch::{Arg, Writes};
+use super::batch::{Arg, Ran, Writes, Written};
 use super::jobs;
 use super::{DbTime, Result, StorageError, Tx};
 use crate::domain::job::SubmitPayout;
@@ -102,13 +102,14 @@ pub fn prepare(new: &NewWithdrawal) -> Withdrawal {
 
 /// Creates `withdrawal` (from [`prepare`]) with its funds held, its first transition recorded and
 /// its submit job enqueued, together with the caller's writes `also` — all in `tx`, as one
-/// statement on PostgreSQL ([`Writes`]). Returns the counts of `also`'s writes. On
-/// `Err(CreateRejected)` the transaction holds partial writes: the caller must drop it.
+/// statement on PostgreSQL ([`Writes`]). Returns the outcome of `also`'s writes, read by their own
+/// handles. On `Err(CreateRejected)` the transaction holds partial writes: the caller must drop
+/// it.
 pub async fn create(
     tx: &mut Tx,
     withdrawal: &Withdrawal,
     also: Writes,
-) -> Result<std::result::Result<Vec<u64>, CreateRejected>> {
+) -> Result<std::result::Result<Ran, CreateRejected>> {
     let w = withdrawal;
     let now = DbTime::from(w.created_at);
     let mut writes = Writes::new();
@@ -143,10 +144,10 @@ pub async fn create(
     jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
     let theirs = writes.append(also);
     let counts = writes.run(tx).await?;
-    if counts[held] != 1 {
+    if !counts.applied(held) {
         return Ok(Err(CreateRejected::InsufficientFunds));
     }
-    Ok(Ok(counts[theirs..].to_vec()))
+    Ok(Ok(counts.part(theirs)))
 }
 
 /// Reads one withdrawal; with `account` set, another account's withdrawal reads as absent.
@@ -337,7 +338,7 @@ pub fn transition_known_in(
 /// A [`transition_known_in`] whose guarded update is in a batch.
 #[derive(Debug, Clone, Copy)]
 pub struct KnownTransition {
-    guarded: usize,
+    guarded: Written,
     effect: LedgerEffect,
 }
 
@@ -349,12 +350,12 @@ impl KnownTransition {
     pub async fn settle(
         &self,
         tx: &mut Tx,
-        counts: &[u64],
+        counts: &Ran,
         withdrawal: &Withdrawal,
         req: &TransitionRequest<'_>,
         also: Writes,
     ) -> Result<bool> {
-        if counts[self.guarded] != 1 {
+        if !counts.applied(self.guarded) {
             stale(req);
             return Ok(false);
         }

@@ -143,21 +143,26 @@ async fn writes_sent_together_report_their_own_counts_and_roll_back_together(app
     };
     let writes = || {
         let mut writes = Writes::new();
-        idempotency::complete_in(&mut writes, &keys[0], first, 201, b"{\"n\":1}", None);
+        let a = idempotency::complete_in(&mut writes, &keys[0], first, 201, b"{\"n\":1}", None);
         // The same claim on a key nobody claimed matches no row.
-        idempotency::complete_in(&mut writes, &keys[2], first, 201, b"{}", None);
-        idempotency::complete_in(&mut writes, &keys[1], second, 201, b"{\"n\":2}", None);
-        writes
+        let none = idempotency::complete_in(&mut writes, &keys[2], first, 201, b"{}", None);
+        let b = idempotency::complete_in(&mut writes, &keys[1], second, 201, b"{\"n\":2}", None);
+        (writes, [a, none, b])
+    };
+    let counts = |ran: &withdrawals::storage::batch::Ran, handles: [withdrawals::storage::batch::Written; 3]| {
+        handles.map(|h| ran.rows(h))
     };
 
     let mut tx = app.db.begin().await.unwrap();
-    assert_eq!(writes().run(&mut tx).await.unwrap(), vec![1, 0, 1]);
+    let (batch, handles) = writes();
+    assert_eq!(counts(&batch.run(&mut tx).await.unwrap(), handles), [1, 0, 1]);
     drop(tx);
     assert_eq!(begin(&keys[0]).await, Begin::InProgress, "rolled back together");
     assert_eq!(begin(&keys[1]).await, Begin::InProgress, "rolled back together");
 
     let mut tx = app.db.begin().await.unwrap();
-    assert_eq!(writes().run(&mut tx).await.unwrap(), vec![1, 0, 1]);
+    let (batch, handles) = writes();
+    assert_eq!(counts(&batch.run(&mut tx).await.unwrap(), handles), [1, 0, 1]);
     tx.commit().await.unwrap();
     assert_eq!(begin(&keys[0]).await, Begin::Replay { status: 201, body: b"{\"n\":1}".to_vec() });
     assert_eq!(begin(&keys[1]).await, Begin::Replay { status: 201, body: b"{\"n\":2}".to_vec() });
