@@ -348,6 +348,9 @@ pub async fn run_provider_mock(port: u16, seed: u64, api_key: Option<String>) ->
     Ok(())
 }
 
+/// Idempotency records deleted per purge transaction.
+const PURGE_BATCH: i64 = 1_000;
+
 /// Console sessions are kept this long after they expire, then deleted.
 const CONSOLE_SESSION_KEEP_DAYS: i64 = 30;
 
@@ -359,7 +362,7 @@ async fn purge_expired_records(db: Db, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = every.tick() => {
-                match crate::storage::idempotency::purge_expired(&db).await {
+                match crate::storage::idempotency::purge_expired(&db, PURGE_BATCH).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
                     Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),

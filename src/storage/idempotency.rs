@@ -200,16 +200,29 @@ pub async fn release(db: &Db, key: &IdempotencyKey, claim: Claim) -> Result<()> 
     tx.commit().await
 }
 
-/// Deletes records past their retention; returns how many.
-pub async fn purge_expired(db: &Db) -> Result<u64> {
-    let mut tx = db.begin().await?;
-    let deleted = with_conn!(&mut tx, |conn| {
-        sqlx::query("DELETE FROM idempotency_records WHERE expires_at <= $1 AND state = 'completed'")
-            .bind(DbTime::now())
+/// Deletes completed records past their retention, `batch` at a time, each batch its own short
+/// transaction (a long purge never holds locks or bloats one transaction); returns how many.
+pub async fn purge_expired(db: &Db, batch: i64) -> Result<u64> {
+    let now = DbTime::now();
+    let mut purged = 0;
+    loop {
+        let mut tx = db.begin().await?;
+        let deleted = with_conn!(&mut tx, |conn| {
+            sqlx::query(
+                "DELETE FROM idempotency_records WHERE (account_id, key) IN
+                   (SELECT account_id, key FROM idempotency_records
+                    WHERE expires_at <= $1 AND state = 'completed' ORDER BY expires_at LIMIT $2)",
+            )
+            .bind(now)
+            .bind(batch.max(1))
             .execute(&mut *conn)
             .await?
             .rows_affected()
-    });
-    tx.commit().await?;
-    Ok(deleted)
+        });
+        tx.commit().await?;
+        purged += deleted;
+        if deleted < batch.max(1) as u64 {
+            return Ok(purged);
+        }
+    }
 }

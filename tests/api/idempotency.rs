@@ -201,22 +201,40 @@ async fn twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal(a
 
 async fn a_key_past_its_retention_is_forgotten_and_purged(app: TestApp) {
     let alice = app.customer("100.00").await;
-    let key = IdempotencyKey::parse("old-key").unwrap();
     let expired = IdempotencySettings { retention: chrono::TimeDelta::zero(), ..IdempotencySettings::default() };
-    let Begin::Proceed(claim) =
-        idempotency::begin(&app.db, alice.account_id, &key, &fingerprint_of("10.00"), expired).await.unwrap()
-    else {
-        panic!("first use proceeds")
-    };
-    let mut tx = app.db.begin().await.unwrap();
-    // A completed record whose retention is already over.
-    assert!(idempotency::complete(&mut tx, &key, claim, 201, b"{}", None).await.unwrap());
-    tx.commit().await.unwrap();
+    // Five completed records whose retention is already over, one still in progress (its
+    // request may still be running) and one within its retention: only the five go.
+    for (name, settings, complete) in [
+        ("old-key", expired, true),
+        ("old-1", expired, true),
+        ("old-2", expired, true),
+        ("old-3", expired, true),
+        ("old-4", expired, true),
+        ("running", expired, false),
+        ("young", IdempotencySettings::default(), true),
+    ] {
+        let key = IdempotencyKey::parse(name).unwrap();
+        let Begin::Proceed(claim) =
+            idempotency::begin(&app.db, alice.account_id, &key, &fingerprint_of("10.00"), settings).await.unwrap()
+        else {
+            panic!("first use proceeds")
+        };
+        if complete {
+            let mut tx = app.db.begin().await.unwrap();
+            assert!(idempotency::complete(&mut tx, &key, claim, 201, b"{}", None).await.unwrap());
+            tx.commit().await.unwrap();
+        }
+    }
 
-    let purged = idempotency::purge_expired(&app.db).await.unwrap();
+    // In batches of two: three small transactions, all five expired records gone.
+    let purged = idempotency::purge_expired(&app.db, 2).await.unwrap();
+    assert_eq!(idempotency::purge_expired(&app.db, 2).await.unwrap(), 0, "nothing left to purge");
+    let young = IdempotencyKey::parse("young").unwrap();
+    let kept = idempotency::begin(&app.db, alice.account_id, &young, &fingerprint_of("10.00"), expired).await.unwrap();
+    assert_eq!(kept, Begin::Replay { status: 201, body: b"{}".to_vec() }, "a record within its retention stays");
     let reused = app.post_withdrawal(&alice, "old-key", &withdrawal_body("20.00")).send().await.unwrap();
 
-    assert_eq!(purged, 1);
+    assert_eq!(purged, 5);
     assert_eq!(reused.status(), 201, "an expired key is a new key");
     assert!(reused.headers().get("idempotent-replayed").is_none());
 }
