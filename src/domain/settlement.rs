@@ -72,15 +72,15 @@ text_enum! {
     }
 }
 
-impl LineResult {
-    /// The exception a line with this result opens, if any.
-    pub fn exception_kind(self) -> Option<ExceptionKind> {
+impl ExceptionKind {
+    /// What a line that opens this exception is recorded as (`missing_from_report` has no line).
+    pub fn line_result(self) -> Option<LineResult> {
         match self {
-            LineResult::AmountMismatch => Some(ExceptionKind::AmountMismatch),
-            LineResult::StatusMismatch => Some(ExceptionKind::StatusMismatch),
-            LineResult::UnknownTransfer => Some(ExceptionKind::UnknownTransfer),
-            LineResult::Returned => Some(ExceptionKind::Returned),
-            LineResult::Matched | LineResult::SeenBefore => None,
+            ExceptionKind::AmountMismatch => Some(LineResult::AmountMismatch),
+            ExceptionKind::StatusMismatch => Some(LineResult::StatusMismatch),
+            ExceptionKind::UnknownTransfer => Some(LineResult::UnknownTransfer),
+            ExceptionKind::Returned => Some(LineResult::Returned),
+            ExceptionKind::MissingFromReport => None,
         }
     }
 }

@@ -564,11 +564,8 @@ async fn except(
     evidence: &Value,
     counts: &mut MatchCounts,
 ) -> crate::storage::Result<()> {
-    let result = match kind {
-        ExceptionKind::AmountMismatch => LineResult::AmountMismatch,
-        ExceptionKind::StatusMismatch => LineResult::StatusMismatch,
-        ExceptionKind::UnknownTransfer => LineResult::UnknownTransfer,
-        ExceptionKind::Returned | ExceptionKind::MissingFromReport => LineResult::Returned,
+    let Some(result) = kind.line_result() else {
+        return Err(crate::storage::StorageError::corrupt(format!("a line cannot open a {kind} exception")));
     };
     let mut tx = db.begin().await?;
     let decision = LineDecision { withdrawal_id: withdrawal, result, applied: None, evidence };

@@ -205,19 +205,6 @@ pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewL
     Ok(())
 }
 
-/// Lines still to be matched (or waiting for the provider's confirmation), of one report, in
-/// report order.
-pub async fn unmatched_lines(db: &Db, report: SettlementReportId) -> Result<Vec<LineRow>> {
-    Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, LineRow>(&format!(
-            "SELECT {LINE_COLUMNS} FROM settlement_lines WHERE report_id = $1 AND result IS NULL ORDER BY line_no"
-        ))
-        .bind(report)
-        .fetch_all(&mut *conn)
-        .await?
-    }))
-}
-
 /// Lines of any version of a day's report still to be matched (or waiting for the provider's
 /// confirmation), in version and report order.
 pub async fn unmatched_lines_of_day(db: &Db, date: &str) -> Result<Vec<LineRow>> {
@@ -253,18 +240,6 @@ pub async fn has_report(tx: &mut Tx, date: &str) -> Result<bool> {
             .fetch_one(&mut *conn)
             .await?
     }) > 0)
-}
-
-/// A report's lines, in report order.
-pub async fn lines_of(db: &Db, report: SettlementReportId) -> Result<Vec<LineRow>> {
-    Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, LineRow>(&format!(
-            "SELECT {LINE_COLUMNS} FROM settlement_lines WHERE report_id = $1 ORDER BY line_no"
-        ))
-        .bind(report)
-        .fetch_all(&mut *conn)
-        .await?
-    }))
 }
 
 /// Every line matched to a withdrawal, oldest event first (its settlement evidence).
