@@ -36,6 +36,7 @@ use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT, SETTLEMENT_QUEUE};
 use crate::domain::settlement::{parse_report, ExceptionKind, LineResult, ReportError, SettlementReport};
 use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::{Gateway, ReportFetch, Transfer, TransferStatus, Verdict};
+use crate::storage::batch::Writes;
 use crate::storage::jobs::{self as job_store, Finish, NewJob};
 use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException, NewLine, ReportRow};
 use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
@@ -259,11 +260,45 @@ async fn store_version(
     Ok(Some((row, seen_before, diff)))
 }
 
-/// Matches every line of the day still undecided (of any version), in report order.
+/// Lines recorded per transaction when the report alone decides them.
+const DECIDED_PER_BATCH: usize = 500;
+
+/// Matches every line of the day still undecided (of any version): the withdrawals they name are
+/// read in one query per 500, the lines the report alone decides (matched, exceptions) are
+/// recorded in batches of [`DECIDED_PER_BATCH`] in one transaction each, and only the lines whose
+/// safe outcome needs the provider's confirmation are taken one by one.
 pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::storage::Result<MatchCounts> {
     let mut counts = MatchCounts::default();
-    for line in store::unmatched_lines_of_day(db, day).await? {
-        match_line(db, gateway, &line, &mut counts).await?;
+    let lines = store::unmatched_lines_of_day(db, day).await?;
+    let ids: Vec<WithdrawalId> = lines.iter().filter_map(|l| l.idempotency_key.parse().ok()).collect();
+    let held: HashMap<WithdrawalId, Withdrawal> =
+        withdrawals::get_many(db, &ids).await?.into_iter().map(|w| (w.id, w)).collect();
+    let mut decided = Vec::new();
+    let mut to_confirm = Vec::new();
+    for line in &lines {
+        let w = line.idempotency_key.parse::<WithdrawalId>().ok().and_then(|id| held.get(&id));
+        let Some(transfer) = as_transfer(line) else {
+            return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
+        };
+        let verdict = line_verdict(w, &transfer);
+        let evidence = evidence(line, w, verdict.name(), None);
+        match plan(w, &verdict) {
+            Plan::Matched => decided.push(Decided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
+            Plan::Exception(kind, detail) => {
+                decided.push(Decided::exception(line, w.map(|w| w.id), kind, detail, evidence))
+            }
+            Plan::Confirm(apply) => {
+                if let Some(w) = w {
+                    to_confirm.push((line, w, transfer, verdict.name(), apply));
+                }
+            }
+        }
+    }
+    for batch in decided.chunks(DECIDED_PER_BATCH) {
+        record(db, batch, &mut counts).await?;
+    }
+    for (line, w, transfer, verdict, apply) in to_confirm {
+        confirm(db, gateway, line, w, transfer, verdict, apply, &mut counts).await?;
     }
     Ok(counts)
 }
@@ -410,48 +445,32 @@ fn evidence(line: &LineRow, withdrawal: Option<&Withdrawal>, verdict: &str, live
     })
 }
 
-async fn match_line(
-    db: &Db,
-    gateway: Option<&Gateway>,
-    line: &LineRow,
-    counts: &mut MatchCounts,
-) -> crate::storage::Result<()> {
-    let id = line.idempotency_key.parse::<WithdrawalId>().ok();
-    let withdrawal = match id {
-        Some(id) => withdrawals::get(db, None, id).await?,
-        None => None,
-    };
-    let Some(transfer) = as_transfer(line) else {
-        return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
-    };
-    let line_verdict = match &withdrawal {
-        Some(w) => Verdict::of_transfer(w, &transfer),
-        // No withdrawal to check it against: the line's own status names it.
+/// The line as judged on the report: against the withdrawal under its key, or — with none to
+/// check it against — named by its own status.
+fn line_verdict(withdrawal: Option<&Withdrawal>, transfer: &Transfer) -> Verdict {
+    match withdrawal {
+        Some(w) => Verdict::of_transfer(w, transfer),
         None => match transfer.status {
             TransferStatus::Failed => Verdict::Failed(transfer.clone()),
             TransferStatus::Returned => Verdict::Returned(transfer.clone()),
             _ => Verdict::Paid(transfer.clone()),
         },
-    };
-    let w = withdrawal.as_ref();
-    let apply = match plan(w, &line_verdict) {
-        Plan::Matched => {
-            let e = evidence(line, w, line_verdict.name(), None);
-            let mut tx = db.begin().await?;
-            let decision = LineDecision { withdrawal_id: id, result: LineResult::Matched, applied: None, evidence: &e };
-            if store::decide_line(&mut tx, line.id, &decision).await? {
-                tx.commit().await?;
-                counts.matched += 1;
-            }
-            return Ok(());
-        }
-        Plan::Exception(kind, detail) => {
-            let e = evidence(line, w, line_verdict.name(), None);
-            return except(db, line, w.map(|w| w.id), kind, &detail, &e, counts).await;
-        }
-        Plan::Confirm(apply) => apply,
-    };
-    let Some(w) = w else { return Ok(()) };
+    }
+}
+
+/// A line's safe outcome, applied only once the provider's live record agrees; anything else is
+/// an exception, and a provider that cannot answer leaves the line for the next run.
+#[allow(clippy::too_many_arguments)]
+async fn confirm(
+    db: &Db,
+    gateway: Option<&Gateway>,
+    line: &LineRow,
+    w: &Withdrawal,
+    transfer: Transfer,
+    line_verdict: &str,
+    apply: Apply,
+    counts: &mut MatchCounts,
+) -> crate::storage::Result<()> {
     // The report is a day old: nothing moves money until the provider's record, asked now,
     // agrees (amount and currency checked by the verdict).
     let live = match gateway {
@@ -467,15 +486,15 @@ async fn match_line(
         counts.awaiting_confirmation += 1;
         return Ok(());
     }
-    let e = evidence(line, Some(w), line_verdict.name(), Some(live_evidence.clone()));
+    let e = evidence(line, Some(w), line_verdict, Some(live_evidence));
     if let Verdict::Mismatch(_, m) = &live {
         let detail =
             format!("the provider's record's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len()));
-        return except(db, line, Some(w.id), ExceptionKind::AmountMismatch, &detail, &e, counts).await;
+        return except(db, line, w, ExceptionKind::AmountMismatch, detail, e, counts).await;
     }
     if !apply.confirmed_by(&live) {
         let (kind, detail) = apply.unconfirmed(&live);
-        return except(db, line, Some(w.id), kind, &detail, &e, counts).await;
+        return except(db, line, w, kind, detail, e, counts).await;
     }
     let mut tx = db.begin().await?;
     let (result, applied) = match apply {
@@ -518,7 +537,7 @@ async fn match_line(
             let reported = Currency::parse(&t.currency).and_then(|c| Amount::new(t.amount, c));
             let Ok(reported) = reported else {
                 let detail = "the provider's return names an amount we cannot read: not credited";
-                return except(db, line, Some(w.id), ExceptionKind::Returned, detail, &e, counts).await;
+                return except(db, line, w, ExceptionKind::Returned, detail.into(), e, counts).await;
             };
             let code = t.return_code.clone().unwrap_or_else(|| "unspecified".into());
             let current = withdrawals::get_in_tx(&mut tx, w.id).await?.unwrap_or_else(|| w.clone());
@@ -528,12 +547,12 @@ async fn match_line(
                 returns::Applied::NotCompleted => {
                     drop(tx);
                     let detail = "a return of a withdrawal that is not completed: not credited";
-                    return except(db, line, Some(w.id), ExceptionKind::Returned, detail, &e, counts).await;
+                    return except(db, line, w, ExceptionKind::Returned, detail.into(), e, counts).await;
                 }
                 returns::Applied::AmountMismatch => {
                     drop(tx);
                     let detail = "the provider returns another amount or currency than was paid out: not credited";
-                    return except(db, line, Some(w.id), ExceptionKind::AmountMismatch, detail, &e, counts).await;
+                    return except(db, line, w, ExceptionKind::AmountMismatch, detail.into(), e, counts).await;
                 }
             }
         }
@@ -554,44 +573,84 @@ async fn match_line(
     Ok(())
 }
 
-/// Records the line's result and opens its exception, in one transaction.
+/// A line decided without moving anything: matched, or an exception with why.
+struct Decided<'a> {
+    line: &'a LineRow,
+    withdrawal: Option<WithdrawalId>,
+    exception: Option<(ExceptionKind, String)>,
+    evidence: Value,
+}
+
+impl<'a> Decided<'a> {
+    fn exception(
+        line: &'a LineRow,
+        withdrawal: Option<WithdrawalId>,
+        kind: ExceptionKind,
+        detail: String,
+        evidence: Value,
+    ) -> Self {
+        Decided { line, withdrawal, exception: Some((kind, detail)), evidence }
+    }
+}
+
+/// Records one line's exception (found while confirming it), in its own transaction.
 async fn except(
     db: &Db,
     line: &LineRow,
-    withdrawal: Option<WithdrawalId>,
+    w: &Withdrawal,
     kind: ExceptionKind,
-    detail: &str,
-    evidence: &Value,
+    detail: String,
+    evidence: Value,
     counts: &mut MatchCounts,
 ) -> crate::storage::Result<()> {
-    let Some(result) = kind.line_result() else {
-        return Err(crate::storage::StorageError::corrupt(format!("a line cannot open a {kind} exception")));
-    };
-    let mut tx = db.begin().await?;
-    let decision = LineDecision { withdrawal_id: withdrawal, result, applied: None, evidence };
-    if !store::decide_line(&mut tx, line.id, &decision).await? {
-        return Ok(());
+    record(db, &[Decided::exception(line, Some(w.id), kind, detail, evidence)], counts).await
+}
+
+/// Records decided lines and opens their exceptions as one batch in one transaction. A line
+/// another import decided first touches nothing (and its exception, the same by its dedupe key,
+/// opens nothing new).
+async fn record(db: &Db, decided: &[Decided<'_>], counts: &mut MatchCounts) -> crate::storage::Result<()> {
+    let mut writes = Writes::new();
+    let mut handles = Vec::with_capacity(decided.len());
+    for d in decided {
+        let result = match &d.exception {
+            None => LineResult::Matched,
+            Some((kind, _)) => kind.line_result().ok_or_else(|| {
+                crate::storage::StorageError::corrupt(format!("a line cannot open a {kind} exception"))
+            })?,
+        };
+        let decision = LineDecision { withdrawal_id: d.withdrawal, result, applied: None, evidence: &d.evidence };
+        let line = store::decide_line_in(&mut writes, d.line.id, &decision);
+        let opened = d.exception.as_ref().map(|(kind, detail)| {
+            let day = d.line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
+            let exception = NewException {
+                kind: *kind,
+                // A corrected line (same key, other content) that still differs is a new finding.
+                dedupe_key: format!("line:{kind}:{}:{}", d.line.line_key, d.line.content_digest),
+                withdrawal_id: d.withdrawal,
+                line_id: Some(d.line.id),
+                report_date: Some(&day),
+                transfer_id: Some(&d.line.transfer_id),
+                detail,
+                evidence: &d.evidence,
+            };
+            store::open_exception_in(&mut writes, &exception)
+        });
+        handles.push((line, opened));
     }
-    let day = line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
-    let opened = store::open_exception(
-        &mut tx,
-        &NewException {
-            kind,
-            // A corrected line (same key, other content) that still differs is a new finding.
-            dedupe_key: format!("line:{kind}:{}:{}", line.line_key, line.content_digest),
-            withdrawal_id: withdrawal,
-            line_id: Some(line.id),
-            report_date: Some(&day),
-            transfer_id: Some(&line.transfer_id),
-            detail,
-            evidence,
-        },
-    )
-    .await?;
+    let mut tx = db.begin().await?;
+    let ran = writes.run(&mut tx).await?;
     tx.commit().await?;
-    if opened {
-        tracing::warn!(kind = kind.as_str(), line = line.line_no, detail, "settlement exception opened");
-        counts.exceptions_opened += 1;
+    for (d, (line, opened)) in decided.iter().zip(handles) {
+        match (opened, &d.exception) {
+            _ if !ran.applied(line) => {}
+            (None, _) => counts.matched += 1,
+            (Some(opened), Some((kind, detail))) if ran.applied(opened) => {
+                tracing::warn!(kind = kind.as_str(), line = d.line.line_no, detail, "settlement exception opened");
+                counts.exceptions_opened += 1;
+            }
+            (Some(_), _) => {}
+        }
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::QueryBuilder;
 
+use super::batch::{Arg, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult, Resolution, SettlementLine};
 use crate::domain::{OperatorId, SettlementExceptionId, SettlementLineId, SettlementReportId, WithdrawalId};
@@ -262,25 +263,29 @@ pub struct LineDecision<'a> {
     pub evidence: &'a Value,
 }
 
-/// Records a line's result, once: false when another import decided it first (then the caller
-/// rolls back whatever it did for the line).
+/// Records a line's result, once (`WHERE result IS NULL`), as a write of a larger batch: it
+/// touches no row when another import decided the line first.
+pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecision<'_>) -> Written {
+    writes.push(
+        "UPDATE settlement_lines SET withdrawal_id = $1, result = $2, applied = $3, evidence = $4, matched_at = $5
+         WHERE id = $6 AND result IS NULL",
+        vec![
+            Arg::OptUuid(d.withdrawal_id.map(|w| w.0)),
+            Arg::Text(d.result.as_str().to_owned()),
+            Arg::OptText(d.applied.map(str::to_owned)),
+            Arg::Json(d.evidence.clone()),
+            Arg::Time(DbTime::now()),
+            Arg::Uuid(line.0),
+        ],
+    )
+}
+
+/// [`decide_line_in`] on its own: false when another import decided the line first (then the
+/// caller rolls back whatever it did for the line).
 pub async fn decide_line(tx: &mut Tx, line: SettlementLineId, d: &LineDecision<'_>) -> Result<bool> {
-    let updated = with_conn!(tx, |conn| {
-        sqlx::query(
-            "UPDATE settlement_lines SET withdrawal_id = $1, result = $2, applied = $3, evidence = $4, matched_at = $5
-             WHERE id = $6 AND result IS NULL",
-        )
-        .bind(d.withdrawal_id)
-        .bind(d.result)
-        .bind(d.applied)
-        .bind(Json(d.evidence))
-        .bind(DbTime::now())
-        .bind(line)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    Ok(updated == 1)
+    let mut writes = Writes::new();
+    let decided = decide_line_in(&mut writes, line, d);
+    Ok(writes.run(tx).await?.applied(decided))
 }
 
 /// An exception to open.
@@ -295,30 +300,34 @@ pub struct NewException<'a> {
     pub evidence: &'a Value,
 }
 
-/// Opens an exception; false when the same one (by dedupe key) already exists.
+/// Opens an exception as a write of a larger batch: it touches no row when the same one (by
+/// dedupe key) already exists.
+pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
+    writes.push(
+        "INSERT INTO settlement_exceptions (id, kind, status, dedupe_key, withdrawal_id, line_id, report_date,
+                                            transfer_id, detail, evidence, opened_at)
+         VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10)
+         ON CONFLICT (dedupe_key) DO NOTHING",
+        vec![
+            Arg::Uuid(SettlementExceptionId::new().0),
+            Arg::Text(e.kind.as_str().to_owned()),
+            Arg::Text(e.dedupe_key.clone()),
+            Arg::OptUuid(e.withdrawal_id.map(|w| w.0)),
+            Arg::OptUuid(e.line_id.map(|l| l.0)),
+            Arg::OptText(e.report_date.map(str::to_owned)),
+            Arg::OptText(e.transfer_id.map(str::to_owned)),
+            Arg::Text(crate::redact::text(e.detail)),
+            Arg::Json(e.evidence.clone()),
+            Arg::Time(DbTime::now()),
+        ],
+    )
+}
+
+/// [`open_exception_in`] on its own: false when the same exception already exists.
 pub async fn open_exception(tx: &mut Tx, e: &NewException<'_>) -> Result<bool> {
-    let inserted = with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO settlement_exceptions (id, kind, status, dedupe_key, withdrawal_id, line_id, report_date,
-                                                transfer_id, detail, evidence, opened_at)
-             VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10)
-             ON CONFLICT (dedupe_key) DO NOTHING",
-        )
-        .bind(SettlementExceptionId::new())
-        .bind(e.kind)
-        .bind(&e.dedupe_key)
-        .bind(e.withdrawal_id)
-        .bind(e.line_id)
-        .bind(e.report_date)
-        .bind(e.transfer_id)
-        .bind(crate::redact::text(e.detail))
-        .bind(Json(e.evidence))
-        .bind(DbTime::now())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    Ok(inserted == 1)
+    let mut writes = Writes::new();
+    let opened = open_exception_in(&mut writes, e);
+    Ok(writes.run(tx).await?.applied(opened))
 }
 
 /// A completed withdrawal no report shows paid.

@@ -162,6 +162,30 @@ pub async fn get(db: &super::Db, account: Option<AccountId>, id: WithdrawalId) -
     row.map(Withdrawal::try_from).transpose()
 }
 
+/// Ids per statement in [`get_many`]: well under both backends' bound-parameter limits.
+const IDS_PER_QUERY: usize = 500;
+
+/// The withdrawals among `ids` that exist, one query per [`IDS_PER_QUERY`] ids, in no
+/// particular order (absent ids are simply missing).
+pub async fn get_many(db: &super::Db, ids: &[WithdrawalId]) -> Result<Vec<Withdrawal>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
+            let mut query = sqlx::QueryBuilder::new(format!("SELECT {COLUMNS} FROM withdrawals WHERE id IN ("));
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.0);
+            }
+            query.push(")");
+            query.build_query_as::<WithdrawalRow>().fetch_all(&mut *conn).await?
+        });
+        for row in rows {
+            found.push(Withdrawal::try_from(row)?);
+        }
+    }
+    Ok(found)
+}
+
 /// Reads one withdrawal inside a transaction (workers decide on what they will write against).
 pub async fn get_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawal>> {
     let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
