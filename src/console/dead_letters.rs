@@ -167,17 +167,12 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
     (code, views::page(&session, "Dead letters", banner, body)).into_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct Done {
-    done: Option<String>,
-}
-
 /// `GET /ops/dead-letters/{id}`: the redacted envelope and what happened to it.
 pub async fn letter(
     State(state_): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Query(d): Query<Done>,
+    Query(d): Query<views::Done>,
 ) -> Response {
     let banner = (d.done.as_deref() == Some("close")).then(|| Banner::ok("The dead letter is closed."));
     render(&state_, &session, &id, banner, StatusCode::OK).await

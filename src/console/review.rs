@@ -85,11 +85,6 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
     (code, views::page(&session, "Review queue", banner, body)).into_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct Done {
-    done: Option<String>,
-}
-
 fn done_banner(done: Option<&str>) -> Option<Banner> {
     let text = match done? {
         "complete" => "The withdrawal is completed.",
@@ -111,7 +106,7 @@ pub async fn withdrawal(
     State(state_): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Query(d): Query<Done>,
+    Query(d): Query<views::Done>,
 ) -> Response {
     render(&state_, &session, &id, done_banner(d.done.as_deref()), StatusCode::OK, None).await
 }

@@ -158,17 +158,12 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
     (code, views::page(&session, "Settlement", banner, body)).into_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-pub struct Done {
-    done: Option<String>,
-}
-
 /// `GET /ops/settlement/exceptions/{id}`: the exception, its evidence and (open) the resolve form.
 pub async fn exception(
     State(state_): State<AppState>,
     session: Session,
     Path(id): Path<String>,
-    Query(d): Query<Done>,
+    Query(d): Query<views::Done>,
 ) -> Response {
     let banner = (d.done.as_deref() == Some("resolve")).then(|| Banner::ok("The settlement exception is resolved."));
     render(&state_, &session, &id, banner, StatusCode::OK, None).await

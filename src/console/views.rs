@@ -209,3 +209,9 @@ pub fn role_note(session: &Session, needed: Role, what: &str) -> Markup {
         }
     }
 }
+
+/// `?done=<action>`: where a successful form post redirects, so the page can say it is done.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct Done {
+    pub done: Option<String>,
+}
