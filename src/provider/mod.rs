@@ -190,11 +190,8 @@ impl Gateway {
         correlation_id: &str,
         request: &TransferRequest,
     ) -> Result<SubmitOutcome, BreakerOpen> {
-        let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
-        let started = std::time::Instant::now();
-        let outcome = self.provider.submit(idempotency_key, correlation_id, request).await;
-        self.breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
-        Ok(outcome)
+        self.guarded(self.provider.submit(idempotency_key, correlation_id, request), SubmitOutcome::breaker_outcome)
+            .await
     }
 
     pub async fn lookup(&self, idempotency_key: &str, correlation_id: &str) -> Result<LookupOutcome, BreakerOpen> {
@@ -212,27 +209,36 @@ impl Gateway {
         date: chrono::NaiveDate,
         correlation_id: &str,
     ) -> Result<Vec<u8>, ReportFetch> {
-        let permit = self.breaker.try_acquire().map_err(|_| ReportFetch::BreakerOpen)?;
-        let started = std::time::Instant::now();
-        let outcome = self.provider.settlement_report(date, correlation_id).await;
-        let counted = match &outcome {
+        let counted = |outcome: &Result<Vec<u8>, ReportFetch>| match outcome {
             Ok(_) => CallOutcome::Success,
             Err(ReportFetch::NotPublished) => CallOutcome::Ignored,
             Err(_) => CallOutcome::Failure,
         };
-        self.breaker.record(permit, counted, started.elapsed());
-        outcome
+        match self.guarded(self.provider.settlement_report(date, correlation_id), counted).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(ReportFetch::BreakerOpen),
+        }
     }
 
     async fn read(&self, call: BoxFuture<'_, LookupOutcome>) -> Result<LookupOutcome, BreakerOpen> {
-        let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
-        let started = std::time::Instant::now();
-        let outcome = call.await;
-        let counted = match &outcome {
+        let counted = |outcome: &LookupOutcome| match outcome {
             LookupOutcome::Found(_) | LookupOutcome::NotFound => CallOutcome::Success,
             LookupOutcome::Unavailable(_) => CallOutcome::Failure,
         };
-        self.breaker.record(permit, counted, started.elapsed());
+        self.guarded(call, counted).await
+    }
+
+    /// Runs `call` under a breaker permit and tells the breaker how it went (`counted`) and how
+    /// long it took; refused while the breaker is open.
+    async fn guarded<T>(
+        &self,
+        call: impl Future<Output = T>,
+        counted: impl FnOnce(&T) -> CallOutcome,
+    ) -> Result<T, BreakerOpen> {
+        let permit = self.breaker.try_acquire().map_err(|r| BreakerOpen { retry_in: r.retry_in })?;
+        let started = std::time::Instant::now();
+        let outcome = call.await;
+        self.breaker.record(permit, counted(&outcome), started.elapsed());
         Ok(outcome)
     }
 }
