@@ -3,11 +3,13 @@
 //! Jobs are rows in the same database as the withdrawals, enqueued in the transaction that
 //! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
 //! ([`submit`]); [`retry`] is the retry policy as data; [`finisher`] group-commits completions
-//! that carry no effects of their own. The kinds, queues and payload shapes themselves are data
+//! that carry no effects of their own; [`payout_batch`] runs each claim's first payouts as one
+//! unit of database work. The kinds, queues and payload shapes themselves are data
 //! in [`crate::domain::job`], re-exported here.
 
 pub mod finisher;
 pub mod payload;
+pub mod payout_batch;
 pub mod reconcile;
 pub mod replay;
 pub mod retry;

@@ -130,59 +130,22 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
     tx.commit().await?;
 
-    let request = transfer_request(&withdrawal);
-    let started = std::time::Instant::now();
-    let outcome = ctx.gateway().provider.submit(&id.to_string(), &job.correlation_id, &request).await;
-    ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
-    crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
-    tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
-
-    // Every transfer the provider shows is checked against the withdrawal before it settles
-    // anything: a mismatch is never completed (SPEC §4).
-    let verdict = match &outcome {
-        SubmitOutcome::Accepted { transfer, .. } => Some(Verdict::of_transfer(&withdrawal, transfer)),
-        _ => None,
-    };
-    let (record, next) =
-        decide(ctx, &outcome, verdict.as_ref(), &withdrawal, attempts_in_budget.max(1), first_attempt_at);
-    // A provider that settled the transfer settles the withdrawal.
-    let settled = match &verdict {
-        Some(Verdict::Paid(_) | Verdict::Returned(_)) => {
-            Some((WithdrawalStatus::Completed, "provider confirmed paid", None))
-        }
-        Some(Verdict::Failed(t)) => Some((
-            WithdrawalStatus::Failed,
-            "provider reported failed",
-            Some(t.failure_code.as_deref().unwrap_or("provider_failed")),
-        )),
-        _ => None,
-    };
-    // The provider's answer is the evidence of the move it causes.
-    let evidence = verdict.as_ref().map(|v| v.evidence_from("provider_create", &withdrawal, chrono::Utc::now()));
-    let settle = settled.map(|(to, reason, failure_code)| TransitionRequest {
-        id,
-        from: WithdrawalStatus::Processing,
-        to,
-        expected_version: None,
-        actor: &actor,
-        reason,
-        correlation_id: &job.correlation_id,
-        failure_code,
-        evidence: evidence.as_ref(),
-    });
+    let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
+    let decision = Decision::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
+    let settle = decision.settle(id, &actor, &job.correlation_id);
 
     // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as
     // one batch; then, if the move applied, its transition row and ledger entries.
     let mut tx = ctx.db().begin().await?;
     let mut writes = Writes::new();
-    attempts::record_outcome_in(&mut writes, attempt, &record);
+    attempts::record_outcome_in(&mut writes, attempt, &decision.record);
     let moved = settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?;
-    let finished = match &next {
+    let finished = match &decision.next {
         Next::Finish(how) => Some(ctx.finish_in(&mut writes, how)),
         Next::DeadLetter(_) => None,
     };
     let counts = writes.run(&mut tx).await?;
-    if let (Next::Finish(how), Some(finished)) = (&next, finished) {
+    if let (Next::Finish(how), Some(finished)) = (&decision.next, finished) {
         if !counts.applied(finished) {
             return ctx.commit_if_finished(tx, false, how).await.map(drop);
         }
@@ -194,20 +157,103 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
         }
     }
-    match (&outcome, &verdict) {
-        (_, Some(Verdict::Pending(_))) => {
-            let poll_at = DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default());
-            enqueue_reconciliation(&mut tx, id, "pending_transfer", &job.correlation_id, poll_at).await?;
-        }
-        (SubmitOutcome::Unknown(_), _) => {
-            enqueue_reconciliation(&mut tx, id, "unknown_outcome", &job.correlation_id, DbTime::now()).await?;
-        }
-        _ => {}
+    if let Some((reason, run_at)) = decision.follow_up {
+        enqueue_reconciliation(&mut tx, id, reason, &job.correlation_id, run_at).await?;
     }
-    match &next {
+    match &decision.next {
         Next::DeadLetter(failure) => ctx.dead_letter(tx, failure).await,
         // Its fenced finish held (checked above).
         Next::Finish(how) => ctx.commit_if_finished(tx, true, how).await.map(drop),
+    }
+}
+
+/// Sends `withdrawal` to the provider as attempt `attempt_no` under the breaker's `permit`, and
+/// records the outcome with the breaker and the metrics.
+pub(super) async fn call(
+    ctx: &JobContext,
+    withdrawal: &Withdrawal,
+    permit: crate::provider::breaker::Permit,
+    attempt_no: i64,
+) -> SubmitOutcome {
+    let request = transfer_request(withdrawal);
+    let started = std::time::Instant::now();
+    let outcome = ctx.gateway().provider.submit(&withdrawal.id.to_string(), &ctx.job.correlation_id, &request).await;
+    ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
+    crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
+    tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
+    outcome
+}
+
+/// What the provider's answer to one attempt decides: the attempt row's outcome, how the job
+/// ends, the move it causes (with the answer as its evidence), and a reconciliation to follow.
+pub(super) struct Decision<'a> {
+    pub record: AttemptOutcome<'a>,
+    pub next: Next<'a>,
+    /// The move out of `processing`: to, reason, failure code.
+    settled: Option<(WithdrawalStatus, &'static str, Option<String>)>,
+    evidence: Option<serde_json::Value>,
+    /// A reconciliation to enqueue in the same transaction: its reason and when it runs.
+    pub follow_up: Option<(&'static str, DbTime)>,
+}
+
+impl<'a> Decision<'a> {
+    pub fn of(
+        ctx: &JobContext,
+        outcome: &'a SubmitOutcome,
+        withdrawal: &Withdrawal,
+        attempts_made: i64,
+        first_attempt_at: DbTime,
+    ) -> Self {
+        // Every transfer the provider shows is checked against the withdrawal before it settles
+        // anything: a mismatch is never completed (SPEC §4).
+        let verdict = match outcome {
+            SubmitOutcome::Accepted { transfer, .. } => Some(Verdict::of_transfer(withdrawal, transfer)),
+            _ => None,
+        };
+        let (record, next) = decide(ctx, outcome, verdict.as_ref(), withdrawal, attempts_made, first_attempt_at);
+        // A provider that settled the transfer settles the withdrawal.
+        let settled = match &verdict {
+            Some(Verdict::Paid(_) | Verdict::Returned(_)) => {
+                Some((WithdrawalStatus::Completed, "provider confirmed paid", None))
+            }
+            Some(Verdict::Failed(t)) => Some((
+                WithdrawalStatus::Failed,
+                "provider reported failed",
+                Some(t.failure_code.clone().unwrap_or_else(|| "provider_failed".to_owned())),
+            )),
+            _ => None,
+        };
+        // The provider's answer is the evidence of the move it causes.
+        let evidence = verdict.as_ref().map(|v| v.evidence_from("provider_create", withdrawal, chrono::Utc::now()));
+        let follow_up = match (outcome, &verdict) {
+            (_, Some(Verdict::Pending(_))) => Some((
+                "pending_transfer",
+                DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default()),
+            )),
+            (SubmitOutcome::Unknown(_), _) => Some(("unknown_outcome", DbTime::now())),
+            _ => None,
+        };
+        Decision { record, next, settled, evidence, follow_up }
+    }
+
+    /// The guarded move out of `processing` the answer causes, if any, made by `actor`.
+    pub fn settle<'b>(
+        &'b self,
+        id: crate::domain::WithdrawalId,
+        actor: &'b Actor,
+        correlation_id: &'b str,
+    ) -> Option<TransitionRequest<'b>> {
+        self.settled.as_ref().map(|(to, reason, failure_code)| TransitionRequest {
+            id,
+            from: WithdrawalStatus::Processing,
+            to: *to,
+            expected_version: None,
+            actor,
+            reason,
+            correlation_id,
+            failure_code: failure_code.as_deref(),
+            evidence: self.evidence.as_ref(),
+        })
     }
 }
 
@@ -240,7 +286,7 @@ fn outcome_class(outcome: &SubmitOutcome) -> &'static str {
 }
 
 /// How this run ends: the job finishes (succeeds or is rescheduled), or it is dead-lettered.
-enum Next<'a> {
+pub(super) enum Next<'a> {
     Finish(Finish<'a>),
     DeadLetter(Failure),
 }

@@ -20,8 +20,8 @@ use tracing::Instrument;
 
 use super::retry::RetryPolicy;
 use super::{
-    enqueue_reconciliation, reconcile, submit, ImportSettlement, ReconcilePayout, SubmitPayout, IMPORT_SETTLEMENT,
-    PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
+    enqueue_reconciliation, payout_batch, reconcile, submit, ImportSettlement, ReconcilePayout, SubmitPayout,
+    IMPORT_SETTLEMENT, PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
 };
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobId, LeaseToken, WithdrawalId};
@@ -323,7 +323,25 @@ impl Worker {
             let lease = TimeDelta::from_std(self.config.lease)?;
             let jobs = job_store::claim(&self.db, queue, &self.config.worker_id, free as u32, lease).await?;
             any |= !jobs.is_empty();
+            // First payouts run as one batch (`payout_batch`); every other job alone.
+            let (mut batch, mut alone) = (Vec::new(), Vec::new());
             for job in jobs {
+                match payout_batch::batchable(&job) {
+                    Some(payload) => {
+                        batch.push(payout_batch::Submit { ctx: JobContext { job, worker: self.clone() }, payload })
+                    }
+                    None => alone.push(job),
+                }
+            }
+            if !batch.is_empty() {
+                let slots = permits.clone().acquire_many_owned(batch.len() as u32).await?;
+                let stop = stop.clone();
+                tracker.spawn(async move {
+                    payout_batch::run(batch, stop).await;
+                    drop(slots);
+                });
+            }
+            for job in alone {
                 let permit = permits.clone().acquire_owned().await?;
                 let ctx = JobContext { job, worker: self.clone() };
                 let stop = stop.clone();
@@ -374,15 +392,26 @@ impl Worker {
 }
 
 impl JobContext {
-    async fn run(self, stop: CancellationToken) {
-        let span = tracing::info_span!(
+    /// The span of this job's run: its id, kind, withdrawal, correlation id and attempt.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!(
             "job",
             job_id = %self.job.id,
             kind = %self.job.kind,
             withdrawal_id = %self.job.withdrawal_id.map(|w| w.to_string()).unwrap_or_default(),
             correlation_id = %self.job.correlation_id,
             attempt = self.job.attempts + 1,
-        );
+        )
+    }
+
+    pub(super) fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
+    /// Runs the job alone: its handler under a heartbeat, with the runner's handling of errors,
+    /// panics and shutdown.
+    pub(super) async fn run(self, stop: CancellationToken) {
+        let span = self.span();
         async move {
             let heartbeat = CancellationToken::new();
             tokio::spawn(heartbeat_loop(self.worker.clone(), self.job.id, self.job.lease_token, heartbeat.clone()));
@@ -567,7 +596,7 @@ fn capture_panic_backtraces() {
     });
 }
 
-async fn heartbeat_loop(worker: Worker, job: JobId, token: LeaseToken, stop: CancellationToken) {
+pub(super) async fn heartbeat_loop(worker: Worker, job: JobId, token: LeaseToken, stop: CancellationToken) {
     if worker.config.heartbeat.is_zero() {
         return;
     }

@@ -370,41 +370,53 @@ async fn leave_open_set(tx: &mut Tx, dead_letter: DeadLetterId) -> Result<()> {
     Ok(())
 }
 
-/// Closes every open dead letter of a withdrawal that just reached a final state (`completed` or
-/// `failed`): its failure is settled, so it leaves the triage queue. The envelope stays; the
-/// `closed` event says who settled it and how. Called by the guarded transition, in its transaction.
-/// Letters close in (category, error_code) order, so two transactions settling letters of several
-/// groups lock the groups' counter rows in the same order.
-pub async fn close_settled(
-    tx: &mut Tx,
-    withdrawal: WithdrawalId,
-    actor: &str,
-    reason: &str,
-    status: WithdrawalStatus,
-) -> Result<u64> {
-    let open: Vec<DeadLetterId> = with_conn!(tx, |conn| {
-        sqlx::query_scalar::<_, DeadLetterId>(
-            "SELECT d.id FROM dead_letters d WHERE d.withdrawal_id = $1
-               AND NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
-             ORDER BY d.category, d.error_code, d.id",
-        )
-        .bind(withdrawal)
-        .fetch_all(&mut *conn)
-        .await?
-    });
-    for id in &open {
-        let event = Event {
-            id: DeadLetterEventId::new(),
-            dead_letter_id: *id,
-            action: "closed".to_owned(),
-            actor: actor.to_owned(),
-            reason: format!("withdrawal {status}: {reason}"),
-            details: Some(Json(serde_json::json!({"settled_by_transition": status}))),
-            at: DbTime::now(),
-        };
-        add_event(tx, &event).await?;
+/// A withdrawal that just settled, whose open dead letters close with it.
+#[derive(Debug, Clone)]
+pub struct Settled<'a> {
+    pub withdrawal: WithdrawalId,
+    pub actor: String,
+    pub reason: &'a str,
+    pub status: WithdrawalStatus,
+}
+
+/// Closes every open dead letter of withdrawals that just reached a final state (`completed` or
+/// `failed`): their failure is settled, so they leave the triage queue. The envelope stays; the
+/// `closed` event says who settled it and how. Called by the guarded transitions, in their
+/// transaction; the letters are found in one query per 500 withdrawals. Letters close in
+/// (category, error_code) order, so two transactions settling letters of several groups lock the
+/// groups' counter rows in the same order. Returns how many closed.
+pub async fn close_settled(tx: &mut Tx, settled: &[Settled<'_>]) -> Result<u64> {
+    let mut closed = 0;
+    for chunk in settled.chunks(500) {
+        let open: Vec<(DeadLetterId, WithdrawalId)> = with_conn!(tx, |conn| {
+            let mut query = QueryBuilder::new(
+                "SELECT d.id, d.withdrawal_id FROM dead_letters d
+                 WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+                   AND d.withdrawal_id IN (",
+            );
+            let mut list = query.separated(", ");
+            for s in chunk {
+                list.push_bind(s.withdrawal);
+            }
+            query.push(") ORDER BY d.category, d.error_code, d.id");
+            query.build_query_as().fetch_all(&mut *conn).await?
+        });
+        for (id, withdrawal) in open {
+            let Some(s) = chunk.iter().find(|s| s.withdrawal == withdrawal) else { continue };
+            let event = Event {
+                id: DeadLetterEventId::new(),
+                dead_letter_id: id,
+                action: "closed".to_owned(),
+                actor: s.actor.clone(),
+                reason: format!("withdrawal {}: {}", s.status, s.reason),
+                details: Some(Json(serde_json::json!({"settled_by_transition": s.status}))),
+                at: DbTime::now(),
+            };
+            add_event(tx, &event).await?;
+            closed += 1;
+        }
     }
-    Ok(open.len() as u64)
+    Ok(closed)
 }
 
 /// A dead letter as a replay selection sees it: the envelope, and — read in the same query —

@@ -205,6 +205,16 @@ pub struct LastAttempt {
     pub finished: bool,
 }
 
+/// A withdrawal with its latest provider attempt, before the caller's `WHERE`.
+fn with_last_attempt() -> String {
+    const LATEST: &str = "FROM provider_attempts a WHERE a.withdrawal_id = w.id ORDER BY a.attempt_no DESC LIMIT 1";
+    format!(
+        "SELECT {COLUMNS}, (SELECT a.attempt_no {LATEST}) AS last_attempt_no,
+                (SELECT a.outcome IS NOT NULL {LATEST}) AS last_attempt_finished
+         FROM withdrawals w"
+    )
+}
+
 #[derive(Debug, sqlx::FromRow)]
 struct WithLastAttemptRow {
     #[sqlx(flatten)]
@@ -216,23 +226,47 @@ struct WithLastAttemptRow {
 /// [`get_in_tx`] with the withdrawal's latest provider attempt, in one query (the payout
 /// handler's first read).
 pub async fn get_with_last_attempt(tx: &mut Tx, id: WithdrawalId) -> Result<Option<(Withdrawal, Option<LastAttempt>)>> {
-    const LATEST: &str = "FROM provider_attempts a WHERE a.withdrawal_id = w.id ORDER BY a.attempt_no DESC LIMIT 1";
     let row: Option<WithLastAttemptRow> = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!(
-            "SELECT {COLUMNS}, (SELECT a.attempt_no {LATEST}) AS last_attempt_no,
-                    (SELECT a.outcome IS NOT NULL {LATEST}) AS last_attempt_finished
-             FROM withdrawals w WHERE w.id = $1"
-        ))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await?
+        sqlx::query_as(&format!("{} WHERE w.id = $1", with_last_attempt()))
+            .bind(id.0)
+            .fetch_optional(&mut *conn)
+            .await?
     });
-    let Some(row) = row else { return Ok(None) };
-    let last = match (row.last_attempt_no, row.last_attempt_finished) {
-        (Some(attempt_no), Some(finished)) => Some(LastAttempt { attempt_no, finished }),
-        _ => None,
-    };
-    Ok(Some((Withdrawal::try_from(row.withdrawal)?, last)))
+    row.map(WithLastAttemptRow::parse).transpose()
+}
+
+/// [`get_with_last_attempt`] for many withdrawals in one query (a claimed batch's first read),
+/// in no particular order; absent ids are simply missing.
+pub async fn get_many_with_last_attempt(
+    tx: &mut Tx,
+    ids: &[WithdrawalId],
+) -> Result<Vec<(Withdrawal, Option<LastAttempt>)>> {
+    let mut found = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(IDS_PER_QUERY) {
+        let rows: Vec<WithLastAttemptRow> = with_conn!(tx, |conn| {
+            let mut query = sqlx::QueryBuilder::new(format!("{} WHERE w.id IN (", with_last_attempt()));
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(id.0);
+            }
+            query.push(")");
+            query.build_query_as::<WithLastAttemptRow>().fetch_all(&mut *conn).await?
+        });
+        for row in rows {
+            found.push(row.parse()?);
+        }
+    }
+    Ok(found)
+}
+
+impl WithLastAttemptRow {
+    fn parse(self) -> Result<(Withdrawal, Option<LastAttempt>)> {
+        let last = match (self.last_attempt_no, self.last_attempt_finished) {
+            (Some(attempt_no), Some(finished)) => Some(LastAttempt { attempt_no, finished }),
+            _ => None,
+        };
+        Ok((Withdrawal::try_from(self.withdrawal)?, last))
+    }
 }
 
 /// Position in a newest-first listing: the last item's creation time and id.
@@ -379,17 +413,43 @@ impl KnownTransition {
         req: &TransitionRequest<'_>,
         also: Writes,
     ) -> Result<bool> {
-        if !counts.applied(self.guarded) {
-            stale(req);
+        let mut writes = Writes::new();
+        if !self.settle_in(&mut writes, counts, withdrawal, req) {
             return Ok(false);
         }
-        let mut writes = Writes::new();
-        effect_in(&mut writes, withdrawal, req, self.effect);
         writes.append(also);
         writes.run(tx).await?;
         applied(tx, req).await?;
         Ok(true)
     }
+
+    /// [`KnownTransition::settle`] for a batch of moves: false if someone moved the withdrawal
+    /// first (nothing is added); otherwise adds the transition row and the ledger entries of its
+    /// effect to `writes` and is true. The caller runs `writes` — whose writes must touch each
+    /// balance row once ([`Balance`]) — then [`applied_many`] for the moves that applied.
+    pub fn settle_in(
+        &self,
+        writes: &mut Writes,
+        counts: &Ran,
+        withdrawal: &Withdrawal,
+        req: &TransitionRequest<'_>,
+    ) -> bool {
+        if !counts.applied(self.guarded) {
+            stale(req);
+            return false;
+        }
+        effect_in(writes, withdrawal, req, self.effect);
+        true
+    }
+}
+
+/// The balance row a move's ledger effect writes: a batch of settles touches each at most once
+/// (a statement applies only one of two updates of a row).
+pub type Balance = (AccountId, crate::domain::Currency);
+
+/// The balance row `w`'s ledger effects write.
+pub fn balance_of(w: &Withdrawal) -> Balance {
+    (w.account_id, w.amount.currency())
 }
 
 /// The transition row and, for a move with a ledger effect, the balance change and its entry.
@@ -410,13 +470,27 @@ fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionReque
 /// still waits on it once it leaves review, and, once settled, closing the withdrawal's open dead
 /// letters. (Its metric is the caller's, once the transaction has committed.)
 async fn applied(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<()> {
-    if req.from == WithdrawalStatus::RequiresReview {
+    applied_many(tx, &[req]).await
+}
+
+/// [`applied`] for a batch of moves that applied: the settled withdrawals' open dead letters are
+/// found in one query.
+pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Result<()> {
+    for req in reqs.iter().filter(|r| r.from == WithdrawalStatus::RequiresReview) {
         let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
         super::review_decisions::supersede(tx, req.id, &why).await?;
     }
-    if matches!(req.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed) {
-        super::dead_letters::close_settled(tx, req.id, &req.actor.to_string(), req.reason, req.to).await?;
-    }
+    let settled: Vec<_> = reqs
+        .iter()
+        .filter(|r| matches!(r.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed))
+        .map(|r| super::dead_letters::Settled {
+            withdrawal: r.id,
+            actor: r.actor.to_string(),
+            reason: r.reason,
+            status: r.to,
+        })
+        .collect();
+    super::dead_letters::close_settled(tx, &settled).await?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ both_backends!(
     the_same_job_delivered_twice_executes_the_transfer_once,
     a_timeout_after_the_provider_committed_is_reconciled_to_completed,
     a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_funds_held,
+    a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_the_others_complete,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -377,5 +378,80 @@ async fn a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_
     assert_eq!(letter.idempotency_key.as_deref(), Some(id.to_string().as_str()));
     let payload = letter.payload.as_ref().unwrap();
     assert_eq!(payload.0["withdrawal_id"], id.to_string());
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_the_others_complete(app: TestApp) {
+    let provider = provider_mock(5_000).await;
+    // Every create waits, so one withdrawal can be moved while the batch's calls are in flight.
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Latency { ms: 1_500 })],
+    });
+    let alice = app.customer("100.00").await;
+    let mut ids = Vec::new();
+    for key in ["b1", "b2", "b3"] {
+        ids.push(app.create_withdrawal(&alice, key, "10.00").await);
+    }
+    // One claim takes all three (created before the worker starts): one batch.
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
+    for id in &ids {
+        app.wait_for_status(*id, WithdrawalStatus::Processing, WAIT).await;
+    }
+    app.eventually("the batch's three calls to reach the provider", WAIT, || async {
+        ids.iter().all(|id| !create_requests(&provider.mock, *id).is_empty()).then_some(())
+    })
+    .await;
+
+    // Reconciliation settles the middle one meanwhile.
+    let stale = ids[1];
+    let mut tx = app.db.begin().await.unwrap();
+    let reconciled = TransitionRequest {
+        id: stale,
+        from: WithdrawalStatus::Processing,
+        to: WithdrawalStatus::Completed,
+        expected_version: None,
+        actor: &Actor::Reconciliation,
+        reason: "reconciliation: provider confirmed paid",
+        correlation_id: "reconcile-test",
+        failure_code: None,
+        evidence: None,
+    };
+    assert!(matches!(store::transition(&mut tx, &reconciled).await.unwrap(), TransitionOutcome::Applied(_)));
+    tx.commit().await.unwrap();
+
+    // The batch's answers arrive: the others complete by the worker, in the same batch.
+    for id in [ids[0], ids[2]] {
+        let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+        assert_eq!(done.version, 3, "pending → processing → completed");
+        let last = store::transitions(&app.db, id).await.unwrap().pop().unwrap();
+        assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "worker:w1"));
+    }
+    app.eventually("the stale row's job to finish", WAIT, || async {
+        let jobs = job_store::jobs_for_withdrawal(&app.db, stale).await.unwrap();
+        (jobs.len() == 1 && jobs[0].status == "succeeded").then_some(())
+    })
+    .await;
+
+    // The stale row wrote its own records (the attempt's outcome, the job's finish) and nothing
+    // else: no second move, no second settle.
+    let current = store::get(&app.db, None, stale).await.unwrap().unwrap();
+    assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3));
+    let moves: Vec<_> = store::transitions(&app.db, stale)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.to_status, t.actor))
+        .filter(|(to, _)| to == "completed")
+        .collect();
+    assert_eq!(moves, vec![("completed".to_owned(), "reconciliation".to_owned())]);
+    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, stale).await.unwrap();
+    assert_eq!(entries.iter().filter(|e| e.kind == "settle").count(), 1, "settled once: {entries:?}");
+    let recorded = attempts::for_withdrawal(&app.db, stale).await.unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"), "the late worker still records its own attempt");
+    assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
+    for id in &ids {
+        assert_eq!(executions_for(&provider.mock, *id), 1);
+    }
     app.assert_ledger_invariant().await;
 }

@@ -1,0 +1,313 @@
+//! A claimed batch of first payouts as one unit of database work (SPEC §4, §5).
+//!
+//! The worker hands the `submit_payout` jobs of each claim here, and the batch runs in three
+//! steps instead of three transactions per withdrawal:
+//!
+//! 1. **Before the calls, one transaction.** The withdrawals and their last attempts in one read;
+//!    then the lease checks of the whole batch; then the guarded `pending → processing` moves of
+//!    the rows whose lease held; then, for the rows whose move applied, their transition rows and
+//!    write-ahead attempt rows (side effect unknown). Each of these is one statement on PostgreSQL
+//!    ([`Writes`]); each row's guard result decides what else is written for it.
+//! 2. **The provider calls**, concurrently, each through the breaker.
+//! 3. **After them, one fenced transaction.** The finishes of the whole batch (each fenced by its
+//!    lease); then the attempt outcomes and guarded moves of the rows whose lease held; then the
+//!    transition rows and ledger entries of the moves that applied (each balance row once per
+//!    statement, in a fixed order); then, row by row and only where the answer asks for it, a
+//!    reconciliation to follow or a dead letter — in the same transaction.
+//!
+//! A stale row — moved by reconciliation or an operator while its call was in flight — writes
+//! nothing but its own attempt outcome and job finish, and the batch's other rows are unaffected.
+//!
+//! Anything unusual goes to the one-job path ([`super::submit::handle`]), which decides from the
+//! database again: a withdrawal that is not `pending`, has an earlier attempt, is on the other side
+//! of the sandbox, or meets an open breaker. A batch that fails (the database is down) or panics
+//! falls back the same way. That is always safe: every write is fenced by the job's lease, and an
+//! attempt committed without an outcome sends the one-job path to reconciliation, never to a
+//! second call.
+
+use std::collections::{HashMap, HashSet};
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::submit::{self, Decision, Next};
+use super::worker::JobContext;
+use super::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
+use crate::dead_letter::{self, Category};
+use crate::domain::{Actor, AttemptId, Withdrawal, WithdrawalStatus};
+use crate::provider::breaker::Permit;
+use crate::storage::attempts;
+use crate::storage::batch::{Writes, Written};
+use crate::storage::jobs::{ClaimedJob, Finish};
+use crate::storage::withdrawals::{self as store, Balance, TransitionRequest};
+use crate::storage::DbTime;
+
+/// A claimed submit job whose payload decoded.
+pub struct Submit {
+    pub ctx: JobContext,
+    pub payload: SubmitPayout,
+}
+
+/// The payload of a job the batch can take: a `submit_payout` at the current version whose
+/// payload decodes and names its withdrawal as the operation key. Any other job runs alone (and a
+/// bad payload is dead-lettered there as poison).
+pub fn batchable(job: &ClaimedJob) -> Option<SubmitPayout> {
+    if job.kind != SUBMIT_PAYOUT || job.payload_version != SubmitPayout::VERSION {
+        return None;
+    }
+    serde_json::from_slice::<SubmitPayout>(&job.payload)
+        .ok()
+        .filter(|p| p.operation_key == p.withdrawal_id.to_string() && job.withdrawal_id == Some(p.withdrawal_id))
+}
+
+/// Runs a claimed batch; the jobs it leaves to the one-job path run there, concurrently, before
+/// this returns. On `stop` every job still held is handed back.
+pub async fn run(batch: Vec<Submit>, stop: CancellationToken) {
+    let beats = CancellationToken::new();
+    for s in &batch {
+        tokio::spawn(super::worker::heartbeat_loop(
+            s.ctx.worker().clone(),
+            s.ctx.job.id,
+            s.ctx.job.lease_token,
+            beats.clone(),
+        ));
+    }
+    let outcome = tokio::select! {
+        outcome = std::panic::AssertUnwindSafe(pipeline(&batch)).catch_unwind() => Some(outcome),
+        _ = stop.cancelled() => None,
+    };
+    beats.cancel();
+    let alone: HashSet<usize> = match outcome {
+        Some(Ok(Ok(alone))) => alone,
+        Some(Ok(Err(err))) => {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                jobs = batch.len(),
+                "payout batch failed; its jobs run one by one"
+            );
+            (0..batch.len()).collect()
+        }
+        Some(Err(_panic)) => {
+            tracing::error!(jobs = batch.len(), "payout batch panicked; its jobs run one by one");
+            (0..batch.len()).collect()
+        }
+        None => {
+            // Shutting down: hand every job back (a finished one's fenced release changes nothing).
+            for s in &batch {
+                if let Err(err) = s.ctx.finish_in_own_tx(&Finish::Release).await {
+                    tracing::warn!(error = format!("{err:#}"), job_id = %s.ctx.job.id, "could not release the job");
+                }
+            }
+            return;
+        }
+    };
+    let runs = batch.into_iter().enumerate().filter(|(i, _)| alone.contains(i)).map(|(_, s)| s.ctx.run(stop.clone()));
+    futures::future::join_all(runs).await;
+}
+
+/// A row that will be called: its withdrawal, breaker permit and write-ahead attempt.
+struct Call {
+    row: usize,
+    withdrawal: Withdrawal,
+    permit: Permit,
+    attempt: AttemptId,
+}
+
+/// The batch's three steps; returns the rows left to the one-job path.
+async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
+    let Some(first) = batch.first() else { return Ok(HashSet::new()) };
+    let (db, actor) = (first.ctx.db(), Actor::Worker(first.ctx.worker_id().to_owned()));
+    let (calls, alone) = before_calls(batch, &actor).await?;
+    let first_attempt_at = DbTime::now();
+
+    let answers = futures::future::join_all(calls.into_iter().map(|call| {
+        let ctx = &batch[call.row].ctx;
+        async move {
+            let outcome = submit::call(ctx, &call.withdrawal, call.permit, 1).await;
+            (call.row, call.withdrawal, call.attempt, outcome)
+        }
+        .instrument(ctx.span())
+    }))
+    .await;
+
+    // After the calls: one fenced transaction.
+    let decisions: Vec<(usize, &Withdrawal, AttemptId, Decision)> = answers
+        .iter()
+        .map(|(row, w, attempt, outcome)| {
+            (*row, w, *attempt, Decision::of(&batch[*row].ctx, outcome, w, 1, first_attempt_at))
+        })
+        .collect();
+    let mut tx = db.begin().await?;
+    // The finishes first: a row whose lease was lost writes nothing else.
+    let mut writes = Writes::new();
+    let finishes: Vec<Written> =
+        decisions.iter().map(|(row, _, _, d)| batch[*row].ctx.finish_in(&mut writes, &finish_of(&d.next))).collect();
+    let ran = writes.run(&mut tx).await?;
+    let held: Vec<_> = decisions
+        .iter()
+        .zip(finishes)
+        .filter(|(_, finished)| {
+            let held = ran.applied(*finished);
+            if !held {
+                tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's outcome was not written");
+            }
+            held
+        })
+        .map(|(decision, _)| decision)
+        .collect();
+    // The attempt outcomes and the guarded moves out of `processing`.
+    let settles: Vec<Option<TransitionRequest>> =
+        held.iter().map(|(row, w, _, d)| d.settle(w.id, &actor, &batch[*row].ctx.job.correlation_id)).collect();
+    let mut writes = Writes::new();
+    let mut guards = Vec::with_capacity(held.len());
+    for ((_, _, attempt, d), settle) in held.iter().zip(&settles) {
+        attempts::record_outcome_in(&mut writes, *attempt, &d.record);
+        guards.push(settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?);
+    }
+    let ran = writes.run(&mut tx).await?;
+    // The transition rows and ledger entries of the moves that applied, each balance row once
+    // per statement and in one order (two batches cannot wait on each other's balances).
+    let mut moves: Vec<_> = held
+        .iter()
+        .zip(&settles)
+        .zip(&guards)
+        .filter_map(|(((_, w, _, _), settle), guard)| Some((*w, settle.as_ref()?, (*guard)?)))
+        .collect();
+    moves.sort_by_key(|(w, _, _)| (w.account_id.0, w.amount.currency().code()));
+    let mut rounds: Vec<(Writes, HashSet<Balance>)> = Vec::new();
+    let mut applied = Vec::with_capacity(moves.len());
+    for (w, req, guard) in moves {
+        let balance = store::balance_of(w);
+        let round = match rounds.iter().position(|(_, used)| !used.contains(&balance)) {
+            Some(i) => i,
+            None => {
+                rounds.push((Writes::new(), HashSet::new()));
+                rounds.len() - 1
+            }
+        };
+        if guard.settle_in(&mut rounds[round].0, &ran, w, req) {
+            rounds[round].1.insert(balance);
+            applied.push(req);
+        }
+    }
+    for (writes, _) in &rounds {
+        writes.run(&mut tx).await?;
+    }
+    store::applied_many(&mut tx, &applied).await?;
+    for req in &applied {
+        crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
+    }
+    // What only some answers ask for, row by row: a reconciliation to follow, a dead letter.
+    for (row, w, _, d) in &held {
+        let ctx = &batch[*row].ctx;
+        if let Some((reason, run_at)) = d.follow_up {
+            enqueue_reconciliation(&mut tx, w.id, reason, &ctx.job.correlation_id, run_at).await?;
+        }
+        if let Next::DeadLetter(failure) = &d.next {
+            dead_letter::bury(&mut tx, &ctx.job, failure, ctx.worker_id()).await?;
+        }
+    }
+    tx.commit().await?;
+
+    for (row, _, _, d) in &held {
+        let job = &batch[*row].ctx.job;
+        crate::metrics::job_attempt(&job.queue, &job.kind);
+        match &d.next {
+            Next::Finish(Finish::Reschedule { consumed_attempt: true, .. }) => {
+                crate::metrics::job_retry(&job.queue, &job.kind)
+            }
+            Next::DeadLetter(failure) if failure.category == Category::RetriesExhausted => {
+                crate::metrics::job_retries_exhausted(&job.queue, &job.kind)
+            }
+            _ => {}
+        }
+    }
+    Ok(alone)
+}
+
+/// Step 1: the read, the lease checks, the guarded moves and the write-ahead attempts, in one
+/// transaction. Returns the rows to call and the rows left to the one-job path.
+async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Call>, HashSet<usize>)> {
+    let db = batch[0].ctx.db();
+    let mut tx = db.begin().await?;
+    let ids: Vec<_> = batch.iter().map(|s| s.payload.withdrawal_id).collect();
+    let mut found: HashMap<_, _> = store::get_many_with_last_attempt(&mut tx, &ids)
+        .await?
+        .into_iter()
+        .map(|(w, last)| (w.id, (w, last)))
+        .collect();
+    let mut alone = HashSet::new();
+    let mut writes = Writes::new();
+    let mut leased = Vec::new();
+    for (row, s) in batch.iter().enumerate() {
+        let first_payout = match found.remove(&s.payload.withdrawal_id) {
+            Some((w, None)) if w.status == WithdrawalStatus::Pending && w.sandbox == s.ctx.config().sandbox => Some(w),
+            _ => None,
+        };
+        // The breaker is asked last, so a permit is taken only for a call the batch will make.
+        match first_payout.map(|w| (w, s.ctx.gateway().breaker.try_acquire())) {
+            Some((w, Ok(permit))) => leased.push((row, w, permit, s.ctx.lease_for_attempt_in(&mut writes))),
+            _ => {
+                alone.insert(row);
+            }
+        }
+    }
+    let ran = writes.run(&mut tx).await?;
+    // A lost lease: another worker holds the job now; nothing is sent or written for it here.
+    leased.retain(|(row, _, _, lease)| batch[*row].ctx.leased_for_attempt(ran.applied(*lease)));
+
+    let claims: Vec<TransitionRequest> = leased
+        .iter()
+        .map(|(row, w, _, _)| TransitionRequest {
+            id: w.id,
+            from: WithdrawalStatus::Pending,
+            to: WithdrawalStatus::Processing,
+            expected_version: None,
+            actor,
+            reason: "worker claimed the submit job",
+            correlation_id: &batch[*row].ctx.job.correlation_id,
+            failure_code: None,
+            evidence: None,
+        })
+        .collect();
+    let mut writes = Writes::new();
+    let guards =
+        claims.iter().map(|req| store::transition_known_in(&mut writes, req)).collect::<Result<Vec<_>, _>>()?;
+    let ran = writes.run(&mut tx).await?;
+
+    let mut writes = Writes::new();
+    let (mut calls, mut moved) = (Vec::new(), Vec::new());
+    for (((row, withdrawal, permit, _), req), guard) in leased.into_iter().zip(&claims).zip(&guards) {
+        let ctx = &batch[row].ctx;
+        if guard.settle_in(&mut writes, &ran, &withdrawal, req) {
+            let attempt =
+                attempts::start_in(&mut writes, withdrawal.id, ctx.job.id, 1, ctx.worker_id(), &ctx.job.correlation_id);
+            moved.push(req);
+            calls.push(Call { row, withdrawal, permit, attempt });
+        } else {
+            // Cancelled or claimed in between: the next run sees the new state.
+            let how = Finish::Reschedule {
+                run_at: DbTime::now(),
+                consumed_attempt: false,
+                error: "withdrawal moved while claiming",
+            };
+            ctx.finish_in(&mut writes, &how);
+        }
+    }
+    writes.run(&mut tx).await?;
+    store::applied_many(&mut tx, &moved).await?;
+    for req in &moved {
+        crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
+    }
+    tx.commit().await?;
+    Ok((calls, alone))
+}
+
+/// The job finish a decision ends in (a dead letter's finish is `dead`; its envelope follows).
+fn finish_of<'a>(next: &'a Next<'a>) -> Finish<'a> {
+    match next {
+        Next::Finish(how) => how.clone(),
+        Next::DeadLetter(failure) => Finish::Dead { error: &failure.error_code },
+    }
+}
