@@ -179,6 +179,9 @@ pub struct ServeArgs {
     /// How long idempotency keys are remembered, in hours (at least 24 is recommended).
     #[arg(long, env = "IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
     pub idempotency_retention_hours: i64,
+    /// Succeeded jobs are pruned this many days after they finished (SPEC §5).
+    #[arg(long, env = "JOB_RETENTION_DAYS", default_value_t = 7)]
+    pub job_retention_days: i64,
     /// Largest accepted request body in bytes.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
     pub max_body_bytes: usize,
@@ -426,6 +429,7 @@ impl ServeArgs {
         let limits = AmountLimits::parse(&self.limits, self.default_max).map_err(anyhow::Error::msg)?;
         let mut config = AppConfig { limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
         config.idempotency.retention = chrono::TimeDelta::hours(self.idempotency_retention_hours.max(1));
+        config.job_retention = chrono::TimeDelta::days(self.job_retention_days.max(1));
         config.replay.approval_threshold = self.replay_approval_threshold.max(1);
         config.console.session_ttl = chrono::TimeDelta::hours(self.console_session_hours.clamp(1, 24 * 7));
         config.console.secure_cookie = self.console_secure_cookie;

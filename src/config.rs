@@ -55,6 +55,8 @@ pub struct AppConfig {
     pub sandbox: bool,
     /// Settlement reconciliation (SPEC §14).
     pub settlement: SettlementSettings,
+    /// Succeeded jobs are pruned this long after they finished (`JOB_RETENTION_DAYS`, SPEC §5).
+    pub job_retention: TimeDelta,
 }
 
 /// Settlement reconciliation: the grace days before a completed withdrawal no report shows paid
@@ -127,6 +129,7 @@ impl Default for AppConfig {
             review: ReviewSettings::default(),
             sandbox: false,
             settlement: SettlementSettings::default(),
+            job_retention: TimeDelta::days(7),
         }
     }
 }

@@ -313,7 +313,7 @@ impl Application {
             tasks.spawn(async move { http::serve_metrics(listener, &limits, stop).await });
         }
         if let Some(Api { listener, state, metrics }) = api {
-            tasks.spawn(purge_expired_records(db.clone(), shutdown.clone()));
+            tasks.spawn(purge_expired_records(db.clone(), state.config().job_retention, shutdown.clone()));
             tasks.spawn(crate::metrics::refresh_loop(db.clone(), Duration::from_secs(15), shutdown.clone()));
             serve_with(listener, state, &server, &metrics, shutdown.clone()).await?;
         } else {
@@ -348,15 +348,16 @@ pub async fn run_provider_mock(port: u16, seed: u64, api_key: Option<String>) ->
     Ok(())
 }
 
-/// Idempotency records deleted per purge transaction.
+/// Idempotency records (and succeeded jobs) deleted per purge transaction.
 const PURGE_BATCH: i64 = 1_000;
 
 /// Console sessions are kept this long after they expire, then deleted.
 const CONSOLE_SESSION_KEEP_DAYS: i64 = 30;
 
-/// Every ten minutes: forgets idempotency records past their retention, and console sessions
-/// that expired more than [`CONSOLE_SESSION_KEEP_DAYS`] ago.
-async fn purge_expired_records(db: Db, shutdown: CancellationToken) {
+/// Every ten minutes: forgets idempotency records past their retention, jobs that succeeded more
+/// than `job_retention` ago, and console sessions that expired more than
+/// [`CONSOLE_SESSION_KEEP_DAYS`] ago — each in small batches.
+async fn purge_expired_records(db: Db, job_retention: chrono::TimeDelta, shutdown: CancellationToken) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
         tokio::select! {
@@ -366,6 +367,12 @@ async fn purge_expired_records(db: Db, shutdown: CancellationToken) {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(purged = n, "expired idempotency records removed"),
                     Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "idempotency purge failed"),
+                }
+                let before = crate::storage::DbTime::now().plus(-job_retention);
+                match crate::storage::jobs::prune_succeeded(&db, before, PURGE_BATCH).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(pruned = n, "succeeded jobs past their retention removed"),
+                    Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "job pruning failed"),
                 }
                 let before = crate::storage::DbTime::now().plus(chrono::TimeDelta::days(-CONSOLE_SESSION_KEEP_DAYS));
                 match crate::storage::sessions::purge_expired(&db, before).await {

@@ -477,3 +477,61 @@ pub async fn job_row(db: &Db, job: JobId) -> Result<Option<JobRow>> {
         .await?
     }))
 }
+
+/// Deletes jobs that succeeded before `before` (SPEC §5 `JOB_RETENTION_DAYS`), `batch` at a
+/// time, each batch its own short transaction; returns how many. Every other job stays: running,
+/// scheduled, dead (its dead letter names it) and the daily settlement imports (their
+/// correlation id says which days were imported). The scan walks the primary key: job ids are
+/// UUIDv7, so a job that finished before `before` has an id below the first id of that
+/// millisecond, and no index on the finish time is needed (nor maintained on every finish).
+pub async fn prune_succeeded(db: &Db, before: DbTime, batch: i64) -> Result<u64> {
+    let below = Uuid::from_bytes(v7_floor(before));
+    let mut pruned = 0;
+    loop {
+        let mut tx = db.begin().await?;
+        let deleted = with_conn!(&mut tx, |conn| {
+            sqlx::query(
+                "DELETE FROM jobs WHERE id IN
+                   (SELECT id FROM jobs
+                    WHERE id < $1 AND status = 'succeeded' AND updated_at < $2 AND kind <> 'import_settlement'
+                      AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = jobs.id)
+                    ORDER BY id LIMIT $3)",
+            )
+            .bind(below)
+            .bind(before)
+            .bind(batch.max(1))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected()
+        });
+        tx.commit().await?;
+        pruned += deleted;
+        if deleted < batch.max(1) as u64 {
+            return Ok(pruned);
+        }
+    }
+}
+
+/// The smallest UUIDv7 of `at`'s millisecond: its 48-bit Unix time in milliseconds, then zeros.
+fn v7_floor(at: DbTime) -> [u8; 16] {
+    let millis = u64::try_from(at.0.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v7_floor_of_a_millisecond_is_below_its_ids_and_above_the_previous_ones() {
+        let id = JobId::new().0;
+        let ms = id.get_timestamp().unwrap().to_unix();
+        let at = chrono::DateTime::from_timestamp(ms.0 as i64, ms.1).unwrap();
+        let floor = Uuid::from_bytes(v7_floor(DbTime(at)));
+        assert!(floor <= id, "{floor} ≤ {id}");
+        let next = Uuid::from_bytes(v7_floor(DbTime(at + TimeDelta::milliseconds(1))));
+        assert!(id < next, "{id} < {next}");
+    }
+}

@@ -208,6 +208,12 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
     assert!(letters[0].error_message.contains(r#""amount":"40.00""#), "{}", letters[0].error_message);
     assert!(letters[0].error_message.contains(r#""amount":"41.00""#), "{}", letters[0].error_message);
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "never completed");
+    // The attempt records the mismatch the submit saw, in the run that saw it: no detour
+    // through reconciliation.
+    let recorded = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(recorded.iter().map(|a| a.outcome.as_deref()).collect::<Vec<_>>(), vec![Some("mismatch")]);
+    let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    assert_eq!(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>(), vec!["submit_payout"], "{jobs:?}");
 
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;

@@ -20,6 +20,7 @@ both_backends!(
     a_batch_of_completions_commits_each_run_only_under_its_own_lease,
     a_worker_drives_effect_free_jobs_to_success_through_the_group_commit,
     writes_sent_together_report_their_own_counts_and_roll_back_together,
+    pruning_removes_only_jobs_that_succeeded_before_the_retention,
 );
 
 /// A queue no built-in worker claims from, so only the test's own claims and workers touch it.
@@ -166,4 +167,45 @@ async fn writes_sent_together_report_their_own_counts_and_roll_back_together(app
     tx.commit().await.unwrap();
     assert_eq!(begin(&keys[0]).await, Begin::Replay { status: 201, body: b"{\"n\":1}".to_vec() });
     assert_eq!(begin(&keys[1]).await, Begin::Replay { status: 201, body: b"{\"n\":2}".to_vec() });
+}
+
+async fn pruning_removes_only_jobs_that_succeeded_before_the_retention(app: TestApp) {
+    let ids = enqueue(&app, 5).await;
+    let mut runs = job_store::claim(&app.db, QUEUE, "worker-a", 4, TimeDelta::seconds(30)).await.unwrap();
+    assert_eq!(runs.len(), 4, "one job stays scheduled");
+    runs.sort_by_key(|r| r.id);
+    let finish = |run: &job_store::ClaimedJob, how: Finish<'static>| {
+        let (db, id, token) = (app.db.clone(), run.id, run.lease_token);
+        async move {
+            let mut tx = db.begin().await.unwrap();
+            assert!(job_store::finish(&mut tx, id, token, &how).await.unwrap());
+            tx.commit().await.unwrap();
+        }
+    };
+    // Old: one succeeded, one dead. Then the retention's edge; then one succeeds after it.
+    finish(&runs[0], Finish::Succeeded).await;
+    finish(&runs[1], Finish::Dead { error: "gave up" }).await;
+    let finished = DbTime::now().0.timestamp_millis();
+    while DbTime::now().0.timestamp_millis() <= finished {
+        tokio::task::yield_now().await; // the edge is a later millisecond than the old finishes
+    }
+    let before = DbTime::now();
+    finish(&runs[2], Finish::Succeeded).await;
+    // runs[3] is still running.
+
+    assert_eq!(job_store::prune_succeeded(&app.db, before, 1).await.unwrap(), 1);
+    let mut kept = Vec::new();
+    for id in &ids {
+        if let Some(row) = job_store::job_row(&app.db, *id).await.unwrap() {
+            kept.push((row.id, row.status.as_str().to_owned()));
+        }
+    }
+    kept.sort();
+    let mut expected: Vec<_> = ids.iter().filter(|id| **id != runs[0].id).copied().collect();
+    expected.sort();
+    assert_eq!(kept.iter().map(|(id, _)| *id).collect::<Vec<_>>(), expected, "only the old success is gone");
+    let statuses: HashSet<_> = kept.into_iter().map(|(_, status)| status).collect();
+    assert_eq!(statuses, HashSet::from(["dead", "succeeded", "running", "scheduled"].map(str::to_owned)));
+    // Pruning again finds nothing more.
+    assert_eq!(job_store::prune_succeeded(&app.db, before, 1).await.unwrap(), 0);
 }
