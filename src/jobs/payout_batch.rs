@@ -147,9 +147,10 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     let held: Vec<_> = decisions
         .iter()
         .zip(finishes)
-        .filter(|(_, finished)| {
+        .filter(|((row, ..), finished)| {
             let held = ran.applied(*finished);
             if !held {
+                let _span = batch[*row].ctx.span().entered();
                 tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's outcome was not written");
             }
             held
@@ -201,12 +202,18 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     // What only some answers ask for, row by row: a reconciliation to follow, a dead letter.
     for (row, w, _, d) in &held {
         let ctx = &batch[*row].ctx;
-        if let Some((reason, run_at)) = d.follow_up {
-            enqueue_reconciliation(&mut tx, w.id, reason, &ctx.job.correlation_id, run_at).await?;
+        // In the job's span, so their log lines carry its withdrawal, job and correlation ids.
+        async {
+            if let Some((reason, run_at)) = d.follow_up {
+                enqueue_reconciliation(&mut tx, w.id, reason, &ctx.job.correlation_id, run_at).await?;
+            }
+            if let Next::DeadLetter(failure) = &d.next {
+                dead_letter::bury(&mut tx, &ctx.job, failure, ctx.worker_id()).await?;
+            }
+            anyhow::Ok(())
         }
-        if let Next::DeadLetter(failure) = &d.next {
-            dead_letter::bury(&mut tx, &ctx.job, failure, ctx.worker_id()).await?;
-        }
+        .instrument(ctx.span())
+        .await?;
     }
     tx.commit().await?;
 
