@@ -224,7 +224,21 @@ pub async fn create(
     let (amount, destination, reference) = parse_request(&body, &state.config().limits)?;
     let fingerprint = fingerprint(&amount, &destination, reference.as_deref());
     let db = state.db();
+    let new = NewWithdrawal {
+        account_id: customer.account_id,
+        amount,
+        destination,
+        reference,
+        idempotency_key: key.as_str().to_owned(),
+        correlation_id: correlation.0.clone(),
+        sandbox: state.config().sandbox,
+    };
 
+    // A new key, the common case: the record and the withdrawal in one transaction.
+    if let Some(outcome) = create_with_new_key(&state, &key, &fingerprint, &new).await? {
+        return created_response(outcome);
+    }
+    // The key exists: replay, refuse, or take over an expired or abandoned one.
     let claim =
         match idempotency::begin(db, customer.account_id, &key, &fingerprint, state.config().idempotency).await? {
             Begin::Proceed(claim) => claim,
@@ -245,15 +259,6 @@ pub async fn create(
             Begin::InProgress => return Err(in_progress()),
         };
 
-    let new = NewWithdrawal {
-        account_id: customer.account_id,
-        amount,
-        destination,
-        reference,
-        idempotency_key: key.as_str().to_owned(),
-        correlation_id: correlation.0.clone(),
-        sandbox: state.config().sandbox,
-    };
     let outcome = create_under_claim(&state, &key, claim, &new).await;
     if !matches!(outcome, Ok(CreateOutcome::Created(_))) {
         // Nothing committed: give the key back so the client can retry it.
@@ -261,7 +266,12 @@ pub async fn create(
             tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "could not release idempotency claim");
         }
     }
-    match outcome? {
+    created_response(outcome?)
+}
+
+/// The answer to a create that ran.
+fn created_response(outcome: CreateOutcome) -> Result<Response, ApiError> {
+    match outcome {
         CreateOutcome::Created(created) => {
             let (withdrawal, body) = *created;
             tracing::info!(withdrawal_id = %withdrawal.id, amount = %withdrawal.amount, "withdrawal created");
@@ -297,6 +307,40 @@ enum CreateOutcome {
     ClaimLost,
 }
 
+/// A new key: hold, insert, enqueue and record the key with its response in one transaction (one
+/// statement on PostgreSQL). `None` when the key already exists (nothing committed).
+async fn create_with_new_key(
+    state: &AppState,
+    key: &IdempotencyKey,
+    fingerprint: &[u8],
+    new: &NewWithdrawal,
+) -> Result<Option<CreateOutcome>, ApiError> {
+    let withdrawal = store::prepare(new);
+    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
+    let mut also = Writes::new();
+    let recorded = idempotency::insert_completed_in(
+        &mut also,
+        new.account_id,
+        key,
+        fingerprint,
+        state.config().idempotency,
+        StatusCode::CREATED.as_u16(),
+        &body,
+        withdrawal.id,
+    );
+    let mut tx = state.db().begin().await?;
+    let (counts, held) = store::create(&mut tx, &withdrawal, also).await?;
+    // A known key is decided by its record (a replay, say), never by this attempt's balance.
+    if !counts.applied(recorded) {
+        return Ok(None);
+    }
+    if held.is_err() {
+        return Ok(Some(CreateOutcome::InsufficientFunds));
+    }
+    tx.commit().await?;
+    Ok(Some(CreateOutcome::Created(Box::new((withdrawal, body)))))
+}
+
 /// Phase two: hold, insert, enqueue and store the response in one transaction (one statement
 /// on PostgreSQL).
 async fn create_under_claim(
@@ -312,8 +356,8 @@ async fn create_under_claim(
         idempotency::complete_in(&mut also, key, claim, StatusCode::CREATED.as_u16(), &body, Some(withdrawal.id));
     let mut tx = state.db().begin().await?;
     let counts = match store::create(&mut tx, &withdrawal, also).await? {
-        Ok(counts) => counts,
-        Err(CreateRejected::InsufficientFunds) => return Ok(CreateOutcome::InsufficientFunds),
+        (counts, Ok(())) => counts,
+        (_, Err(CreateRejected::InsufficientFunds)) => return Ok(CreateOutcome::InsufficientFunds),
     };
     if !counts.applied(completed) {
         return Ok(CreateOutcome::ClaimLost);

@@ -1,5 +1,12 @@
-//! Idempotency records for `POST /v1/withdrawals` (SPEC §3), in two atomic phases.
+//! Idempotency records for `POST /v1/withdrawals` (SPEC §3).
 //!
+//! A new key — the common case — takes no phases: its record is inserted already `completed`,
+//! with the response, by the creation's own statement ([`insert_completed_in`]); a key that exists
+//! makes that insert do nothing, and the caller rolls back and decides through the two phases
+//! below. (A request racing the first with the same key waits the few milliseconds of that
+//! statement and gets its stored response.)
+//!
+//! Otherwise, two atomic phases.
 //! Phase one ([`begin`]) claims the key in its own short transaction, so a concurrent request
 //! with the same key sees `in_progress` and gets a 409 instead of waiting. Phase two is the
 //! caller's creation transaction, which ends with [`complete`] — fenced by the claim's
@@ -155,6 +162,39 @@ pub async fn complete(
     let mut writes = Writes::new();
     let completed = complete_in(&mut writes, key, claim, status, body, withdrawal);
     Ok(writes.run(tx).await?.applied(completed))
+}
+
+/// A new key's record, inserted `completed` with its response by the creation's own batch — one
+/// transaction instead of a claim and a completion. Its count is 0 when the key already exists
+/// (in flight, completed or expired): the caller must then roll back and go through [`begin`].
+#[allow(clippy::too_many_arguments)]
+pub fn insert_completed_in(
+    writes: &mut Writes,
+    account: AccountId,
+    key: &IdempotencyKey,
+    fingerprint: &[u8],
+    settings: IdempotencySettings,
+    status: u16,
+    body: &[u8],
+    withdrawal: WithdrawalId,
+) -> Written {
+    let now = DbTime::now();
+    writes.push(
+        "INSERT INTO idempotency_records
+             (account_id, key, fingerprint, state, locked_at, created_at, expires_at, response_status, response_body,
+              withdrawal_id)
+         VALUES ($1, $2, $3, 'completed', $4, $4, $5, $6, $7, $8) ON CONFLICT (account_id, key) DO NOTHING",
+        vec![
+            Arg::Uuid(account.0),
+            Arg::Text(key.as_str().to_owned()),
+            Arg::Bytes(fingerprint.to_vec()),
+            Arg::Time(now),
+            Arg::Time(now.plus(settings.retention)),
+            Arg::I64(i64::from(status)),
+            Arg::Bytes(body.to_vec()),
+            Arg::Uuid(withdrawal.0),
+        ],
+    )
 }
 
 /// [`complete`] as a write of a larger batch; its count (the returned index) is 1, or 0 if the

@@ -103,13 +103,13 @@ pub fn prepare(new: &NewWithdrawal) -> Withdrawal {
 /// Creates `withdrawal` (from [`prepare`]) with its funds held, its first transition recorded and
 /// its submit job enqueued, together with the caller's writes `also` — all in `tx`, as one
 /// statement on PostgreSQL ([`Writes`]). Returns the outcome of `also`'s writes, read by their own
-/// handles. On `Err(CreateRejected)` the transaction holds partial writes: the caller must drop
-/// it.
+/// handles, and whether the hold applied. On `Err(CreateRejected)` the transaction holds partial
+/// writes: the caller must drop it.
 pub async fn create(
     tx: &mut Tx,
     withdrawal: &Withdrawal,
     also: Writes,
-) -> Result<std::result::Result<Ran, CreateRejected>> {
+) -> Result<(Ran, std::result::Result<(), CreateRejected>)> {
     let w = withdrawal;
     let now = DbTime::from(w.created_at);
     let mut writes = Writes::new();
@@ -144,10 +144,11 @@ pub async fn create(
     jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
     let theirs = writes.append(also);
     let counts = writes.run(tx).await?;
-    if !counts.applied(held) {
-        return Ok(Err(CreateRejected::InsufficientFunds));
-    }
-    Ok(Ok(counts.part(theirs)))
+    let held = match counts.applied(held) {
+        true => Ok(()),
+        false => Err(CreateRejected::InsufficientFunds),
+    };
+    Ok((counts.part(theirs), held))
 }
 
 /// Reads one withdrawal; with `account` set, another account's withdrawal reads as absent.

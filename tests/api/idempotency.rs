@@ -21,6 +21,7 @@ both_backends!(
     twenty_concurrent_requests_with_one_key_create_exactly_one_withdrawal,
     a_key_past_its_retention_is_forgotten_and_purged,
     a_takeover_never_overwrites_a_claim_that_completed_meanwhile,
+    a_replay_is_answered_from_its_record_even_when_the_balance_no_longer_covers_it,
 );
 
 async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job(app: TestApp) {
@@ -266,4 +267,23 @@ async fn a_takeover_never_overwrites_a_claim_that_completed_meanwhile(app: TestA
     assert!(!matches!(decided, Begin::Proceed(_)), "a completed claim was taken over: {decided:?}");
     let again = idempotency::begin(&app.db, alice.account_id, &key, &fingerprint, no_wait).await.unwrap();
     assert_eq!(again, Begin::Replay { status: 201, body: b"{\"first\":true}".to_vec() });
+}
+
+async fn a_replay_is_answered_from_its_record_even_when_the_balance_no_longer_covers_it(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let first = app.post_withdrawal(&alice, "key-1", &withdrawal_body("60.00")).send().await.unwrap();
+    assert_eq!(first.status(), 201);
+    let first_body = first.text().await.unwrap();
+    assert_eq!(app.usd_balance(&alice).await.0, "40.00");
+
+    // A new key's create runs its hold and its key record in one statement: the retry's hold
+    // fails (40.00 < 60.00), but the key is known, and a known key answers from its record.
+    let again = app.post_withdrawal(&alice, "key-1", &withdrawal_body("60.00")).send().await.unwrap();
+
+    assert_eq!(again.status(), 201, "a replay, not insufficient_funds");
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.text().await.unwrap(), first_body);
+    assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 1);
+    assert_eq!(app.usd_balance(&alice).await, ("40.00".into(), "60.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
 }
