@@ -43,6 +43,40 @@ pub struct EndToEndReport {
     pub cpu: Option<super::cpu::CpuReport>,
     /// PostgreSQL commits, WAL syncs, records and bytes per withdrawal.
     pub database_work: Option<super::cpu::DatabaseWork>,
+    /// Soaking: completions per second in each whole minute of the load, first to last.
+    pub per_minute: Vec<f64>,
+}
+
+/// What the end-to-end phase creates.
+#[derive(Debug, Clone, Copy)]
+pub enum Load {
+    /// This many withdrawals.
+    Count(u64),
+    /// As many as the service takes for this long (the soak).
+    For(Duration),
+}
+
+impl std::fmt::Display for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Load::Count(n) => write!(f, "{n} withdrawals"),
+            Load::For(d) => write!(f, "withdrawals for {} s (soak)", d.as_secs()),
+        }
+    }
+}
+
+/// Completions per second in each whole minute from `start` to `end`, from the completed-count
+/// samples (taken every 100 ms).
+fn per_minute(samples: &[(Instant, i64)], start: Instant, end: Instant) -> Vec<f64> {
+    let completed_at = |t: Instant| samples.iter().take_while(|(at, _)| *at <= t).last().map_or(0, |(_, c)| *c);
+    let mut rates = Vec::new();
+    let mut from = start;
+    while from + Duration::from_secs(60) <= end {
+        let to = from + Duration::from_secs(60);
+        rates.push((completed_at(to) - completed_at(from)) as f64 / 60.0);
+        from = to;
+    }
+    rates
 }
 
 /// (3): `POST /v1/withdrawals` latency at a fixed offered rate.
@@ -166,10 +200,15 @@ pub async fn end_to_end(
     db: &Db,
     base_url: &str,
     keys: &[String],
-    count: u64,
+    load: Load,
     connections: usize,
     serve: &mut Proc,
 ) -> anyhow::Result<EndToEndReport> {
+    let started = Instant::now();
+    let (count, deadline) = match load {
+        Load::Count(n) => (n, None),
+        Load::For(d) => (u64::MAX, Some(started + d)),
+    };
     let http = http_client(connections)?;
     let run = uuid::Uuid::new_v4().simple().to_string();
     let next = Arc::new(AtomicU64::new(0));
@@ -184,7 +223,7 @@ pub async fn end_to_end(
             let mut w = Worker::default();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= count {
+                if i >= count || deadline.is_some_and(|d| Instant::now() >= d) {
                     return w;
                 }
                 let key = &keys[(i % keys.len() as u64) as usize];
@@ -282,8 +321,12 @@ pub async fn end_to_end(
         (Some(a), Some(b)) if b > a => Some(0.8 * accepted as f64 / (b - a).as_secs_f64()),
         _ => None,
     };
+    let per_minute = match deadline {
+        Some(end) => per_minute(&samples, started, end),
+        None => Vec::new(),
+    };
     Ok(EndToEndReport {
-        withdrawals: count,
+        withdrawals: if deadline.is_some() { accepted } else { count },
         connections,
         accounts: keys.len(),
         accepted,
@@ -298,6 +341,7 @@ pub async fn end_to_end(
         final_states,
         cpu: None,
         database_work: None,
+        per_minute,
     })
 }
 

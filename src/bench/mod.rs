@@ -73,6 +73,23 @@ pub struct BenchArgs {
     /// `--postgres-url`, the databases, for inspection.
     #[arg(long)]
     pub keep: bool,
+    /// Soak: run only the end-to-end phase, creating for `--soak-minutes` instead of a count, and
+    /// report completions per minute (a long run must not decay: the first minute against the last).
+    #[arg(long)]
+    pub soak: bool,
+    /// How long the soak creates withdrawals, in minutes.
+    #[arg(long, default_value_t = 10)]
+    pub soak_minutes: u64,
+}
+
+impl BenchArgs {
+    /// What the end-to-end phase creates: a count, or — soaking — for a time.
+    fn load(&self) -> load::Load {
+        match self.soak {
+            true => load::Load::For(Duration::from_secs(self.soak_minutes.max(1) * 60)),
+            false => load::Load::Count(self.withdrawals),
+        }
+    }
 }
 
 /// Everything measured on one backend. A phase that failed leaves its field empty and says why
@@ -84,6 +101,9 @@ pub struct BackendReport {
     pub pgbench: Option<pgbench::PgbenchReport>,
     pub end_to_end: Option<load::EndToEndReport>,
     pub latency: Option<load::LatencyReport>,
+    /// The same open loop with the API alone in its process (`serve --role api`) and the payout
+    /// workers in another (`withdrawals worker`); PostgreSQL only.
+    pub latency_split: Option<load::LatencyReport>,
     pub queue: Option<queue::QueueReport>,
     pub dead_letters: Option<dead_letters::DeadLetterReport>,
     pub memory: Option<MemoryReport>,
@@ -182,10 +202,12 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     match created {
         Err(err) => report.errors.push(format!("create databases: {err:#}")),
         Ok((pgbench_url, service_url)) => {
-            progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
-            match pgbench::run(&bin, &pgbench_url, args.pgbench_seconds).await {
-                Ok(p) => report.pgbench = Some(p),
-                Err(err) => report.errors.push(format!("pgbench: {err:#}")),
+            if !args.soak {
+                progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
+                match pgbench::run(&bin, &pgbench_url, args.pgbench_seconds).await {
+                    Ok(p) => report.pgbench = Some(p),
+                    Err(err) => report.errors.push(format!("pgbench: {err:#}")),
+                }
             }
             // Measured: drop pgbench's tables now, or autovacuum working off their dead rows
             // would land in the service's phases (unless kept for inspection).
@@ -254,6 +276,11 @@ async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mu
     if let Err(err) = serve_phases(args, dir, url, &db, &mock.url(), report, started).await {
         report.errors.push(format!("{name} service phases: {err:#}"));
     }
+    if args.soak {
+        mock.shutdown().await;
+        db.close().await;
+        return;
+    }
 
     progress(started, &format!("{name}: (4) {} no-op jobs through the job queue", args.jobs));
     match queue::run(&db, &mock.url(), args.jobs, args.queue_concurrency, args.queue_batch).await {
@@ -282,12 +309,15 @@ async fn serve_phases(
 ) -> anyhow::Result<()> {
     let name = report.backend.clone();
     let latency_estimate = 2_000.0 * args.latency_seconds as f64;
+    let withdrawals = match args.load() {
+        load::Load::Count(n) => n as f64,
+        load::Load::For(soak) => 2_000.0 * soak.as_secs_f64(),
+    };
     let accounts = (args.connections * 4).max(64);
     progress(started, &format!("{name}: funding {accounts} accounts"));
     let usd = Currency::parse("USD")?;
     // Withdrawals are 1.00–50.00: every account covers its share of both phases many times over.
-    let per_account =
-        ((args.withdrawals as f64 + latency_estimate) / accounts as f64 * 50.0 * 2.0).ceil() as i64 + 1_000;
+    let per_account = ((withdrawals + latency_estimate) / accounts as f64 * 50.0 * 2.0).ceil() as i64 + 1_000;
     let mut keys = Vec::with_capacity(accounts);
     for i in 0..accounts {
         let funding = Amount::new(Decimal::from(per_account), usd)?;
@@ -316,16 +346,14 @@ async fn serve_phases(
 
         progress(
             started,
-            &format!(
-                "{name}: (2) {} withdrawals over {} connections, accept → completed",
-                args.withdrawals, args.connections
-            ),
+            &format!("{name}: (2) {} over {} connections, accept → completed", args.load(), args.connections),
         );
         let sampler = load::RssSampler::start(pid);
         let meter = cpu::Meter::start(db, Some(pid)).await;
-        let e2e = load::end_to_end(db, &base_url, &keys, args.withdrawals, args.connections, &mut serve).await;
+        let e2e = load::end_to_end(db, &base_url, &keys, args.load(), args.connections, &mut serve).await;
         let max_sampled = sampler.stop().await;
-        let (cpu_used, database_work) = meter.finish(db, args.withdrawals).await;
+        let accepted = e2e.as_ref().map_or(args.withdrawals, |e| e.accepted.max(1));
+        let (cpu_used, database_work) = meter.finish(db, accepted).await;
         let peak = load::read_status_kib(pid, "VmHWM").context("read VmHWM of the serve process")?;
         report.memory = Some(MemoryReport {
             peak_rss_mib: peak as f64 / 1024.0,
@@ -345,6 +373,13 @@ async fn serve_phases(
                 peak as f64 / 1024.0
             ),
         );
+        if args.soak {
+            let minutes: Vec<String> = e2e.per_minute.iter().map(|r| format!("{r:.0}")).collect();
+            progress(started, &format!("{name}: soak completions/s per minute: {}", minutes.join(", ")));
+            report.end_to_end = Some(e2e);
+            serve.check_alive()?;
+            return anyhow::Ok(0.0);
+        }
         report.end_to_end = Some(e2e);
 
         // On PostgreSQL, as pgbench vacuums before each run (and as the no-op phase does): the
@@ -366,10 +401,62 @@ async fn serve_phases(
         );
         report.latency = Some(latency);
         serve.check_alive()?;
-        anyhow::Ok(())
+        anyhow::Ok(rate)
     }
     .await;
     serve.stop(Duration::from_secs(15)).await;
+    let rate = result?;
+    if matches!(db, Db::Postgres(_)) && !args.soak {
+        report.latency_split = Some(split_latency(args, dir, db, &env, &keys, rate, started, &name).await?);
+    }
+    Ok(())
+}
+
+/// (3b) The open loop again at the same `rate`, with the API in one process (`serve --role
+/// api`) and the payout workers in another (`withdrawals worker`), as a deployment that keeps
+/// payouts off the API's cores would run.
+#[allow(clippy::too_many_arguments)]
+async fn split_latency(
+    args: &BenchArgs,
+    dir: &Path,
+    db: &Db,
+    env: &[(String, String)],
+    keys: &[String],
+    rate: f64,
+    started: Instant,
+    name: &str,
+) -> anyhow::Result<load::LatencyReport> {
+    let port = free_port()?;
+    let (base_url, bind) = (format!("http://127.0.0.1:{port}"), format!("127.0.0.1:{port}"));
+    let mut api = Proc::new(&format!("api-{name}"), &["serve", "--role", "api", "--bind", &bind], env, dir);
+    let mut worker = Proc::new(&format!("worker-{name}"), &["worker"], env, dir);
+    api.start()?;
+    worker.start()?;
+    let result = async {
+        load::wait_ready(&format!("{base_url}/readyz"), Duration::from_secs(60), &mut api).await?;
+        bench_store::refresh_statistics(db).await?;
+        progress(
+            started,
+            &format!(
+                "{name}: (3b) open-loop POSTs at {rate:.1}/s for {} s, API and workers apart",
+                args.latency_seconds
+            ),
+        );
+        let pid = api.pid().context("the api process has no pid")?;
+        let contention = cpu::ContentionMeter::start(Some(pid));
+        let mut latency = load::open_loop(&base_url, keys, rate, Duration::from_secs(args.latency_seconds)).await?;
+        latency.contention = Some(contention.finish(latency.requests));
+        progress(
+            started,
+            &format!("{name}: apart: create latency p50 {:.2} ms, p99 {:.2} ms", latency.p50_ms, latency.p99_ms),
+        );
+        api.check_alive()?;
+        worker.check_alive()?;
+        anyhow::Ok(latency)
+    }
+    .await;
+    api.stop(Duration::from_secs(15)).await;
+    worker.stop(Duration::from_secs(15)).await;
     result
 }
 

@@ -98,6 +98,7 @@ pub fn document(
             "dead_letters": args.dead_letters,
             "latency_seconds": args.latency_seconds,
             "pgbench_seconds": args.pgbench_seconds,
+            "soak_minutes": if args.soak { Some(args.soak_minutes) } else { None },
             "postgres": if args.postgres_url.is_some() { "--postgres-url" } else { "throwaway cluster" },
         },
         "machine": {
@@ -277,6 +278,34 @@ fn rows() -> Vec<Row> {
         ),
         row("latency_errors", "  errors", "", |r| r.latency.as_ref().map(|l| l.errors as f64), None),
         row(
+            "latency_split_p50_ms",
+            "create latency, API and workers apart: p50",
+            "ms",
+            |r| r.latency_split.as_ref().map(|l| l.p50_ms),
+            None,
+        ),
+        row("latency_split_p99_ms", "  p99", "ms", |r| r.latency_split.as_ref().map(|l| l.p99_ms), None),
+        row("latency_split_max_ms", "  max", "ms", |r| r.latency_split.as_ref().map(|l| l.max_ms), None),
+        row("latency_split_errors", "  errors", "", |r| r.latency_split.as_ref().map(|l| l.errors as f64), None),
+        row(
+            "soak_first_minute",
+            "soak: completions/s, first minute",
+            "/s",
+            |r| r.end_to_end.as_ref()?.per_minute.first().copied(),
+            None,
+        ),
+        row("soak_last_minute", "  last minute", "/s", |r| r.end_to_end.as_ref()?.per_minute.last().copied(), None),
+        row(
+            "soak_last_over_first",
+            "  last ÷ first (target ≥ 0.9)",
+            "×",
+            |r| {
+                let minutes = &r.end_to_end.as_ref()?.per_minute;
+                Some(minutes.last()? / minutes.first()?)
+            },
+            None,
+        ),
+        row(
             "noop_jobs_per_second",
             "no-op jobs/s (claim/lease/finish)",
             "/s",
@@ -382,6 +411,9 @@ pub fn table(reports: &[BackendReport]) -> String {
     for row in rows() {
         let p = pg.and_then(|r| row.of(r));
         let s = lite.and_then(|r| row.of(r));
+        if p.is_none() && s.is_none() {
+            continue; // a phase this run did not measure (pgbench while soaking, say)
+        }
         let ratio = match (p, s) {
             (Some(p), Some(s)) if p != 0.0 && row.unit != "×" => format!("{:.2}", s / p),
             _ => String::new(),
