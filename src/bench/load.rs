@@ -65,6 +65,9 @@ impl std::fmt::Display for Load {
     }
 }
 
+/// The most accepted-but-unsettled withdrawals a soak lets build up (a few seconds of work).
+const SOAK_BACKLOG: u64 = 2_000;
+
 /// Completions per second in each whole minute from `start` to `end`, from the completed-count
 /// samples (taken every 100 ms).
 fn per_minute(samples: &[(Instant, i64)], start: Instant, end: Instant) -> Vec<f64> {
@@ -213,15 +216,31 @@ pub async fn end_to_end(
     let run = uuid::Uuid::new_v4().simple().to_string();
     let next = Arc::new(AtomicU64::new(0));
     let accepted_total = Arc::new(AtomicU64::new(0));
+    let settled_total = Arc::new(AtomicU64::new(0));
     let keys = Arc::new(keys.to_vec());
     let url = format!("{base_url}/v1/withdrawals");
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..connections {
-        let (http, next, accepted_total, keys, url, run) =
-            (http.clone(), next.clone(), accepted_total.clone(), keys.clone(), url.clone(), run.clone());
+        let (http, next, accepted_total, settled_total, keys, url, run) = (
+            http.clone(),
+            next.clone(),
+            accepted_total.clone(),
+            settled_total.clone(),
+            keys.clone(),
+            url.clone(),
+            run.clone(),
+        );
         tasks.spawn(async move {
             let mut w = Worker::default();
             loop {
+                // Soaking measures what the service sustains: the clients hold back while the
+                // backlog (accepted, not yet settled) is over SOAK_BACKLOG, instead of piling up
+                // an ever longer queue that would slow every claim and hide the tables' growth.
+                while deadline.is_some_and(|d| Instant::now() < d)
+                    && accepted_total.load(Ordering::Relaxed) > settled_total.load(Ordering::Relaxed) + SOAK_BACKLOG
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= count || deadline.is_some_and(|d| Instant::now() >= d) {
                     return w;
@@ -290,6 +309,7 @@ pub async fn end_to_end(
         let settled = completed
             + counts.get("failed").copied().unwrap_or(0)
             + counts.get("requires_review").copied().unwrap_or(0);
+        settled_total.store(settled.max(0) as u64, Ordering::Relaxed);
         let now = Instant::now();
         samples.push((now, completed));
         if settled != last_progress.1 {

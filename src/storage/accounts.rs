@@ -5,7 +5,7 @@
 
 use uuid::Uuid;
 
-use super::batch::{Arg, Writes, Written};
+use super::batch::{Arg, Sql, Writes, Written};
 use super::{DbTime, Result, Tx};
 use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
 use crate::{with_conn, with_read_conn};
@@ -73,9 +73,9 @@ pub async fn fund(tx: &mut Tx, account: AccountId, amount: Amount) -> Result<()>
     let minor = amount.to_minor();
     let mut writes = Writes::new();
     writes.push(
-        "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, 0, 0)
-         ON CONFLICT (account_id, currency) DO UPDATE SET available = balances.available + excluded.available",
-        vec![Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned()), Arg::I64(minor)],
+        Sql::new("INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES (")
+            .binds([Arg::Uuid(account.0), amount.currency().code().into(), Arg::I64(minor)])
+            .sql(", 0, 0) ON CONFLICT (account_id, currency) DO UPDATE SET available = balances.available + excluded.available"),
     );
     entry_in(&mut writes, account, amount.currency(), EntryKind::Funding, minor, None, None);
     writes.run(tx).await?;
@@ -95,9 +95,16 @@ pub fn hold_in(
 ) -> Written {
     let minor = amount.to_minor();
     let held = writes.push(
-        "UPDATE balances SET available = available - $1, held = held + $1
-         WHERE account_id = $2 AND currency = $3 AND available >= $1",
-        vec![Arg::I64(minor), Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned())],
+        Sql::new("UPDATE balances SET available = available - ")
+            .bind(minor)
+            .sql(", held = held + ")
+            .bind(minor)
+            .sql(" WHERE account_id = ")
+            .bind(account.0)
+            .sql(" AND currency = ")
+            .bind(amount.currency().code())
+            .sql(" AND available >= ")
+            .bind(minor),
     );
     entry_in(writes, account, amount.currency(), EntryKind::Hold, minor, Some(withdrawal), Some(transition));
     held
@@ -108,9 +115,14 @@ pub fn hold_in(
 pub fn return_in(writes: &mut Writes, account: AccountId, amount: Amount, withdrawal: WithdrawalId) {
     let minor = amount.to_minor();
     writes.push(
-        "UPDATE balances SET available = available + $1, paid_out = paid_out - $1
-         WHERE account_id = $2 AND currency = $3",
-        vec![Arg::I64(minor), Arg::Uuid(account.0), Arg::Text(amount.currency().code().to_owned())],
+        Sql::new("UPDATE balances SET available = available + ")
+            .bind(minor)
+            .sql(", paid_out = paid_out - ")
+            .bind(minor)
+            .sql(" WHERE account_id = ")
+            .bind(account.0)
+            .sql(" AND currency = ")
+            .bind(amount.currency().code()),
     );
     entry_in(writes, account, amount.currency(), EntryKind::Return, minor, Some(withdrawal), None);
 }
@@ -127,15 +139,16 @@ pub fn move_held_in(
     let minor = amount.to_minor();
     let (available, held, paid_out) = kind.deltas(minor);
     writes.push(
-        "UPDATE balances SET available = available + $1, held = held + $2, paid_out = paid_out + $3
-         WHERE account_id = $4 AND currency = $5",
-        vec![
-            Arg::I64(available),
-            Arg::I64(held),
-            Arg::I64(paid_out),
-            Arg::Uuid(account.0),
-            Arg::Text(amount.currency().code().to_owned()),
-        ],
+        Sql::new("UPDATE balances SET available = available + ")
+            .bind(available)
+            .sql(", held = held + ")
+            .bind(held)
+            .sql(", paid_out = paid_out + ")
+            .bind(paid_out)
+            .sql(" WHERE account_id = ")
+            .bind(account.0)
+            .sql(" AND currency = ")
+            .bind(amount.currency().code()),
     );
     entry_in(writes, account, amount.currency(), kind, minor, Some(withdrawal), Some(transition));
 }
@@ -151,10 +164,12 @@ fn entry_in(
 ) {
     let (available, held, paid_out) = kind.deltas(minor);
     writes.push(
-        "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
-                                     available_delta, held_delta, paid_out_delta, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        vec![
+        Sql::new(
+            "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
+                                         available_delta, held_delta, paid_out_delta, created_at)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(Uuid::now_v7()),
             Arg::Uuid(account.0),
             Arg::Text(currency.code().to_owned()),
@@ -165,7 +180,8 @@ fn entry_in(
             Arg::I64(held),
             Arg::I64(paid_out),
             Arg::Time(DbTime::now()),
-        ],
+        ])
+        .sql(")"),
     );
 }
 

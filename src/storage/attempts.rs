@@ -4,7 +4,7 @@
 //! attempt left without an outcome means the call may have happened, so the withdrawal must be
 //! reconciled, never blindly resubmitted.
 
-use super::batch::{Arg, Writes, Written};
+use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AttemptId, JobId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
@@ -96,10 +96,12 @@ pub fn start_in(
 ) -> AttemptId {
     let id = AttemptId::new();
     writes.push(
-        "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
-                                        started_at, side_effect)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'unknown')",
-        vec![
+        Sql::new(
+            "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
+                                            started_at, side_effect)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(id.0),
             Arg::Uuid(withdrawal.0),
             Arg::Uuid(job.0),
@@ -107,7 +109,8 @@ pub fn start_in(
             Arg::Text(worker.to_owned()),
             Arg::Text(correlation_id.to_owned()),
             Arg::Time(DbTime::now()),
-        ],
+        ])
+        .sql(", 'unknown')"),
     );
     id
 }
@@ -128,21 +131,24 @@ pub struct AttemptOutcome<'a> {
 /// storage.
 pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &AttemptOutcome<'_>) -> Written {
     writes.push(
-        "UPDATE provider_attempts
-         SET finished_at = $1, outcome = $2, side_effect = $3, http_status = $4, provider_transfer_id = $5,
-             failure_code = $6, error_code = $7, error_message = $8
-         WHERE id = $9",
-        vec![
-            Arg::Time(DbTime::now()),
-            Arg::Text(outcome.outcome.to_owned()),
-            Arg::Text(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str().to_owned()),
-            Arg::OptI64(outcome.http_status.map(i64::from)),
-            Arg::OptText(outcome.provider_transfer_id.map(str::to_owned)),
-            Arg::OptText(outcome.failure_code.map(str::to_owned)),
-            Arg::OptText(outcome.error_code.map(crate::redact::text)),
-            Arg::OptText(outcome.error_message.map(crate::redact::text)),
-            Arg::Uuid(attempt.0),
-        ],
+        Sql::new("UPDATE provider_attempts SET finished_at = ")
+            .bind(DbTime::now())
+            .sql(", outcome = ")
+            .bind(outcome.outcome)
+            .sql(", side_effect = ")
+            .bind(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str())
+            .sql(", http_status = ")
+            .bind(outcome.http_status.map(i64::from))
+            .sql(", provider_transfer_id = ")
+            .bind(outcome.provider_transfer_id)
+            .sql(", failure_code = ")
+            .bind(outcome.failure_code)
+            .sql(", error_code = ")
+            .bind(outcome.error_code.map(crate::redact::text))
+            .sql(", error_message = ")
+            .bind(outcome.error_message.map(crate::redact::text))
+            .sql(" WHERE id = ")
+            .bind(attempt.0),
     )
 }
 

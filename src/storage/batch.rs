@@ -1,12 +1,15 @@
 //! Several writes of one transaction sent as one statement where the backend allows it.
 //!
-//! A [`Writes`] is a list of `INSERT`/`UPDATE` statements, each with its own parameters
-//! numbered from `$1`, that do not read each other's results. On PostgreSQL they go to the
-//! server as one statement of data-modifying CTEs (`WITH w0 AS (… RETURNING 1), w1 AS (…) SELECT
-//! count(*) …`): one round trip instead of one per write, and foreign keys between them hold
-//! because PostgreSQL checks them at the end of the statement. SQLite runs in-process, where a
-//! statement costs no round trip, and runs them one by one in order. Either way the caller gets
-//! the rows each write touched, and decides — before committing — whether the transaction stands.
+//! A [`Writes`] is a list of `INSERT`/`UPDATE` statements that do not read each other's
+//! results. Each is an [`Sql`]: its text and its values in order, the way `sqlx::QueryBuilder`
+//! builds a query (`.sql(text)`, `.bind(value)`), so no statement carries parameter numbers of
+//! its own: they are given when the batch is built, by `QueryBuilder::push_bind`. On PostgreSQL
+//! the writes go to the server as one statement of data-modifying CTEs (`WITH w0 AS (… RETURNING
+//! 1), w1 AS (…) SELECT count(*) …`): one round trip instead of one per write, and foreign keys
+//! between them hold because PostgreSQL checks them at the end of the statement. SQLite runs
+//! in-process, where a statement costs no round trip, and runs them one by one in order. Either
+//! way [`Writes::run`] returns a [`Ran`] that answers, for the typed handle ([`Written`]) each
+//! write was given when pushed, how many rows it touched — before the caller commits.
 //!
 //! A batch must not write the same row twice: PostgreSQL applies only one of two modifications
 //! of one row within a statement. The batches built here write distinct rows (a withdrawal, its
@@ -16,27 +19,37 @@
 //! [`Writes::run`] and the same write in a batch are the same statement.
 
 use serde_json::Value;
-use sqlx::Row;
+use sqlx::{Postgres, QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
 use super::{DbTime, Result, Tx, TxConn};
 
-/// Binds one [`Arg`] to a query of either backend (the same match, monomorphised per backend).
-macro_rules! bind_arg {
-    ($query:expr, $arg:expr) => {
-        match $arg {
-            Arg::Uuid(v) => $query.bind(*v),
-            Arg::OptUuid(v) => $query.bind(*v),
-            Arg::I64(v) => $query.bind(*v),
-            Arg::OptI64(v) => $query.bind(*v),
-            Arg::Bool(v) => $query.bind(*v),
-            Arg::Text(v) => $query.bind(v.as_str()),
-            Arg::OptText(v) => $query.bind(v.as_deref()),
-            Arg::Bytes(v) => $query.bind(v.as_slice()),
-            Arg::Time(v) => $query.bind(*v),
-            Arg::OptTime(v) => $query.bind(*v),
-            Arg::Json(v) => $query.bind(sqlx::types::Json(v)),
-            Arg::OptJson(v) => $query.bind(v.as_ref().map(sqlx::types::Json)),
+/// Pushes an [`Sql`]'s text and values onto a `QueryBuilder` of either backend (the same match,
+/// monomorphised per backend): text with `push`, every value with `push_bind`.
+macro_rules! push_sql {
+    ($builder:expr, $sql:expr) => {
+        for piece in &$sql.pieces {
+            match piece {
+                Piece::Text(text) => {
+                    $builder.push(*text);
+                }
+                Piece::Value(arg) => {
+                    match arg {
+                        Arg::Uuid(v) => $builder.push_bind(*v),
+                        Arg::OptUuid(v) => $builder.push_bind(*v),
+                        Arg::I64(v) => $builder.push_bind(*v),
+                        Arg::OptI64(v) => $builder.push_bind(*v),
+                        Arg::Bool(v) => $builder.push_bind(*v),
+                        Arg::Text(v) => $builder.push_bind(v.as_str()),
+                        Arg::OptText(v) => $builder.push_bind(v.as_deref()),
+                        Arg::Bytes(v) => $builder.push_bind(v.as_slice()),
+                        Arg::Time(v) => $builder.push_bind(*v),
+                        Arg::OptTime(v) => $builder.push_bind(*v),
+                        Arg::Json(v) => $builder.push_bind(sqlx::types::Json(v)),
+                        Arg::OptJson(v) => $builder.push_bind(v.as_ref().map(sqlx::types::Json)),
+                    };
+                }
+            }
         }
     };
 }
@@ -58,10 +71,82 @@ pub enum Arg {
     OptJson(Option<Value>),
 }
 
+macro_rules! arg_from {
+    ($($t:ty => $variant:ident),* $(,)?) => {
+        $(impl From<$t> for Arg {
+            fn from(v: $t) -> Self {
+                Arg::$variant(v.into())
+            }
+        })*
+    };
+}
+
+arg_from!(
+    Uuid => Uuid, Option<Uuid> => OptUuid, i64 => I64, Option<i64> => OptI64, bool => Bool,
+    String => Text, &str => Text, Option<String> => OptText, Vec<u8> => Bytes, &[u8] => Bytes,
+    DbTime => Time, Option<DbTime> => OptTime, Value => Json, Option<Value> => OptJson,
+);
+
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Self {
+        Arg::OptText(v.map(str::to_owned))
+    }
+}
+
 #[derive(Debug, Clone)]
-struct Write {
-    sql: &'static str,
-    args: Vec<Arg>,
+enum Piece {
+    Text(&'static str),
+    Value(Arg),
+}
+
+/// One statement's text and values in order (see the module documentation):
+/// `Sql::new("UPDATE t SET a = ").bind(1_i64).sql(" WHERE id = ").bind(id)`.
+#[derive(Debug, Clone, Default)]
+pub struct Sql {
+    pieces: Vec<Piece>,
+}
+
+impl Sql {
+    pub fn new(text: &'static str) -> Self {
+        Self { pieces: vec![Piece::Text(text)] }
+    }
+
+    /// More text.
+    pub fn sql(mut self, text: &'static str) -> Self {
+        self.pieces.push(Piece::Text(text));
+        self
+    }
+
+    /// A value, sent as a bound parameter.
+    pub fn bind(mut self, value: impl Into<Arg>) -> Self {
+        self.pieces.push(Piece::Value(value.into()));
+        self
+    }
+
+    /// Values separated by commas (an `INSERT`'s `VALUES (…)` list).
+    pub fn binds<const N: usize>(mut self, values: [Arg; N]) -> Self {
+        for (i, value) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.pieces.push(Piece::Text(", "));
+            }
+            self.pieces.push(Piece::Value(value));
+        }
+        self
+    }
+
+    /// The statement for PostgreSQL, to run on its own (a read-back with `RETURNING`, say).
+    pub fn postgres(&self) -> QueryBuilder<'_, Postgres> {
+        let mut builder = QueryBuilder::new("");
+        push_sql!(builder, self);
+        builder
+    }
+
+    /// The statement for SQLite.
+    pub fn sqlite(&self) -> QueryBuilder<'_, Sqlite> {
+        let mut builder = QueryBuilder::new("");
+        push_sql!(builder, self);
+        builder
+    }
 }
 
 /// A write added to a [`Writes`]: asks the [`Ran`] outcome how many rows it touched.
@@ -101,9 +186,9 @@ impl Ran {
 /// Writes to send together; see the module documentation.
 #[derive(Debug, Clone, Default)]
 pub struct Writes {
-    writes: Vec<Write>,
+    writes: Vec<Sql>,
     /// A PostgreSQL `NOTIFY` (channel, payload) sent by the same statement, delivered at commit.
-    notify: Option<[Arg; 2]>,
+    notify: Option<(&'static str, String)>,
 }
 
 impl Writes {
@@ -112,8 +197,8 @@ impl Writes {
     }
 
     /// Adds a write; its handle reads its outcome from what [`Writes::run`] returns.
-    pub fn push(&mut self, sql: &'static str, args: Vec<Arg>) -> Written {
-        self.writes.push(Write { sql, args });
+    pub fn push(&mut self, sql: Sql) -> Written {
+        self.writes.push(sql);
         Written(self.writes.len() - 1)
     }
 
@@ -131,7 +216,7 @@ impl Writes {
     /// Also sends `NOTIFY channel, payload` on PostgreSQL; on SQLite, wakes this process's
     /// workers instead ([`super::jobs::local_wakeups`]).
     pub fn notify(&mut self, channel: &'static str, payload: &str) {
-        self.notify = Some([Arg::Text(channel.to_owned()), Arg::Text(payload.to_owned())]);
+        self.notify = Some((channel, payload.to_owned()));
     }
 
     /// Runs the writes inside `tx`; the outcome reads the rows each one touched by its handle.
@@ -145,12 +230,7 @@ impl Writes {
         }
         match &mut tx.conn {
             TxConn::Postgres(t) => {
-                let (sql, args) = self.as_one_statement();
-                let mut query = sqlx::query(&sql);
-                for arg in args {
-                    query = bind_arg!(query, arg);
-                }
-                let row = query.fetch_one(&mut **t).await?;
+                let row = self.as_one_statement().build().fetch_one(&mut **t).await?;
                 (0..self.writes.len()).map(|i| Ok(row.try_get::<i64, _>(i)? as u64)).collect()
             }
             TxConn::Sqlite(t) => {
@@ -160,57 +240,34 @@ impl Writes {
                 }
                 let mut counts = Vec::with_capacity(self.writes.len());
                 for write in &self.writes {
-                    let mut query = sqlx::query(write.sql);
-                    for arg in &write.args {
-                        query = bind_arg!(query, arg);
-                    }
-                    counts.push(query.execute(&mut **t).await?.rows_affected());
+                    counts.push(write.sqlite().build().execute(&mut **t).await?.rows_affected());
                 }
                 Ok(counts)
             }
         }
     }
 
-    /// The PostgreSQL statement: each write a CTE with its parameters renumbered after the
-    /// previous writes', then one count per write (and the notification, if any).
-    fn as_one_statement(&self) -> (String, Vec<&Arg>) {
-        let mut ctes = Vec::with_capacity(self.writes.len());
-        let mut counts = Vec::with_capacity(self.writes.len() + 1);
-        let mut args: Vec<&Arg> = Vec::new();
+    /// The PostgreSQL statement: each write a CTE, then one count per write (and the
+    /// notification, if any); the parameters are numbered by the builder as they are pushed.
+    fn as_one_statement(&self) -> QueryBuilder<'_, Postgres> {
+        let mut builder = QueryBuilder::new("");
         for (i, write) in self.writes.iter().enumerate() {
-            ctes.push(format!("w{i} AS ({} RETURNING 1)", renumber(write.sql, args.len())));
-            counts.push(format!("(SELECT count(*) FROM w{i})"));
-            args.extend(&write.args);
+            builder.push(if i == 0 { "WITH " } else { ", " });
+            builder.push(format_args!("w{i} AS ("));
+            push_sql!(builder, write);
+            builder.push(" RETURNING 1)");
         }
-        if let Some(notify) = &self.notify {
-            counts.push(format!("pg_notify(${}, ${})", args.len() + 1, args.len() + 2));
-            args.extend(notify);
+        builder.push(if self.writes.is_empty() { "SELECT " } else { " SELECT " });
+        for i in 0..self.writes.len() {
+            builder.push(if i == 0 { "" } else { ", " });
+            builder.push(format_args!("(SELECT count(*) FROM w{i})"));
         }
-        let with = if ctes.is_empty() { String::new() } else { format!("WITH {} ", ctes.join(", ")) };
-        (format!("{with}SELECT {}", counts.join(", ")), args)
+        if let Some((channel, payload)) = &self.notify {
+            builder.push(if self.writes.is_empty() { "pg_notify(" } else { ", pg_notify(" });
+            builder.push_bind(*channel).push(", ").push_bind(payload.as_str()).push(")");
+        }
+        builder
     }
-}
-
-/// `sql` with every `$n` parameter shifted by `offset`.
-fn renumber(sql: &str, offset: usize) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.char_indices().peekable();
-    while let Some((_, c)) = chars.next() {
-        out.push(c);
-        if c != '$' {
-            continue;
-        }
-        let mut digits = String::new();
-        while let Some((_, d)) = chars.peek().filter(|(_, d)| d.is_ascii_digit()) {
-            digits.push(*d);
-            chars.next();
-        }
-        match digits.parse::<usize>() {
-            Ok(n) => out.push_str(&(n + offset).to_string()),
-            Err(_) => out.push_str(&digits),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -218,37 +275,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parameters_are_shifted_past_the_previous_writes() {
+    fn writes_become_one_statement_numbered_by_the_builder_with_a_count_each() {
+        let mut writes = Writes::new();
+        writes.push(Sql::new("INSERT INTO a (x) VALUES (").bind(1_i64).sql(")"));
+        writes
+            .push(Sql::new("UPDATE b SET y = ").bind(2_i64).sql(" WHERE z = ").bind(3_i64).sql(" OR w = ").bind(2_i64));
+        writes.notify("chan", "payload");
         assert_eq!(
-            renumber("UPDATE t SET a = $1, b = $12 WHERE c = $2", 3),
-            "UPDATE t SET a = $4, b = $15 WHERE c = $5"
+            writes.as_one_statement().sql(),
+            "WITH w0 AS (INSERT INTO a (x) VALUES ($1) RETURNING 1), \
+             w1 AS (UPDATE b SET y = $2 WHERE z = $3 OR w = $4 RETURNING 1) \
+             SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1), pg_notify($5, $6)"
         );
-        assert_eq!(renumber("SELECT 'x' || $1", 0), "SELECT 'x' || $1");
     }
 
     #[test]
-    fn writes_become_one_statement_with_a_count_each() {
-        let mut writes = Writes::new();
-        writes.push("INSERT INTO a (x) VALUES ($1)", vec![Arg::I64(1)]);
-        writes.push("UPDATE b SET y = $1 WHERE z = $2", vec![Arg::I64(2), Arg::I64(3)]);
-        writes.notify("chan", "payload");
-        let (sql, args) = writes.as_one_statement();
-        assert_eq!(
-            sql,
-            "WITH w0 AS (INSERT INTO a (x) VALUES ($1) RETURNING 1), w1 AS (UPDATE b SET y = $2 WHERE z = $3 RETURNING 1) \
-             SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1), pg_notify($4, $5)"
-        );
-        assert_eq!(args.len(), 5);
+    fn a_statement_alone_numbers_its_own_values_from_one() {
+        let sql = Sql::new("INSERT INTO t (a, b, c) VALUES (").binds([Arg::I64(1), "x".into(), true.into()]).sql(")");
+        assert_eq!(sql.postgres().sql(), "INSERT INTO t (a, b, c) VALUES ($1, $2, $3)");
+        assert_eq!(sql.sqlite().sql(), "INSERT INTO t (a, b, c) VALUES (?, ?, ?)");
     }
 
     #[test]
     fn handles_read_their_own_writes_outcome_also_after_an_append() {
         let mut theirs = Writes::new();
-        let first = theirs.push("UPDATE c SET x = 1", vec![]);
-        let second = theirs.push("UPDATE d SET x = 1", vec![]);
+        let first = theirs.push(Sql::new("UPDATE c SET x = 1"));
+        let second = theirs.push(Sql::new("UPDATE d SET x = 1"));
         let mut writes = Writes::new();
-        let guard = writes.push("UPDATE a SET x = 1", vec![]);
-        let insert = writes.push("INSERT INTO b (x) VALUES (1)", vec![]);
+        let guard = writes.push(Sql::new("UPDATE a SET x = 1"));
+        let insert = writes.push(Sql::new("INSERT INTO b (x) VALUES (1)"));
         let appended = writes.append(theirs);
         // As `run` would answer: the guard touched nothing, the rest one row or two.
         let ran = Ran { counts: vec![0, 1, 2, 1] };
@@ -262,6 +317,6 @@ mod tests {
     fn a_notification_alone_is_a_plain_select() {
         let mut writes = Writes::new();
         writes.notify("chan", "payload");
-        assert_eq!(writes.as_one_statement().0, "SELECT pg_notify($1, $2)");
+        assert_eq!(writes.as_one_statement().sql(), "SELECT pg_notify($1, $2)");
     }
 }

@@ -14,7 +14,7 @@
 //! over) cannot also store a response. A claim whose owner died is taken over after the lock
 //! timeout: its creation transaction never committed, so re-running it is safe.
 
-use super::batch::{Arg, Writes, Written};
+use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
 use crate::with_conn;
@@ -180,20 +180,24 @@ pub fn insert_completed_in(
 ) -> Written {
     let now = DbTime::now();
     writes.push(
-        "INSERT INTO idempotency_records
-             (account_id, key, fingerprint, state, locked_at, created_at, expires_at, response_status, response_body,
-              withdrawal_id)
-         VALUES ($1, $2, $3, 'completed', $4, $4, $5, $6, $7, $8) ON CONFLICT (account_id, key) DO NOTHING",
-        vec![
+        Sql::new(
+            "INSERT INTO idempotency_records
+                 (account_id, key, fingerprint, locked_at, created_at, expires_at, response_status, response_body,
+                  withdrawal_id, state)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(account.0),
-            Arg::Text(key.as_str().to_owned()),
-            Arg::Bytes(fingerprint.to_vec()),
+            key.as_str().into(),
+            fingerprint.into(),
+            Arg::Time(now),
             Arg::Time(now),
             Arg::Time(now.plus(settings.retention)),
             Arg::I64(i64::from(status)),
-            Arg::Bytes(body.to_vec()),
+            body.into(),
             Arg::Uuid(withdrawal.0),
-        ],
+        ])
+        .sql(", 'completed') ON CONFLICT (account_id, key) DO NOTHING"),
     )
 }
 
@@ -208,17 +212,18 @@ pub fn complete_in(
     withdrawal: Option<WithdrawalId>,
 ) -> Written {
     writes.push(
-        "UPDATE idempotency_records
-         SET state = 'completed', response_status = $1, response_body = $2, withdrawal_id = $3
-         WHERE account_id = $4 AND key = $5 AND state = 'in_progress' AND locked_at = $6",
-        vec![
-            Arg::I64(i64::from(status)),
-            Arg::Bytes(body.to_vec()),
-            Arg::OptUuid(withdrawal.map(|w| w.0)),
-            Arg::Uuid(claim.account_id.0),
-            Arg::Text(key.as_str().to_owned()),
-            Arg::Time(claim.locked_at),
-        ],
+        Sql::new("UPDATE idempotency_records SET state = 'completed', response_status = ")
+            .bind(i64::from(status))
+            .sql(", response_body = ")
+            .bind(body)
+            .sql(", withdrawal_id = ")
+            .bind(withdrawal.map(|w| w.0))
+            .sql(" WHERE account_id = ")
+            .bind(claim.account_id.0)
+            .sql(" AND key = ")
+            .bind(key.as_str())
+            .sql(" AND state = 'in_progress' AND locked_at = ")
+            .bind(claim.locked_at),
     )
 }
 

@@ -13,7 +13,7 @@
 use chrono::TimeDelta;
 use uuid::Uuid;
 
-use super::batch::{Arg, Writes, Written};
+use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
 use crate::domain::job::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
 use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
@@ -61,20 +61,24 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
     let id = JobId::new();
     let now = DbTime::now();
     writes.push(
-        "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at,
-                           correlation_id, withdrawal_id, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, 'scheduled', $6, $7, $8, $9, $9)",
-        vec![
+        Sql::new(
+            "INSERT INTO jobs (id, queue, kind, payload, payload_version, run_at,
+                               correlation_id, withdrawal_id, created_at, updated_at, status)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(id.0),
-            Arg::Text(job.queue.to_owned()),
-            Arg::Text(job.kind.to_owned()),
-            Arg::Bytes(job.payload.clone()),
+            job.queue.into(),
+            job.kind.into(),
+            job.payload.as_slice().into(),
             Arg::I64(job.payload_version),
             Arg::Time(job.run_at),
-            Arg::Text(job.correlation_id.clone()),
+            job.correlation_id.as_str().into(),
             Arg::OptUuid(job.withdrawal_id.map(|w| w.0)),
             Arg::Time(now),
-        ],
+            Arg::Time(now),
+        ])
+        .sql(", 'scheduled')"),
     );
     writes.notify(JOBS_CHANNEL, job.queue);
     id
@@ -267,21 +271,21 @@ pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finis
         Finish::HandlerError { run_at, error } => ("scheduled", Some(*run_at), 0, Some(*error), true),
     };
     writes.push(
-        "UPDATE jobs SET status = $1, run_at = COALESCE($2, run_at), attempts = attempts + $3,
-                         last_error = COALESCE($4, last_error), locked_by = NULL, locked_until = NULL,
-                         lease_token = NULL, updated_at = $5,
-                         handler_errors = CASE WHEN $8 THEN handler_errors + 1 ELSE 0 END
-         WHERE id = $6 AND lease_token = $7",
-        vec![
-            Arg::Text(status.to_owned()),
-            Arg::OptTime(run_at),
-            Arg::I64(consumed),
-            Arg::OptText(error.map(str::to_owned)),
-            Arg::Time(now),
-            Arg::Uuid(job.0),
-            Arg::Uuid(token.0),
-            Arg::Bool(handler_error),
-        ],
+        Sql::new("UPDATE jobs SET status = ")
+            .bind(status)
+            .sql(", run_at = COALESCE(")
+            .bind(run_at)
+            .sql(", run_at), attempts = attempts + ")
+            .bind(consumed)
+            .sql(", last_error = COALESCE(")
+            .bind(error)
+            .sql(", last_error), locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = ")
+            .bind(now)
+            .sql(if handler_error { ", handler_errors = handler_errors + 1" } else { ", handler_errors = 0" })
+            .sql(" WHERE id = ")
+            .bind(job.0)
+            .sql(" AND lease_token = ")
+            .bind(token.0),
     )
 }
 
@@ -420,18 +424,11 @@ pub fn extend_lease_in(
     mark_first_attempt: bool,
 ) -> Written {
     let now = DbTime::now();
-    writes.push(
-        "UPDATE jobs SET locked_until = $1,
-                         first_attempt_at = CASE WHEN $5 THEN COALESCE(first_attempt_at, $2) ELSE first_attempt_at END
-         WHERE id = $3 AND lease_token = $4",
-        vec![
-            Arg::Time(now.plus(lease)),
-            Arg::Time(now),
-            Arg::Uuid(job.0),
-            Arg::Uuid(token.0),
-            Arg::Bool(mark_first_attempt),
-        ],
-    )
+    let mut sql = Sql::new("UPDATE jobs SET locked_until = ").bind(now.plus(lease));
+    if mark_first_attempt {
+        sql = sql.sql(", first_attempt_at = COALESCE(first_attempt_at, ").bind(now).sql(")");
+    }
+    writes.push(sql.sql(" WHERE id = ").bind(job.0).sql(" AND lease_token = ").bind(token.0))
 }
 
 /// Kills a job whose lease expired (no live holder to fence against); false if someone

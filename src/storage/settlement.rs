@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::QueryBuilder;
 
-use super::batch::{Arg, Writes, Written};
+use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult, Resolution, SettlementLine};
 use crate::domain::{OperatorId, SettlementExceptionId, SettlementLineId, SettlementReportId, WithdrawalId};
@@ -267,16 +267,19 @@ pub struct LineDecision<'a> {
 /// touches no row when another import decided the line first.
 pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecision<'_>) -> Written {
     writes.push(
-        "UPDATE settlement_lines SET withdrawal_id = $1, result = $2, applied = $3, evidence = $4, matched_at = $5
-         WHERE id = $6 AND result IS NULL",
-        vec![
-            Arg::OptUuid(d.withdrawal_id.map(|w| w.0)),
-            Arg::Text(d.result.as_str().to_owned()),
-            Arg::OptText(d.applied.map(str::to_owned)),
-            Arg::Json(d.evidence.clone()),
-            Arg::Time(DbTime::now()),
-            Arg::Uuid(line.0),
-        ],
+        Sql::new("UPDATE settlement_lines SET withdrawal_id = ")
+            .bind(d.withdrawal_id.map(|w| w.0))
+            .sql(", result = ")
+            .bind(d.result.as_str())
+            .sql(", applied = ")
+            .bind(d.applied)
+            .sql(", evidence = ")
+            .bind(d.evidence.clone())
+            .sql(", matched_at = ")
+            .bind(DbTime::now())
+            .sql(" WHERE id = ")
+            .bind(line.0)
+            .sql(" AND result IS NULL"),
     )
 }
 
@@ -304,14 +307,15 @@ pub struct NewException<'a> {
 /// dedupe key) already exists.
 pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
     writes.push(
-        "INSERT INTO settlement_exceptions (id, kind, status, dedupe_key, withdrawal_id, line_id, report_date,
-                                            transfer_id, detail, evidence, opened_at)
-         VALUES ($1, $2, 'open', $3, $4, $5, $6, $7, $8, $9, $10)
-         ON CONFLICT (dedupe_key) DO NOTHING",
-        vec![
+        Sql::new(
+            "INSERT INTO settlement_exceptions (id, kind, dedupe_key, withdrawal_id, line_id, report_date,
+                                                transfer_id, detail, evidence, opened_at, status)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(SettlementExceptionId::new().0),
-            Arg::Text(e.kind.as_str().to_owned()),
-            Arg::Text(e.dedupe_key.clone()),
+            e.kind.as_str().into(),
+            e.dedupe_key.as_str().into(),
             Arg::OptUuid(e.withdrawal_id.map(|w| w.0)),
             Arg::OptUuid(e.line_id.map(|l| l.0)),
             Arg::OptText(e.report_date.map(str::to_owned)),
@@ -319,7 +323,8 @@ pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
             Arg::Text(crate::redact::text(e.detail)),
             Arg::Json(e.evidence.clone()),
             Arg::Time(DbTime::now()),
-        ],
+        ])
+        .sql(", 'open') ON CONFLICT (dedupe_key) DO NOTHING"),
     )
 }
 

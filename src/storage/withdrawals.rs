@@ -9,9 +9,9 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::accounts::{self, EntryKind};
-use super::batch::{Arg, Ran, Writes, Written};
+use super::batch::{Arg, Ran, Sql, Writes, Written};
 use super::jobs;
-use super::{DbTime, Result, StorageError, Tx};
+use super::{DbTime, Result, StorageError, Tx, TxConn};
 use crate::domain::job::SubmitPayout;
 use crate::domain::{
     check_transition, AccountId, Actor, Amount, Currency, Destination, LedgerEffect, TransitionError, Withdrawal,
@@ -114,21 +114,25 @@ pub async fn create(
     let now = DbTime::from(w.created_at);
     let mut writes = Writes::new();
     writes.push(
-        "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference, version,
-                                  idempotency_key, correlation_id, created_at, updated_at, sandbox)
-         VALUES ($1, $2, 'pending', $3, $4, $5, $6, 1, $7, $8, $9, $9, $10)",
-        vec![
+        Sql::new(
+            "INSERT INTO withdrawals (id, account_id, amount, currency, destination, reference, idempotency_key,
+                                      correlation_id, created_at, updated_at, sandbox, status, version)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(w.id.0),
             Arg::Uuid(w.account_id.0),
             Arg::I64(w.amount.to_minor()),
-            Arg::Text(w.amount.currency().code().to_owned()),
+            w.amount.currency().code().into(),
             Arg::Json(serde_json::to_value(&w.destination).map_err(StorageError::corrupt)?),
             Arg::OptText(w.reference.clone()),
-            Arg::Text(w.idempotency_key.clone()),
-            Arg::Text(w.correlation_id.clone()),
+            w.idempotency_key.as_str().into(),
+            w.correlation_id.as_str().into(),
+            Arg::Time(now),
             Arg::Time(now),
             Arg::Bool(w.sandbox),
-        ],
+        ])
+        .sql(", 'pending', 1)"),
     );
     let transition = transition_in(
         &mut writes,
@@ -333,9 +337,22 @@ pub enum TransitionOutcome {
 
 /// The compare-and-set of every transition: on status, and on version when one is expected.
 /// Each move sets `failure_code` to what it says (none clears it).
-const GUARDED: &str = "UPDATE withdrawals SET status = $1, version = version + 1, updated_at = $2,
-                                           failure_code = $3
-                       WHERE id = $4 AND status = $5 AND ($6 IS NULL OR version = $6)";
+fn guarded(req: &TransitionRequest<'_>) -> Sql {
+    let sql = Sql::new("UPDATE withdrawals SET status = ")
+        .bind(req.to.as_str())
+        .sql(", version = version + 1, updated_at = ")
+        .bind(DbTime::now())
+        .sql(", failure_code = ")
+        .bind(req.failure_code)
+        .sql(" WHERE id = ")
+        .bind(req.id.0)
+        .sql(" AND status = ")
+        .bind(req.from.as_str());
+    match req.expected_version {
+        Some(version) => sql.sql(" AND version = ").bind(version),
+        None => sql,
+    }
+}
 
 /// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
 /// row and the ledger entries of its effect, all in `tx`.
@@ -344,17 +361,11 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         Ok(effect) => effect,
         Err(err) => return Ok(TransitionOutcome::Forbidden(err)),
     };
-    let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!("{GUARDED} RETURNING {COLUMNS}"))
-            .bind(req.to.as_str())
-            .bind(DbTime::now())
-            .bind(req.failure_code)
-            .bind(req.id.0)
-            .bind(req.from.as_str())
-            .bind(req.expected_version)
-            .fetch_optional(&mut *conn)
-            .await?
-    });
+    let sql = guarded(req).sql(" RETURNING ").sql(COLUMNS);
+    let row: Option<WithdrawalRow> = match &mut tx.conn {
+        TxConn::Sqlite(t) => sql.sqlite().build_query_as().fetch_optional(&mut **t).await?,
+        TxConn::Postgres(t) => sql.postgres().build_query_as().fetch_optional(&mut **t).await?,
+    };
     let Some(row) = row else {
         stale(req);
         return Ok(TransitionOutcome::Stale);
@@ -380,17 +391,7 @@ pub fn transition_known_in(
     req: &TransitionRequest<'_>,
 ) -> std::result::Result<KnownTransition, TransitionError> {
     let effect = check_transition(req.from, req.to)?;
-    let guarded = writes.push(
-        GUARDED,
-        vec![
-            Arg::Text(req.to.as_str().to_owned()),
-            Arg::Time(DbTime::now()),
-            Arg::OptText(req.failure_code.map(str::to_owned)),
-            Arg::Uuid(req.id.0),
-            Arg::Text(req.from.as_str().to_owned()),
-            Arg::OptI64(req.expected_version),
-        ],
-    );
+    let guarded = writes.push(guarded(req));
     Ok(KnownTransition { guarded, effect })
 }
 
@@ -556,10 +557,12 @@ fn transition_in(
 ) -> Uuid {
     let transition_id = Uuid::now_v7();
     writes.push(
-        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason, correlation_id, at,
-                                             evidence)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        vec![
+        Sql::new(
+            "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
+                                                 correlation_id, at, evidence)
+             VALUES (",
+        )
+        .binds([
             Arg::Uuid(transition_id),
             Arg::Uuid(id.0),
             Arg::OptText(from.map(|f| f.as_str().to_owned())),
@@ -571,7 +574,8 @@ fn transition_in(
             Arg::Time(DbTime::now()),
             // Provider answers carry no account numbers, but evidence is redacted like the rest.
             Arg::OptJson(evidence.map(crate::redact::json)),
-        ],
+        ])
+        .sql(")"),
     );
     transition_id
 }
