@@ -131,6 +131,26 @@ pub struct DatabaseWork {
     pub wal_syncs_per_unit: f64,
     pub wal_records_per_unit: f64,
     pub wal_bytes_per_unit: f64,
+    /// Row versions written (inserts and updates), per unit, all tables.
+    pub row_versions_per_unit: f64,
+    /// Of them, updates PostgreSQL made HOT (no index entry written).
+    pub hot_updates_per_unit: f64,
+    /// Index entries written: every row version that is not HOT, once per index of its table.
+    pub index_entries_per_unit: f64,
+    /// The same per table, most index entries first (tables the phase did not write left out).
+    pub tables: Vec<TableWork>,
+}
+
+/// One table's share of [`DatabaseWork`], per unit.
+#[derive(Debug, Clone, Serialize)]
+pub struct TableWork {
+    pub table: String,
+    pub inserts: f64,
+    pub updates: f64,
+    pub hot_updates: f64,
+    pub deletes: f64,
+    pub indexes: i64,
+    pub index_entries: f64,
 }
 
 pub fn database_work(
@@ -140,7 +160,33 @@ pub fn database_work(
 ) -> Option<DatabaseWork> {
     let (a, b) = (a?, b?);
     let n = units.max(1) as f64;
+    let mut tables: Vec<TableWork> = b
+        .tables
+        .iter()
+        .filter_map(|after| {
+            let before = a.tables.iter().find(|t| t.table == after.table);
+            let d = |f: fn(&crate::storage::bench::TableActivity) -> i64| {
+                (f(after) - before.map_or(0, f)).max(0) as f64 / n
+            };
+            let (inserts, updates, hot_updates, deletes) =
+                (d(|t| t.inserts), d(|t| t.updates), d(|t| t.hot_updates), d(|t| t.deletes));
+            (inserts + updates + deletes > 0.0).then(|| TableWork {
+                table: after.table.clone(),
+                inserts,
+                updates,
+                hot_updates,
+                deletes,
+                indexes: after.indexes,
+                index_entries: (inserts + updates - hot_updates) * after.indexes as f64,
+            })
+        })
+        .collect();
+    tables.sort_by(|x, y| y.index_entries.total_cmp(&x.index_entries));
     Some(DatabaseWork {
+        row_versions_per_unit: tables.iter().map(|t| t.inserts + t.updates).sum(),
+        hot_updates_per_unit: tables.iter().map(|t| t.hot_updates).sum(),
+        index_entries_per_unit: tables.iter().map(|t| t.index_entries).sum(),
+        tables,
         write_transactions_per_unit: (b.next_xid - a.next_xid) as f64 / n,
         commits_per_unit: (b.xact_commit - a.xact_commit) as f64 / n,
         wal_syncs_per_unit: (b.wal_sync - a.wal_sync) as f64 / n,
@@ -160,7 +206,7 @@ pub struct Meter {
 impl Meter {
     pub async fn start(db: &crate::storage::Db, serve: Option<u32>) -> Self {
         let pg = crate::storage::bench::postgres_activity(db).await.ok().flatten();
-        let postmaster = pg.and_then(|a| parent(a.backend_pid as u32));
+        let postmaster = pg.as_ref().and_then(|a| parent(a.backend_pid as u32));
         Self { pg, postmaster, serve, cpu: Snapshot::take(serve, postmaster) }
     }
 

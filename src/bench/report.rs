@@ -37,6 +37,12 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
     let summary = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.summary.p95_ms);
     let list = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.list.p95_ms);
     let rss = |r: Option<&BackendReport>| r?.memory.as_ref().map(|m| m.peak_rss_mib);
+    let work = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.database_work.clone();
+    let pg_cpu = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.cpu.as_ref()?.postgres_ms_per_unit;
+    let soak = |r: Option<&BackendReport>| {
+        let minutes = &r?.end_to_end.as_ref()?.per_minute;
+        Some(minutes.last()? / minutes.first()?)
+    };
     let at_least = |name, target: String, value: Option<f64>, threshold: Option<f64>| {
         let met = value.zip(threshold).map(|(v, t)| v >= t);
         Target { name, target, postgres: value, threshold, met, sqlite: None, sqlite_met: None }
@@ -79,6 +85,30 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
         ),
         at_most("dead_letter_list_p95_ms", "filtered dead-letter list p95 ≤ 50 ms".into(), list(pg), list(lite), 50.0),
         at_most("peak_rss_mib", "peak RSS of serve ≤ 150 MiB".into(), rss(pg), rss(lite), 150.0),
+        // Issue 20's targets for the payout pipeline (PostgreSQL, per withdrawal, from the
+        // end-to-end phase's counters).
+        at_least(
+            "end_to_end_vs_pgbench_interim",
+            "end-to-end ≥ 0.25 × pgbench -N TPS (issue 20's step)".into(),
+            e2e(pg).zip(tps32(pg)).map(|(e, t)| e / t),
+            Some(0.25),
+        ),
+        at_most("postgres_cpu_ms", "PostgreSQL CPU ≤ 1 ms per withdrawal".into(), pg_cpu(pg), None, 1.0),
+        at_most(
+            "write_transactions",
+            "write transactions ≤ 1.5 per withdrawal".into(),
+            work(pg).map(|w| w.write_transactions_per_unit),
+            None,
+            1.5,
+        ),
+        at_most(
+            "wal_records",
+            "WAL records ≤ 30 per withdrawal".into(),
+            work(pg).map(|w| w.wal_records_per_unit),
+            None,
+            30.0,
+        ),
+        at_least("soak_last_over_first", "soak: last minute ≥ 0.9 × the first".into(), soak(pg), soak(pg).map(|_| 0.9)),
     ]
 }
 
@@ -170,7 +200,7 @@ fn rows() -> Vec<Row> {
             "  ÷ pgbench TPS (32 clients)",
             "×",
             |r| Some(r.end_to_end.as_ref()?.withdrawals_per_second / r.pgbench.as_ref()?.tps_32_clients),
-            None,
+            Some("end_to_end_vs_pgbench_interim"),
         ),
         row(
             "steady_state_per_second",
@@ -192,14 +222,14 @@ fn rows() -> Vec<Row> {
             "  PostgreSQL CPU per withdrawal",
             "ms",
             |r| r.end_to_end.as_ref()?.cpu.as_ref()?.postgres_ms_per_unit,
-            None,
+            Some("postgres_cpu_ms"),
         ),
         row(
             "e2e_write_transactions",
             "  PostgreSQL write transactions per withdrawal",
             "",
             |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.write_transactions_per_unit),
-            None,
+            Some("write_transactions"),
         ),
         row(
             "e2e_commits",
@@ -213,8 +243,48 @@ fn rows() -> Vec<Row> {
             "  WAL records per withdrawal",
             "",
             |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.wal_records_per_unit),
+            Some("wal_records"),
+        ),
+        row(
+            "e2e_row_versions",
+            "  row versions per withdrawal (inserts + updates)",
+            "",
+            |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.row_versions_per_unit),
             None,
         ),
+        row(
+            "e2e_hot_updates",
+            "    of them HOT updates (no index entry)",
+            "",
+            |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.hot_updates_per_unit),
+            None,
+        ),
+        row(
+            "e2e_index_entries",
+            "  index entries per withdrawal (non-HOT versions × indexes)",
+            "",
+            |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.index_entries_per_unit),
+            None,
+        ),
+        row("e2e_index_entries_jobs", "    jobs", "", |r| index_entries(r, "jobs"), None),
+        row("e2e_index_entries_withdrawals", "    withdrawals", "", |r| index_entries(r, "withdrawals"), None),
+        row(
+            "e2e_index_entries_transitions",
+            "    withdrawal_transitions",
+            "",
+            |r| index_entries(r, "withdrawal_transitions"),
+            None,
+        ),
+        row("e2e_index_entries_ledger", "    ledger_entries", "", |r| index_entries(r, "ledger_entries"), None),
+        row("e2e_index_entries_attempts", "    provider_attempts", "", |r| index_entries(r, "provider_attempts"), None),
+        row(
+            "e2e_index_entries_idempotency",
+            "    idempotency_records",
+            "",
+            |r| index_entries(r, "idempotency_records"),
+            None,
+        ),
+        row("e2e_index_entries_balances", "    balances", "", |r| index_entries(r, "balances"), None),
         row(
             "e2e_cores_busy",
             "  machine cores busy",
@@ -297,13 +367,13 @@ fn rows() -> Vec<Row> {
         row("soak_last_minute", "  last minute", "/s", |r| r.end_to_end.as_ref()?.per_minute.last().copied(), None),
         row(
             "soak_last_over_first",
-            "  last ÷ first (target ≥ 0.9)",
+            "  last ÷ first",
             "×",
             |r| {
                 let minutes = &r.end_to_end.as_ref()?.per_minute;
                 Some(minutes.last()? / minutes.first()?)
             },
-            None,
+            Some("soak_last_over_first"),
         ),
         row(
             "noop_jobs_per_second",
@@ -423,7 +493,10 @@ pub fn table(reports: &[BackendReport]) -> String {
                 let threshold = match (t.name, t.threshold) {
                     ("end_to_end_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (0.5× pgbench)"),
                     ("noop_jobs_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (4× pgbench)"),
-                    (_, Some(v)) if t.sqlite_met.is_some() || t.met.is_some() => format!("≤ {v:.0} {}", row.unit),
+                    ("end_to_end_vs_pgbench_interim" | "soak_last_over_first", Some(v)) => format!("≥ {v}×"),
+                    (_, Some(v)) if t.sqlite_met.is_some() || t.met.is_some() => {
+                        format!("≤ {v} {}", row.unit).trim_end().to_owned()
+                    }
                     _ => t.target.clone(),
                 };
                 let yes = |m: Option<bool>| match m {
@@ -483,6 +556,12 @@ pub fn table(reports: &[BackendReport]) -> String {
 }
 
 /// The median of unsorted values (0 when empty).
+/// One table's index entries per withdrawal in the end-to-end phase.
+fn index_entries(r: &BackendReport, table: &str) -> Option<f64> {
+    let work = r.end_to_end.as_ref()?.database_work.as_ref()?;
+    Some(work.tables.iter().find(|t| t.table == table).map_or(0.0, |t| t.index_entries))
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));

@@ -281,8 +281,20 @@ pub async fn server_version(db: &Db) -> Result<String> {
     }))
 }
 
+/// One table's row-level counters (`pg_stat_user_tables`, published like `xact_commit`) and how
+/// many indexes it has: every row version that is not a HOT update writes one entry into each.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TableActivity {
+    pub table: String,
+    pub inserts: i64,
+    pub updates: i64,
+    pub hot_updates: i64,
+    pub deletes: i64,
+    pub indexes: i64,
+}
+
 /// PostgreSQL's own counters, to turn a phase into per-withdrawal database work.
-#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct PgActivity {
     /// This connection's server process (its parent is the postmaster).
     pub backend_pid: i32,
@@ -296,6 +308,9 @@ pub struct PgActivity {
     /// Cluster-wide WAL records and syncs (`pg_stat_wal`, published like `xact_commit`).
     pub wal_records: i64,
     pub wal_sync: i64,
+    /// The service's tables.
+    #[sqlx(skip)]
+    pub tables: Vec<TableActivity>,
 }
 
 /// The counters now (a fresh statistics snapshot); `None` on SQLite.
@@ -313,5 +328,13 @@ pub async fn postgres_activity(db: &Db) -> Result<Option<PgActivity>> {
     )
     .fetch_one(&mut *conn)
     .await?;
-    Ok(Some(activity))
+    let tables = sqlx::query_as::<_, TableActivity>(
+        "SELECT t.relname::text AS table, t.n_tup_ins AS inserts, t.n_tup_upd AS updates,
+                t.n_tup_hot_upd AS hot_updates, t.n_tup_del AS deletes,
+                (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid) AS indexes
+         FROM pg_stat_user_tables t WHERE t.schemaname = 'public' ORDER BY t.relname",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(PgActivity { tables, ..activity }))
 }
