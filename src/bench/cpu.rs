@@ -135,7 +135,8 @@ pub struct DatabaseWork {
     pub row_versions_per_unit: f64,
     /// Of them, updates PostgreSQL made HOT (no index entry written).
     pub hot_updates_per_unit: f64,
-    /// Index entries written: every row version that is not HOT, once per index of its table.
+    /// Index entries written, at most: every row version that is not HOT, once per index of its
+    /// table (a partial index takes only the versions its predicate matches).
     pub index_entries_per_unit: f64,
     /// The same per table, most index entries first (tables the phase did not write left out).
     pub tables: Vec<TableWork>,

@@ -261,7 +261,7 @@ fn rows() -> Vec<Row> {
         ),
         row(
             "e2e_index_entries",
-            "  index entries per withdrawal (non-HOT versions × indexes)",
+            "  index entries per withdrawal (≤ non-HOT versions × indexes)",
             "",
             |r| r.end_to_end.as_ref()?.database_work.as_ref().map(|w| w.index_entries_per_unit),
             None,
