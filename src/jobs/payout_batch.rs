@@ -84,12 +84,17 @@ pub async fn run(batch: Vec<Submit>, stop: CancellationToken) {
             tracing::warn!(
                 error = format!("{err:#}"),
                 jobs = batch.len(),
+                job_ids = ?batch.iter().map(|s| s.ctx.job.id).collect::<Vec<_>>(),
                 "payout batch failed; its jobs run one by one"
             );
             (0..batch.len()).collect()
         }
         Some(Err(_panic)) => {
-            tracing::error!(jobs = batch.len(), "payout batch panicked; its jobs run one by one");
+            tracing::error!(
+                jobs = batch.len(),
+                job_ids = ?batch.iter().map(|s| s.ctx.job.id).collect::<Vec<_>>(),
+                "payout batch panicked; its jobs run one by one"
+            );
             (0..batch.len()).collect()
         }
         None => {
@@ -173,12 +178,13 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
         .iter()
         .zip(&settles)
         .zip(&guards)
-        .filter_map(|(((_, w, _, _), settle), guard)| Some((*w, settle.as_ref()?, (*guard)?)))
+        .filter_map(|(((row, w, _, _), settle), guard)| Some((*row, *w, settle.as_ref()?, (*guard)?)))
         .collect();
-    moves.sort_by_key(|(w, _, _)| (w.account_id.0, w.amount.currency().code()));
+    moves.sort_by_key(|(_, w, _, _)| (w.account_id.0, w.amount.currency().code()));
     let mut rounds: Vec<(Writes, HashSet<Balance>)> = Vec::new();
     let mut applied = Vec::with_capacity(moves.len());
-    for (w, req, guard) in moves {
+    for (row, w, req, guard) in moves {
+        let _span = batch[row].ctx.span().entered();
         let balance = store::balance_of(w);
         let round = match rounds.iter().position(|(_, used)| !used.contains(&balance)) {
             Some(i) => i,
@@ -262,7 +268,10 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
     }
     let ran = writes.run(&mut tx).await?;
     // A lost lease: another worker holds the job now; nothing is sent or written for it here.
-    leased.retain(|(row, _, _, lease)| batch[*row].ctx.leased_for_attempt(ran.applied(*lease)));
+    leased.retain(|(row, _, _, lease)| {
+        let _span = batch[*row].ctx.span().entered();
+        batch[*row].ctx.leased_for_attempt(ran.applied(*lease))
+    });
 
     let claims: Vec<TransitionRequest> = leased
         .iter()
@@ -287,6 +296,7 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
     let (mut calls, mut moved) = (Vec::new(), Vec::new());
     for (((row, withdrawal, permit, _), req), guard) in leased.into_iter().zip(&claims).zip(&guards) {
         let ctx = &batch[row].ctx;
+        let _span = ctx.span().entered();
         if guard.settle_in(&mut writes, &ran, &withdrawal, req) {
             let attempt =
                 attempts::start_in(&mut writes, withdrawal.id, ctx.job.id, 1, ctx.worker_id(), &ctx.job.correlation_id);

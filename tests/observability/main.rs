@@ -23,6 +23,7 @@ use withdrawals::storage::{dead_letters, jobs as job_store};
 both_backends!(
     dead_letters_and_breaker_transitions_show_exact_values_in_metrics,
     a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every_log_line,
+    a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -227,4 +228,72 @@ async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every
     assert_eq!(job_span["attempt"], 1);
     assert!(ours.iter().any(|l| l["level"] == "WARN" || l["level"] == "ERROR"), "the dead-lettering is logged");
     assert!(!text.contains("12345678"), "no full account number in the logs");
+}
+
+/// A batch of payouts logs each row's lines inside that row's job span: the stale move of a row
+/// that reconciliation settled during the batch's calls carries the row's correlation id.
+async fn a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id(app: TestApp) {
+    use withdrawals::domain::Actor;
+    use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+
+    let logs = captured_logs();
+    let _one_at_a_time = exclusive().await;
+    let provider = provider_mock(5_000).await;
+    // Every create waits, so one withdrawal can be moved while the batch's calls are in flight.
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Latency { ms: 1_500 })],
+    });
+    let alice = app.customer("100.00").await;
+    let mut rows = Vec::new();
+    for key in ["s1", "s2"] {
+        let correlation = format!("corr-{}", uuid::Uuid::new_v4().simple());
+        let response = app
+            .post_withdrawal(&alice, key, &harness::withdrawal_body("10.00"))
+            .header("X-Correlation-Id", &correlation)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+        let id: withdrawals::domain::WithdrawalId =
+            response.json::<Value>().await.unwrap()["id"].as_str().unwrap().parse().unwrap();
+        rows.push((id, correlation));
+    }
+    // One claim takes both (created before the worker starts): one batch.
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
+    for (id, _) in &rows {
+        app.wait_for_status(*id, WithdrawalStatus::Processing, WAIT).await;
+    }
+    app.eventually("the batch's calls to reach the provider", WAIT, || async {
+        let requests = provider.mock.requests();
+        rows.iter()
+            .all(|(id, _)| requests.iter().any(|r| r.idempotency_key.as_deref() == Some(id.to_string().as_str())))
+            .then_some(())
+    })
+    .await;
+    let (stale, correlation) = rows[1].clone();
+    let mut tx = app.db.begin().await.unwrap();
+    let reconciled = TransitionRequest {
+        id: stale,
+        from: WithdrawalStatus::Processing,
+        to: WithdrawalStatus::Completed,
+        expected_version: None,
+        actor: &Actor::Reconciliation,
+        reason: "reconciliation: provider confirmed paid",
+        correlation_id: "reconcile-test",
+        failure_code: None,
+        evidence: None,
+    };
+    assert!(matches!(store::transition(&mut tx, &reconciled).await.unwrap(), TransitionOutcome::Applied(_)));
+    tx.commit().await.unwrap();
+    app.wait_for_status(rows[0].0, WithdrawalStatus::Completed, WAIT).await;
+
+    let stale_line = || {
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object per line"))
+            .find(|l| l.to_string().contains("stale_transition") && l.to_string().contains(&stale.to_string()))
+    };
+    let line = app.eventually("the worker's stale move to be logged", WAIT, || async { stale_line() }).await;
+    assert!(line.to_string().contains(&correlation), "the stale move's line without its job's correlation id: {line}");
+    app.assert_ledger_invariant().await;
 }
