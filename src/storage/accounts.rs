@@ -163,13 +163,11 @@ fn entry_in(
     transition: Option<Uuid>,
 ) {
     let (available, held, paid_out) = kind.deltas(minor);
-    writes.push(
-        Sql::new(
-            "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
+    writes.push(Sql::row(
+        "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
                                          available_delta, held_delta, paid_out_delta, created_at)
-             VALUES (",
-        )
-        .binds([
+             VALUES ",
+        [
             Arg::Uuid(Uuid::now_v7()),
             Arg::Uuid(account.0),
             Arg::Text(currency.code().to_owned()),
@@ -180,9 +178,9 @@ fn entry_in(
             Arg::I64(held),
             Arg::I64(paid_out),
             Arg::Time(DbTime::now()),
-        ])
-        .sql(")"),
-    );
+        ],
+        "",
+    ));
 }
 
 /// One currency's balance, in minor units.

@@ -95,13 +95,11 @@ pub fn start_in(
     correlation_id: &str,
 ) -> AttemptId {
     let id = AttemptId::new();
-    writes.push(
-        Sql::new(
-            "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
+    writes.push(Sql::row(
+        "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
                                             started_at, side_effect)
-             VALUES (",
-        )
-        .binds([
+             VALUES ",
+        [
             Arg::Uuid(id.0),
             Arg::Uuid(withdrawal.0),
             Arg::Uuid(job.0),
@@ -109,9 +107,9 @@ pub fn start_in(
             Arg::Text(worker.to_owned()),
             Arg::Text(correlation_id.to_owned()),
             Arg::Time(DbTime::now()),
-        ])
-        .sql(", 'unknown')"),
-    );
+        ],
+        ", 'unknown'",
+    ));
     id
 }
 

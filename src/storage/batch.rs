@@ -28,7 +28,14 @@ use super::{DbTime, Result, Tx, TxConn};
 /// monomorphised per backend): text with `push`, every value with `push_bind`.
 macro_rules! push_sql {
     ($builder:expr, $sql:expr) => {
-        for piece in &$sql.pieces {
+        push_pieces!($builder, &$sql.pieces)
+    };
+}
+
+/// [`push_sql!`] for a slice of pieces (a row of a multi-row `INSERT`).
+macro_rules! push_pieces {
+    ($builder:expr, $pieces:expr) => {
+        for piece in $pieces {
             match piece {
                 Piece::Text(text) => {
                     $builder.push(*text);
@@ -104,11 +111,26 @@ enum Piece {
 #[derive(Debug, Clone, Default)]
 pub struct Sql {
     pieces: Vec<Piece>,
+    /// For one row of a plain `INSERT` ([`Sql::row`]): its text before the row and the constants
+    /// closing the row. A batch sends the rows of one such shape as one multi-row `INSERT`.
+    row_of: Option<(&'static str, &'static str)>,
 }
 
 impl Sql {
     pub fn new(text: &'static str) -> Self {
-        Self { pieces: vec![Piece::Text(text)] }
+        Self { pieces: vec![Piece::Text(text)], row_of: None }
+    }
+
+    /// One row of a plain `INSERT` (no `ON CONFLICT`, no `RETURNING`): `head` is
+    /// `INSERT INTO t (…) VALUES `, then `(values…` and `constants` (literal columns after the
+    /// values, such as `, 'pending'`, or empty) and `)`. In a batch on PostgreSQL, every row of
+    /// the same `head` and `constants` goes in one multi-row `INSERT` — one statement per table
+    /// for the whole batch — and each keeps its own handle: a plain insert either writes its one
+    /// row or fails the statement, so each counts 1.
+    pub fn row<const N: usize>(head: &'static str, values: [Arg; N], constants: &'static str) -> Self {
+        let mut sql = Self::new(head).sql("(").binds(values).sql(constants).sql(")");
+        sql.row_of = Some((head, constants));
+        sql
     }
 
     /// More text.
@@ -147,6 +169,13 @@ impl Sql {
         push_sql!(builder, self);
         builder
     }
+}
+
+/// One CTE of the PostgreSQL statement: a write, or the rows of one `INSERT` shape.
+#[derive(Debug, PartialEq, Eq)]
+enum Cte {
+    One(usize),
+    Rows(Vec<usize>),
 }
 
 /// A write added to a [`Writes`]: asks the [`Ran`] outcome how many rows it touched.
@@ -231,7 +260,16 @@ impl Writes {
         match &mut tx.conn {
             TxConn::Postgres(t) => {
                 let row = self.as_one_statement().build().fetch_one(&mut **t).await?;
-                (0..self.writes.len()).map(|i| Ok(row.try_get::<i64, _>(i)? as u64)).collect()
+                let mut counts = vec![0; self.writes.len()];
+                for (c, cte) in self.ctes().iter().enumerate() {
+                    let touched = row.try_get::<i64, _>(c)? as u64;
+                    match cte {
+                        Cte::One(i) => counts[*i] = touched,
+                        // Plain inserts: all of them, or the statement failed.
+                        Cte::Rows(rows) => rows.iter().for_each(|i| counts[*i] = touched / rows.len() as u64),
+                    }
+                }
+                Ok(counts)
             }
             TxConn::Sqlite(t) => {
                 if self.notify.is_some() {
@@ -247,20 +285,59 @@ impl Writes {
         }
     }
 
-    /// The PostgreSQL statement: each write a CTE, then one count per write (and the
+    /// The statement's CTEs: each write its own, except rows of one [`Sql::row`] shape, which
+    /// share one (at the place of the first).
+    fn ctes(&self) -> Vec<Cte> {
+        let mut ctes = Vec::with_capacity(self.writes.len());
+        let mut shapes: Vec<((&str, &str), usize)> = Vec::new();
+        for (i, write) in self.writes.iter().enumerate() {
+            let Some(shape) = write.row_of else {
+                ctes.push(Cte::One(i));
+                continue;
+            };
+            match shapes.iter().find(|(s, _)| *s == shape) {
+                Some((_, c)) => {
+                    if let Cte::Rows(rows) = &mut ctes[*c] {
+                        rows.push(i);
+                    }
+                }
+                None => {
+                    shapes.push((shape, ctes.len()));
+                    ctes.push(Cte::Rows(vec![i]));
+                }
+            }
+        }
+        ctes
+    }
+
+    /// The PostgreSQL statement: each write a CTE (rows of one `INSERT` shape one together), then one count per write (and the
     /// notification, if any); the parameters are numbered by the builder as they are pushed.
     fn as_one_statement(&self) -> QueryBuilder<'_, Postgres> {
         let mut builder = QueryBuilder::new("");
-        for (i, write) in self.writes.iter().enumerate() {
-            builder.push(if i == 0 { "WITH " } else { ", " });
-            builder.push(format_args!("w{i} AS ("));
-            push_sql!(builder, write);
+        let ctes = self.ctes();
+        for (c, cte) in ctes.iter().enumerate() {
+            builder.push(if c == 0 { "WITH " } else { ", " });
+            builder.push(format_args!("w{c} AS ("));
+            match cte {
+                Cte::One(i) => push_sql!(builder, self.writes[*i]),
+                Cte::Rows(rows) => {
+                    for (n, i) in rows.iter().enumerate() {
+                        // The head once, then each row's `(…)`.
+                        let pieces = &self.writes[*i].pieces;
+                        let from = if n == 0 { 0 } else { 1 };
+                        if n > 0 {
+                            builder.push(", ");
+                        }
+                        push_pieces!(builder, &pieces[from..]);
+                    }
+                }
+            }
             builder.push(" RETURNING 1)");
         }
-        builder.push(if self.writes.is_empty() { "SELECT " } else { " SELECT " });
-        for i in 0..self.writes.len() {
-            builder.push(if i == 0 { "" } else { ", " });
-            builder.push(format_args!("(SELECT count(*) FROM w{i})"));
+        builder.push(if ctes.is_empty() { "SELECT " } else { " SELECT " });
+        for c in 0..ctes.len() {
+            builder.push(if c == 0 { "" } else { ", " });
+            builder.push(format_args!("(SELECT count(*) FROM w{c})"));
         }
         if let Some((channel, payload)) = &self.notify {
             builder.push(if self.writes.is_empty() { "pg_notify(" } else { ", pg_notify(" });
@@ -294,6 +371,27 @@ mod tests {
         let sql = Sql::new("INSERT INTO t (a, b, c) VALUES (").binds([Arg::I64(1), "x".into(), true.into()]).sql(")");
         assert_eq!(sql.postgres().sql(), "INSERT INTO t (a, b, c) VALUES ($1, $2, $3)");
         assert_eq!(sql.sqlite().sql(), "INSERT INTO t (a, b, c) VALUES (?, ?, ?)");
+    }
+
+    #[test]
+    fn rows_of_one_insert_shape_become_one_multi_row_insert_at_the_first_ones_place() {
+        let mut writes = Writes::new();
+        let head = "INSERT INTO t (a, b, c) VALUES ";
+        let first = writes.push(Sql::row(head, [Arg::I64(1), Arg::I64(2)], ", 'x'"));
+        let update = writes.push(Sql::new("UPDATE u SET y = ").bind(3_i64));
+        let other = writes.push(Sql::row(head, [Arg::I64(4), Arg::I64(5)], ""));
+        let second = writes.push(Sql::row(head, [Arg::I64(6), Arg::I64(7)], ", 'x'"));
+        assert_eq!(writes.ctes(), [Cte::Rows(vec![0, 3]), Cte::One(1), Cte::Rows(vec![2])]);
+        assert_eq!(
+            writes.as_one_statement().sql(),
+            "WITH w0 AS (INSERT INTO t (a, b, c) VALUES ($1, $2, 'x'), ($3, $4, 'x') RETURNING 1), \
+             w1 AS (UPDATE u SET y = $5 RETURNING 1), \
+             w2 AS (INSERT INTO t (a, b, c) VALUES ($6, $7) RETURNING 1) \
+             SELECT (SELECT count(*) FROM w0), (SELECT count(*) FROM w1), (SELECT count(*) FROM w2)"
+        );
+        // Alone (SQLite runs each write by itself), a row is an ordinary INSERT.
+        assert_eq!(writes.writes[first.0].postgres().sql(), "INSERT INTO t (a, b, c) VALUES ($1, $2, 'x')");
+        assert_eq!((update.0, other.0, second.0), (1, 2, 3));
     }
 
     #[test]

@@ -556,13 +556,11 @@ fn transition_in(
     evidence: Option<&serde_json::Value>,
 ) -> Uuid {
     let transition_id = Uuid::now_v7();
-    writes.push(
-        Sql::new(
-            "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
+    writes.push(Sql::row(
+        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
                                                  correlation_id, at, evidence)
-             VALUES (",
-        )
-        .binds([
+             VALUES ",
+        [
             Arg::Uuid(transition_id),
             Arg::Uuid(id.0),
             Arg::OptText(from.map(|f| f.as_str().to_owned())),
@@ -574,9 +572,9 @@ fn transition_in(
             Arg::Time(DbTime::now()),
             // Provider answers carry no account numbers, but evidence is redacted like the rest.
             Arg::OptJson(evidence.map(crate::redact::json)),
-        ])
-        .sql(")"),
-    );
+        ],
+        "",
+    ));
     transition_id
 }
 
