@@ -6,7 +6,8 @@
 //! its own: they are given when the batch is built, by `QueryBuilder::push_bind`. On PostgreSQL
 //! the writes go to the server as one statement of data-modifying CTEs (`WITH w0 AS (… RETURNING
 //! 1), w1 AS (…) SELECT count(*) …`): one round trip instead of one per write, and foreign keys
-//! between them hold because PostgreSQL checks them at the end of the statement. SQLite runs
+//! between them hold because PostgreSQL checks them at the end of the statement; the rows of one
+//! plain `INSERT` shape ([`Sql::row`]) share one CTE, a multi-row `INSERT`. SQLite runs
 //! in-process, where a statement costs no round trip, and runs them one by one in order. Either
 //! way [`Writes::run`] returns a [`Ran`] that answers, for the typed handle ([`Written`]) each
 //! write was given when pushed, how many rows it touched — before the caller commits.
