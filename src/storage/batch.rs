@@ -115,11 +115,45 @@ pub struct Sql {
     /// For one row of a plain `INSERT` ([`Sql::row`]): its text before the row and the constants
     /// closing the row. A batch sends the rows of one such shape as one multi-row `INSERT`.
     row_of: Option<(&'static str, &'static str)>,
+    /// For one row of a guarded `UPDATE` that a batch may send set-based ([`Sql::keyed`]).
+    keyed: Option<Keyed>,
+}
+
+/// The shape of a guarded `UPDATE` of one row by its id, in set form: `UPDATE <table> AS t SET
+/// <set> FROM (VALUES (…), (…)) AS <values> WHERE <filter>`. The first value of every row is
+/// the id of the row it updates, and the set form returns the ids it updated.
+#[derive(Debug)]
+pub struct SetUpdate {
+    /// `UPDATE <table> AS t SET …`, reading each row's values as `v.<column>`.
+    pub set: &'static str,
+    /// `v(id, …)`: the names of the values, the id first.
+    pub values: &'static str,
+    /// The guard, comparing `t` with `v` (`t.id = v.id AND …`).
+    pub filter: &'static str,
+}
+
+#[derive(Debug, Clone)]
+struct Keyed {
+    shape: &'static SetUpdate,
+    id: Uuid,
+    /// The row's values after the id, as [`Piece::Value`]s.
+    values: Vec<Piece>,
 }
 
 impl Sql {
     pub fn new(text: &'static str) -> Self {
-        Self { pieces: vec![Piece::Text(text)], row_of: None }
+        Self { pieces: vec![Piece::Text(text)], row_of: None, keyed: None }
+    }
+
+    /// A guarded `UPDATE` of the row `id`: `alone` is the statement on its own; `shape` and
+    /// `values` (the row's values in the order `shape.values` names them, after the id) are the
+    /// same guard in set form. In a batch on PostgreSQL, two or more rows of one shape go as one
+    /// set-based `UPDATE … FROM (VALUES …)` — one statement per table — and each row's handle
+    /// reads whether its guard held from the ids the statement returned. `alone` and the set form
+    /// must be the same guard: the payout tests and chaos run the set form (batches) and the
+    /// single form (one-job path, SQLite) against the same expectations.
+    pub fn keyed<const N: usize>(alone: Sql, shape: &'static SetUpdate, id: Uuid, values: [Arg; N]) -> Self {
+        Self { keyed: Some(Keyed { shape, id, values: values.into_iter().map(Piece::Value).collect() }), ..alone }
     }
 
     /// One row of a plain `INSERT` (no `ON CONFLICT`, no `RETURNING`): `head` is
@@ -177,6 +211,8 @@ impl Sql {
 enum Cte {
     One(usize),
     Rows(Vec<usize>),
+    /// Rows of one [`SetUpdate`] shape: the CTE returns the ids it updated.
+    Set(Vec<usize>),
 }
 
 /// A write added to a [`Writes`]: asks the [`Ran`] outcome how many rows it touched.
@@ -263,11 +299,19 @@ impl Writes {
                 let row = self.as_one_statement().build().fetch_one(&mut **t).await?;
                 let mut counts = vec![0; self.writes.len()];
                 for (c, cte) in self.ctes().iter().enumerate() {
+                    if let Cte::Set(rows) = cte {
+                        let updated: Vec<Uuid> = row.try_get(c)?;
+                        for i in rows {
+                            counts[*i] = u64::from(updated.contains(&self.keyed(*i).id));
+                        }
+                        continue;
+                    }
                     let touched = row.try_get::<i64, _>(c)? as u64;
                     match cte {
                         Cte::One(i) => counts[*i] = touched,
                         // Plain inserts: all of them, or the statement failed.
                         Cte::Rows(rows) => rows.iter().for_each(|i| counts[*i] = touched / rows.len() as u64),
+                        Cte::Set(_) => unreachable!("read above"),
                     }
                 }
                 Ok(counts)
@@ -286,12 +330,36 @@ impl Writes {
         }
     }
 
+    /// The set-form part of write `i` (only called for writes a [`Cte::Set`] holds).
+    fn keyed(&self, i: usize) -> &Keyed {
+        self.writes[i].keyed.as_ref().expect("a set-form write carries its keyed values")
+    }
+
     /// The statement's CTEs: each write its own, except rows of one [`Sql::row`] shape, which
     /// share one (at the place of the first).
     fn ctes(&self) -> Vec<Cte> {
         let mut ctes = Vec::with_capacity(self.writes.len());
         let mut shapes: Vec<((&str, &str), usize)> = Vec::new();
+        let mut sets: Vec<(&'static SetUpdate, usize)> = Vec::new();
         for (i, write) in self.writes.iter().enumerate() {
+            if let Some(keyed) = &write.keyed {
+                let same = |other: &Keyed| std::ptr::eq(other.shape, keyed.shape);
+                // Set form only for two rows or more of a shape; one row stays its own statement.
+                if self.writes.iter().filter_map(|w| w.keyed.as_ref()).filter(|k| same(k)).count() > 1 {
+                    match sets.iter().find(|(shape, _)| std::ptr::eq(*shape, keyed.shape)) {
+                        Some((_, c)) => {
+                            if let Cte::Set(rows) = &mut ctes[*c] {
+                                rows.push(i);
+                            }
+                        }
+                        None => {
+                            sets.push((keyed.shape, ctes.len()));
+                            ctes.push(Cte::Set(vec![i]));
+                        }
+                    }
+                    continue;
+                }
+            }
             let Some(shape) = write.row_of else {
                 ctes.push(Cte::One(i));
                 continue;
@@ -332,13 +400,33 @@ impl Writes {
                         push_pieces!(builder, &pieces[from..]);
                     }
                 }
+                Cte::Set(rows) => {
+                    let shape = self.keyed(rows[0]).shape;
+                    builder.push(shape.set).push(" FROM (VALUES ");
+                    for (n, i) in rows.iter().enumerate() {
+                        let keyed = self.keyed(*i);
+                        builder.push(if n == 0 { "(" } else { ", (" });
+                        builder.push_bind(keyed.id);
+                        for value in &keyed.values {
+                            builder.push(", ");
+                            push_pieces!(builder, std::slice::from_ref(value));
+                        }
+                        builder.push(")");
+                    }
+                    builder.push(") AS ").push(shape.values).push(" WHERE ").push(shape.filter);
+                    builder.push(" RETURNING t.id)");
+                    continue;
+                }
             }
             builder.push(" RETURNING 1)");
         }
         builder.push(if ctes.is_empty() { "SELECT " } else { " SELECT " });
-        for c in 0..ctes.len() {
+        for (c, cte) in ctes.iter().enumerate() {
             builder.push(if c == 0 { "" } else { ", " });
-            builder.push(format_args!("(SELECT count(*) FROM w{c})"));
+            match cte {
+                Cte::Set(_) => builder.push(format_args!("ARRAY(SELECT id FROM w{c})")),
+                _ => builder.push(format_args!("(SELECT count(*) FROM w{c})")),
+            };
         }
         if let Some((channel, payload)) = &self.notify {
             builder.push(if self.writes.is_empty() { "pg_notify(" } else { ", pg_notify(" });
@@ -393,6 +481,35 @@ mod tests {
         // Alone (SQLite runs each write by itself), a row is an ordinary INSERT.
         assert_eq!(writes.writes[first.0].postgres().sql(), "INSERT INTO t (a, b, c) VALUES ($1, $2, 'x')");
         assert_eq!((update.0, other.0, second.0), (1, 2, 3));
+    }
+
+    static SHAPE: SetUpdate =
+        SetUpdate { set: "UPDATE t AS t SET a = v.a", values: "v(id, a, b)", filter: "t.id = v.id AND t.b = v.b" };
+
+    #[test]
+    fn guarded_updates_of_one_shape_go_set_based_and_a_lone_one_as_itself() {
+        let keyed = |id: u128, a: i64| {
+            let alone = Sql::new("UPDATE t SET a = ").bind(a).sql(" WHERE id = ").bind(Uuid::from_u128(id));
+            Sql::keyed(alone, &SHAPE, Uuid::from_u128(id), [Arg::I64(a), Arg::I64(0)])
+        };
+        let mut writes = Writes::new();
+        writes.push(keyed(1, 10));
+        writes.push(Sql::new("UPDATE u SET y = 1"));
+        writes.push(keyed(2, 20));
+        assert_eq!(writes.ctes(), [Cte::Set(vec![0, 2]), Cte::One(1)]);
+        assert_eq!(
+            writes.as_one_statement().sql(),
+            "WITH w0 AS (UPDATE t AS t SET a = v.a FROM (VALUES ($1, $2, $3), ($4, $5, $6)) AS v(id, a, b) \
+             WHERE t.id = v.id AND t.b = v.b RETURNING t.id), w1 AS (UPDATE u SET y = 1 RETURNING 1) \
+             SELECT ARRAY(SELECT id FROM w0), (SELECT count(*) FROM w1)"
+        );
+        let mut lone = Writes::new();
+        lone.push(keyed(3, 30));
+        assert_eq!(lone.ctes(), [Cte::One(0)]);
+        assert_eq!(
+            lone.as_one_statement().sql(),
+            "WITH w0 AS (UPDATE t SET a = $1 WHERE id = $2 RETURNING 1) SELECT (SELECT count(*) FROM w0)"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use chrono::TimeDelta;
 use uuid::Uuid;
 
-use super::batch::{Arg, Sql, Writes, Written};
+use super::batch::{Arg, SetUpdate, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
 use crate::domain::job::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
 use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
@@ -270,24 +270,42 @@ pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finis
         Finish::Release => ("scheduled", Some(now), 0, None, false),
         Finish::HandlerError { run_at, error } => ("scheduled", Some(*run_at), 0, Some(*error), true),
     };
-    writes.push(
-        Sql::new("UPDATE jobs SET status = ")
-            .bind(status)
-            .sql(", run_at = COALESCE(")
-            .bind(run_at)
-            .sql(", run_at), attempts = attempts + ")
-            .bind(consumed)
-            .sql(", last_error = COALESCE(")
-            .bind(error)
-            .sql(", last_error), locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = ")
-            .bind(now)
-            .sql(if handler_error { ", handler_errors = handler_errors + 1" } else { ", handler_errors = 0" })
-            .sql(" WHERE id = ")
-            .bind(job.0)
-            .sql(" AND lease_token = ")
-            .bind(token.0),
-    )
+    let alone = Sql::new("UPDATE jobs SET status = ")
+        .bind(status)
+        .sql(", run_at = COALESCE(")
+        .bind(run_at)
+        .sql(", run_at), attempts = attempts + ")
+        .bind(consumed)
+        .sql(", last_error = COALESCE(")
+        .bind(error)
+        .sql(", last_error), locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = ")
+        .bind(now)
+        .sql(if handler_error { ", handler_errors = handler_errors + 1" } else { ", handler_errors = 0" })
+        .sql(" WHERE id = ")
+        .bind(job.0)
+        .sql(" AND lease_token = ")
+        .bind(token.0);
+    let values = [
+        Arg::Uuid(token.0),
+        status.into(),
+        Arg::OptTime(run_at),
+        Arg::I64(consumed),
+        error.into(),
+        Arg::Time(now),
+        Arg::Bool(handler_error),
+    ];
+    writes.push(Sql::keyed(alone, &FINISH_SET, job.0, values))
 }
+
+/// [`finish_in`] in set form, for the finishes of a batch ([`Sql::keyed`]): the same fenced write.
+static FINISH_SET: SetUpdate = SetUpdate {
+    set: "UPDATE jobs AS t SET status = v.status, run_at = COALESCE(v.run_at, t.run_at), \
+          attempts = t.attempts + v.consumed, last_error = COALESCE(v.error, t.last_error), locked_by = NULL, \
+          locked_until = NULL, lease_token = NULL, updated_at = v.at, \
+          handler_errors = CASE WHEN v.handler_error THEN t.handler_errors + 1 ELSE 0 END",
+    values: "v(id, token, status, run_at, consumed, error, at, handler_error)",
+    filter: "t.id = v.id AND t.lease_token = v.token",
+};
 
 /// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
 /// group commit of the jobs finisher (`jobs::finisher`). Returns the ids whose lease still held; a run not
@@ -428,8 +446,18 @@ pub fn extend_lease_in(
     if mark_first_attempt {
         sql = sql.sql(", first_attempt_at = COALESCE(first_attempt_at, ").bind(now).sql(")");
     }
-    writes.push(sql.sql(" WHERE id = ").bind(job.0).sql(" AND lease_token = ").bind(token.0))
+    let alone = sql.sql(" WHERE id = ").bind(job.0).sql(" AND lease_token = ").bind(token.0);
+    let values = [Arg::Uuid(token.0), Arg::Time(now.plus(lease)), Arg::Bool(mark_first_attempt), Arg::Time(now)];
+    writes.push(Sql::keyed(alone, &LEASE_SET, job.0, values))
 }
+
+/// [`extend_lease_in`] in set form, for the lease checks of a batch ([`Sql::keyed`]).
+static LEASE_SET: SetUpdate = SetUpdate {
+    set: "UPDATE jobs AS t SET locked_until = v.until, \
+          first_attempt_at = CASE WHEN v.mark THEN COALESCE(t.first_attempt_at, v.at) ELSE t.first_attempt_at END",
+    values: "v(id, token, until, mark, at)",
+    filter: "t.id = v.id AND t.lease_token = v.token",
+};
 
 /// Kills a job whose lease expired (no live holder to fence against); false if someone
 /// renewed or finished it meanwhile.

@@ -9,7 +9,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::accounts::{self, EntryKind};
-use super::batch::{Arg, Ran, Sql, Writes, Written};
+use super::batch::{Arg, Ran, SetUpdate, Sql, Writes, Written};
 use super::jobs;
 use super::{DbTime, Result, StorageError, Tx, TxConn};
 use crate::domain::job::SubmitPayout;
@@ -337,11 +337,11 @@ pub enum TransitionOutcome {
 
 /// The compare-and-set of every transition: on status, and on version when one is expected.
 /// Each move sets `failure_code` to what it says (none clears it).
-fn guarded(req: &TransitionRequest<'_>) -> Sql {
+fn guarded(req: &TransitionRequest<'_>, now: DbTime) -> Sql {
     let sql = Sql::new("UPDATE withdrawals SET status = ")
         .bind(req.to.as_str())
         .sql(", version = version + 1, updated_at = ")
-        .bind(DbTime::now())
+        .bind(now)
         .sql(", failure_code = ")
         .bind(req.failure_code)
         .sql(" WHERE id = ")
@@ -354,6 +354,15 @@ fn guarded(req: &TransitionRequest<'_>) -> Sql {
     }
 }
 
+/// [`guarded`] in set form, for the moves of a batch ([`Sql::keyed`]): the same compare-and-set.
+static GUARDED_SET: SetUpdate = SetUpdate {
+    set: "UPDATE withdrawals AS t SET status = v.to_status, version = t.version + 1, updated_at = v.at, \
+          failure_code = v.failure_code",
+    values: "v(id, to_status, at, failure_code, from_status, expected_version)",
+    filter:
+        "t.id = v.id AND t.status = v.from_status AND (v.expected_version IS NULL OR t.version = v.expected_version)",
+};
+
 /// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
 /// row and the ledger entries of its effect, all in `tx`.
 pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<TransitionOutcome> {
@@ -361,7 +370,7 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
         Ok(effect) => effect,
         Err(err) => return Ok(TransitionOutcome::Forbidden(err)),
     };
-    let sql = guarded(req).sql(" RETURNING ").sql(COLUMNS);
+    let sql = guarded(req, DbTime::now()).sql(" RETURNING ").sql(COLUMNS);
     let row: Option<WithdrawalRow> = match &mut tx.conn {
         TxConn::Sqlite(t) => sql.sqlite().build_query_as().fetch_optional(&mut **t).await?,
         TxConn::Postgres(t) => sql.postgres().build_query_as().fetch_optional(&mut **t).await?,
@@ -391,7 +400,15 @@ pub fn transition_known_in(
     req: &TransitionRequest<'_>,
 ) -> std::result::Result<KnownTransition, TransitionError> {
     let effect = check_transition(req.from, req.to)?;
-    let guarded = writes.push(guarded(req));
+    let now = DbTime::now();
+    let values = [
+        req.to.as_str().into(),
+        Arg::Time(now),
+        req.failure_code.into(),
+        req.from.as_str().into(),
+        Arg::OptI64(req.expected_version),
+    ];
+    let guarded = writes.push(Sql::keyed(guarded(req, now), &GUARDED_SET, req.id.0, values));
     Ok(KnownTransition { guarded, effect })
 }
 

@@ -21,6 +21,7 @@ both_backends!(
     a_worker_drives_effect_free_jobs_to_success_through_the_group_commit,
     writes_sent_together_report_their_own_counts_and_roll_back_together,
     pruning_removes_only_jobs_that_succeeded_before_the_retention,
+    a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row,
 );
 
 /// A queue no built-in worker claims from, so only the test's own claims and workers touch it.
@@ -208,4 +209,65 @@ async fn pruning_removes_only_jobs_that_succeeded_before_the_retention(app: Test
     assert_eq!(statuses, HashSet::from(["dead", "succeeded", "running", "scheduled"].map(str::to_owned)));
     // Pruning again finds nothing more.
     assert_eq!(job_store::prune_succeeded(&app.db, before, 1).await.unwrap(), 0);
+}
+
+/// A payout batch sends its lease checks and its finishes as one statement (on PostgreSQL, one
+/// set-based `UPDATE` per shape); each run is still fenced by its own token and answers for
+/// itself, and a run whose lease another worker holds is left as it was.
+async fn a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row(app: TestApp) {
+    use withdrawals::domain::{JobStatus, LeaseToken};
+    use withdrawals::storage::batch::Writes;
+    enqueue(&app, 3).await;
+    let mut runs = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::seconds(30)).await.unwrap();
+    runs.sort_by_key(|r| r.id);
+    // The third run's lease is someone else's: a token that is not the job's.
+    let tokens = [runs[0].lease_token, runs[1].lease_token, LeaseToken::random()];
+
+    let mut tx = app.db.begin().await.unwrap();
+    let mut writes = Writes::new();
+    let leases: Vec<_> = runs
+        .iter()
+        .zip(tokens)
+        .map(|(r, token)| job_store::extend_lease_in(&mut writes, r.id, token, TimeDelta::seconds(60), true))
+        .collect();
+    let ran = writes.run(&mut tx).await.unwrap();
+    assert_eq!(leases.iter().map(|l| ran.applied(*l)).collect::<Vec<_>>(), [true, true, false]);
+
+    let later = DbTime::now().plus(TimeDelta::seconds(90));
+    let hows = [
+        Finish::Reschedule { run_at: later, consumed_attempt: true, error: "retry me" },
+        Finish::HandlerError { run_at: later, error: "handler failed" },
+        Finish::Succeeded,
+    ];
+    let mut writes = Writes::new();
+    let finishes: Vec<_> = runs
+        .iter()
+        .zip(tokens)
+        .zip(&hows)
+        .map(|((r, token), how)| job_store::finish_in(&mut writes, r.id, token, how))
+        .collect();
+    let ran = writes.run(&mut tx).await.unwrap();
+    assert_eq!(finishes.iter().map(|f| ran.applied(*f)).collect::<Vec<_>>(), [true, true, false]);
+    tx.commit().await.unwrap();
+
+    let row = |i: usize| {
+        let (db, id) = (app.db.clone(), runs[i].id);
+        async move { job_store::job_row(&db, id).await.unwrap().unwrap() }
+    };
+    let (first, second, third) = (row(0).await, row(1).await, row(2).await);
+    assert_eq!(
+        (first.status, first.attempts, first.last_error.as_deref()),
+        (JobStatus::Scheduled, 1, Some("retry me"))
+    );
+    assert_eq!(first.run_at.0.timestamp_millis(), later.0.timestamp_millis());
+    assert_eq!(
+        (second.status, second.attempts, second.last_error.as_deref()),
+        (JobStatus::Scheduled, 0, Some("handler failed")),
+        "a handler error consumes no attempt"
+    );
+    assert_eq!((third.status, third.attempts, third.last_error), (JobStatus::Running, 0, None), "fenced: untouched");
+    // The fenced run is still its holder's to finish.
+    let mut tx = app.db.begin().await.unwrap();
+    assert!(job_store::finish(&mut tx, runs[2].id, runs[2].lease_token, &Finish::Succeeded).await.unwrap());
+    tx.commit().await.unwrap();
 }
