@@ -19,9 +19,9 @@ use super::AppState;
 use crate::domain::{
     check_reference, Actor, Amount, Currency, Destination, IdempotencyKey, Withdrawal, WithdrawalId, WithdrawalStatus,
 };
-use crate::storage::batch::Writes;
+use crate::storage::batch::{Writes, Written};
 use crate::storage::idempotency::{self, Begin};
-use crate::storage::withdrawals::{self as store, CreateRejected, NewWithdrawal, PageCursor, TransitionOutcome};
+use crate::storage::withdrawals::{self as store, NewWithdrawal, PageCursor, TransitionOutcome};
 use crate::storage::DbTime;
 
 pub fn router() -> Router<AppState> {
@@ -307,63 +307,73 @@ enum CreateOutcome {
     ClaimLost,
 }
 
-/// A new key: hold, insert, enqueue and record the key with its response in one transaction (one
-/// statement on PostgreSQL). `None` when the key already exists (nothing committed).
+/// What [`create_recording`] did: committed the withdrawal, or rolled back because the hold or
+/// the key's write did not apply (each caller decides which of the two answers first).
+enum Recording {
+    Created(Box<(Withdrawal, Vec<u8>)>),
+    RolledBack { held: bool, recorded: bool },
+}
+
+/// Hold, insert, enqueue and record the key with its response — `record` adds the key's write —
+/// in one transaction (one statement on PostgreSQL), committed only if both the hold and the
+/// key's write applied.
+async fn create_recording(
+    state: &AppState,
+    new: &NewWithdrawal,
+    record: impl FnOnce(&mut Writes, WithdrawalId, &[u8]) -> Written,
+) -> Result<Recording, ApiError> {
+    let withdrawal = store::prepare(new);
+    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
+    let mut also = Writes::new();
+    let recorded = record(&mut also, withdrawal.id, &body);
+    let mut tx = state.db().begin().await?;
+    let (counts, held) = store::create(&mut tx, &withdrawal, also).await?;
+    let (held, recorded) = (held.is_ok(), counts.applied(recorded));
+    if !(held && recorded) {
+        return Ok(Recording::RolledBack { held, recorded });
+    }
+    tx.commit().await?;
+    Ok(Recording::Created(Box::new((withdrawal, body))))
+}
+
+/// A new key: its record is inserted `completed` with the response by the creation's own
+/// statement. `None` when the key already exists (nothing committed).
 async fn create_with_new_key(
     state: &AppState,
     key: &IdempotencyKey,
     fingerprint: &[u8],
     new: &NewWithdrawal,
 ) -> Result<Option<CreateOutcome>, ApiError> {
-    let withdrawal = store::prepare(new);
-    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
-    let mut also = Writes::new();
-    let recorded = idempotency::insert_completed_in(
-        &mut also,
-        new.account_id,
-        key,
-        fingerprint,
-        state.config().idempotency,
-        StatusCode::CREATED.as_u16(),
-        &body,
-        withdrawal.id,
-    );
-    let mut tx = state.db().begin().await?;
-    let (counts, held) = store::create(&mut tx, &withdrawal, also).await?;
-    // A known key is decided by its record (a replay, say), never by this attempt's balance.
-    if !counts.applied(recorded) {
-        return Ok(None);
-    }
-    if held.is_err() {
-        return Ok(Some(CreateOutcome::InsufficientFunds));
-    }
-    tx.commit().await?;
-    Ok(Some(CreateOutcome::Created(Box::new((withdrawal, body)))))
+    let settings = state.config().idempotency;
+    let recording = create_recording(state, new, |writes, id, body| {
+        let created = StatusCode::CREATED.as_u16();
+        idempotency::insert_completed_in(writes, new.account_id, key, fingerprint, settings, created, body, id)
+    })
+    .await?;
+    Ok(match recording {
+        Recording::Created(created) => Some(CreateOutcome::Created(created)),
+        // A known key is decided by its record (a replay, say), never by this attempt's balance.
+        Recording::RolledBack { recorded: false, .. } => None,
+        Recording::RolledBack { .. } => Some(CreateOutcome::InsufficientFunds),
+    })
 }
 
-/// Phase two: hold, insert, enqueue and store the response in one transaction (one statement
-/// on PostgreSQL).
+/// Phase two: the creation under the claim, which stores the response — fenced by the claim.
 async fn create_under_claim(
     state: &AppState,
     key: &IdempotencyKey,
     claim: idempotency::Claim,
     new: &NewWithdrawal,
 ) -> Result<CreateOutcome, ApiError> {
-    let withdrawal = store::prepare(new);
-    let body = serde_json::to_vec(&WithdrawalView::from(&withdrawal)).map_err(anyhow::Error::from)?;
-    let mut also = Writes::new();
-    let completed =
-        idempotency::complete_in(&mut also, key, claim, StatusCode::CREATED.as_u16(), &body, Some(withdrawal.id));
-    let mut tx = state.db().begin().await?;
-    let counts = match store::create(&mut tx, &withdrawal, also).await? {
-        (counts, Ok(())) => counts,
-        (_, Err(CreateRejected::InsufficientFunds)) => return Ok(CreateOutcome::InsufficientFunds),
-    };
-    if !counts.applied(completed) {
-        return Ok(CreateOutcome::ClaimLost);
-    }
-    tx.commit().await?;
-    Ok(CreateOutcome::Created(Box::new((withdrawal, body))))
+    let recording = create_recording(state, new, |writes, id, body| {
+        idempotency::complete_in(writes, key, claim, StatusCode::CREATED.as_u16(), body, Some(id))
+    })
+    .await?;
+    Ok(match recording {
+        Recording::Created(created) => CreateOutcome::Created(created),
+        Recording::RolledBack { held: false, .. } => CreateOutcome::InsufficientFunds,
+        Recording::RolledBack { .. } => CreateOutcome::ClaimLost,
+    })
 }
 
 fn parse_id(raw: &str) -> Result<WithdrawalId, ApiError> {
