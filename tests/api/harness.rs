@@ -342,6 +342,28 @@ impl TestApp {
         (ids, alice)
     }
 
+    /// Completes a `processing` withdrawal the way reconciliation does when the provider
+    /// confirms it paid, behind any worker's back (the guarded move, committed); panics if the
+    /// move did not apply.
+    pub async fn reconcile_completed(&self, id: withdrawals::domain::WithdrawalId) {
+        use withdrawals::domain::{Actor, WithdrawalStatus};
+        use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+        let mut tx = self.db.begin().await.unwrap();
+        let reconciled = TransitionRequest {
+            id,
+            from: WithdrawalStatus::Processing,
+            to: WithdrawalStatus::Completed,
+            expected_version: None,
+            actor: &Actor::Reconciliation,
+            reason: "reconciliation: provider confirmed paid",
+            correlation_id: "reconcile-test",
+            failure_code: None,
+            evidence: None,
+        };
+        assert!(matches!(store::transition(&mut tx, &reconciled).await.unwrap(), TransitionOutcome::Applied(_)));
+        tx.commit().await.unwrap();
+    }
+
     /// Polls until the withdrawal reaches `status` or the deadline passes.
     pub async fn wait_for_status(
         &self,

@@ -404,20 +404,7 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
 
     // Reconciliation settles the middle one meanwhile.
     let stale = ids[1];
-    let mut tx = app.db.begin().await.unwrap();
-    let reconciled = TransitionRequest {
-        id: stale,
-        from: WithdrawalStatus::Processing,
-        to: WithdrawalStatus::Completed,
-        expected_version: None,
-        actor: &Actor::Reconciliation,
-        reason: "reconciliation: provider confirmed paid",
-        correlation_id: "reconcile-test",
-        failure_code: None,
-        evidence: None,
-    };
-    assert!(matches!(store::transition(&mut tx, &reconciled).await.unwrap(), TransitionOutcome::Applied(_)));
-    tx.commit().await.unwrap();
+    app.reconcile_completed(stale).await;
 
     // The batch's answers arrive: the others complete by the worker, in the same batch.
     for id in [ids[0], ids[2]] {

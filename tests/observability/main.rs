@@ -233,9 +233,6 @@ async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every
 /// A batch of payouts logs each row's lines inside that row's job span: the stale move of a row
 /// that reconciliation settled during the batch's calls carries the row's correlation id.
 async fn a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id(app: TestApp) {
-    use withdrawals::domain::Actor;
-    use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
-
     let logs = captured_logs();
     let _one_at_a_time = exclusive().await;
     let provider = provider_mock(5_000).await;
@@ -271,20 +268,7 @@ async fn a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id(app
     })
     .await;
     let (stale, correlation) = rows[1].clone();
-    let mut tx = app.db.begin().await.unwrap();
-    let reconciled = TransitionRequest {
-        id: stale,
-        from: WithdrawalStatus::Processing,
-        to: WithdrawalStatus::Completed,
-        expected_version: None,
-        actor: &Actor::Reconciliation,
-        reason: "reconciliation: provider confirmed paid",
-        correlation_id: "reconcile-test",
-        failure_code: None,
-        evidence: None,
-    };
-    assert!(matches!(store::transition(&mut tx, &reconciled).await.unwrap(), TransitionOutcome::Applied(_)));
-    tx.commit().await.unwrap();
+    app.reconcile_completed(stale).await;
     app.wait_for_status(rows[0].0, WithdrawalStatus::Completed, WAIT).await;
 
     let stale_line = || {
