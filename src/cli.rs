@@ -27,7 +27,7 @@ use crate::telemetry::LogFormat;
 pub use crate::startup::Role;
 
 #[derive(Debug, Parser)]
-#[command(name = "withdrawals", version, about = "Customer withdrawals, paid out without losing or doubling money")]
+#[command(name = "withdrawals", version = crate::VERSION, about = "Customer withdrawals, paid out without losing or doubling money")]
 pub struct Cli {
     /// `sqlite://PATH` (default, embedded) or `postgres://…`.
     #[arg(
@@ -276,6 +276,20 @@ pub struct WorkerTuning {
     /// How long the provider breaker stays open before letting trial calls through.
     #[arg(long, env = "BREAKER_WAIT_OPEN_MS", default_value_t = 30_000)]
     pub breaker_wait_open_ms: u64,
+    /// A job run that fails instead of deciding (our database down, a bug) runs again after a
+    /// random delay up to this, doubling per failed run (full jitter).
+    #[arg(long, env = "HANDLER_ERROR_BASE_DELAY_MS", default_value_t = 1_000)]
+    pub handler_error_base_delay_ms: u64,
+    /// The cap on that delay.
+    #[arg(long, env = "HANDLER_ERROR_MAX_DELAY_MS", default_value_t = 60_000)]
+    pub handler_error_max_delay_ms: u64,
+    /// Failed runs in a row, the first included, before the job is dead-lettered
+    /// (`infrastructure` for our database's errors, `code_bug` otherwise).
+    #[arg(long, env = "HANDLER_ERROR_MAX_ATTEMPTS", default_value_t = 10)]
+    pub handler_error_max_attempts: u32,
+    /// Or once the job is this old.
+    #[arg(long, env = "HANDLER_ERROR_MAX_ELAPSED_MS", default_value_t = 3_600_000)]
+    pub handler_error_max_elapsed_ms: u64,
 }
 
 impl WorkerTuning {
@@ -297,6 +311,10 @@ impl WorkerTuning {
         config.submit_policy.max_delay = Duration::from_millis(self.submit_max_delay_ms);
         config.submit_policy.max_elapsed = Duration::from_millis(self.submit_max_elapsed_ms);
         config.submit_policy.max_retry_after = Duration::from_millis(self.max_retry_after_ms);
+        config.handler_error_policy.base_delay = Duration::from_millis(self.handler_error_base_delay_ms);
+        config.handler_error_policy.max_delay = Duration::from_millis(self.handler_error_max_delay_ms);
+        config.handler_error_policy.max_attempts = self.handler_error_max_attempts;
+        config.handler_error_policy.max_elapsed = Duration::from_millis(self.handler_error_max_elapsed_ms);
     }
 
     pub fn breaker(&self) -> BreakerConfig {

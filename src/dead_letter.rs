@@ -84,6 +84,14 @@ impl Failure {
     }
 }
 
+/// The envelope's `attempts`: the runs of the job's work, the final one included — the attempts
+/// its retry policy counted, the runs that failed in the handler or crashed (lost their lease),
+/// and this one. A first-call rejection is 1, not 0. (A breaker deferral is not a run: the work
+/// was not tried.)
+fn runs(job: &ClaimedJob) -> i64 {
+    job.attempts + job.handler_errors + job.lease_expiries + 1
+}
+
 /// Builds the envelope: everything an operator needs, nothing that must not be stored.
 pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, worker_host: &str) -> DeadLetter {
     let (payload, raw_payload) = match serde_json::from_slice::<Value>(&job.payload) {
@@ -99,7 +107,7 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
         payload_version: job.payload_version,
         payload: payload.map(sqlx::types::Json),
         raw_payload,
-        attempts: job.attempts,
+        attempts: runs(job),
         first_attempt_at: job.first_attempt_at,
         failed_at: DbTime::now(),
         error_code: redact::text(&failure.error_code),
@@ -107,7 +115,7 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
         error_message: redact::text(&failure.message),
         stack: failure.stack.as_deref().map(redact::text),
         worker_host: worker_host.to_owned(),
-        worker_version: env!("CARGO_PKG_VERSION").to_owned(),
+        worker_version: crate::VERSION.to_owned(),
         correlation_id: job.correlation_id.clone(),
         // The provider operation key is the withdrawal id.
         idempotency_key: job.withdrawal_id.map(|w| w.to_string()),

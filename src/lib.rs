@@ -51,6 +51,11 @@
 //! provider mock), `http-guard/` (the connection cap and header/idle timeouts both listen with),
 //! `fuzz/` (fuzz targets).
 
+/// This build: the crate version and the git commit it was built from (`build.rs`; "unknown"
+/// outside a git checkout), e.g. `0.1.0+4bb31bb0a1c2`. The dead-letter envelope's
+/// `worker_version`, `withdrawals --version`, and the breaker view's processes.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("WITHDRAWALS_GIT_COMMIT"));
+
 pub mod bench;
 pub mod chaos;
 pub mod cli;

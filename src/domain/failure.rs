@@ -5,7 +5,7 @@ use crate::text_enum;
 
 text_enum! {
     /// Why automation gave up, by who must act next (SPEC §6's table).
-    pub enum Category("dead-letter category", 7) {
+    pub enum Category("dead-letter category", 8) {
         BadPayload = "bad_payload",
         DependencyRejected = "dependency_rejected",
         SideEffectUnknown = "side_effect_unknown",
@@ -15,6 +15,9 @@ text_enum! {
         /// The provider's record differs from ours (amount, currency, reference): never completed
         /// automatically.
         ProviderMismatch = "provider_mismatch",
+        /// Our own database failed the job run after run (unreachable, out of connections,
+        /// locked): retried with backoff first (SPEC §5), never filed as a bug.
+        Infrastructure = "infrastructure",
     }
 }
 
@@ -24,7 +27,7 @@ impl Category {
             Category::BadPayload => "producing team",
             Category::DependencyRejected | Category::RetriesExhausted => "integration owner",
             Category::SideEffectUnknown => "operator",
-            Category::CodeBug | Category::Crashed => "service team",
+            Category::CodeBug | Category::Crashed | Category::Infrastructure => "service team",
             Category::ProviderMismatch => "finance operations",
         }
     }
@@ -39,6 +42,7 @@ impl Category {
             Category::RetriesExhausted => "runbooks/dead-letter-retries-exhausted.md",
             Category::Crashed => "runbooks/dead-letter-crashed.md",
             Category::ProviderMismatch => "runbooks/dead-letter-provider-mismatch.md",
+            Category::Infrastructure => "runbooks/dead-letter-infrastructure.md",
         }
     }
 }

@@ -86,6 +86,19 @@ impl RetryPolicy {
         }
     }
 
+    /// Default for a handler that fails instead of deciding (our database down, a bug): a
+    /// second at first, a minute at most, ten runs or an hour (SPEC §5: our own faults are
+    /// retried with the same backoff and jitter, then dead-lettered). Overridable likewise.
+    pub fn handler_errors() -> Self {
+        Self {
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+            max_attempts: 10,
+            max_elapsed: Duration::from_secs(60 * 60),
+            max_retry_after: Duration::ZERO,
+        }
+    }
+
     /// Checks a policy at load time. [`next_delay`](Self::next_delay) never panics on an invalid policy, but
     /// it may give up at once (zero attempts or budget) or retry immediately (zero base), which is rarely meant.
     pub fn validate(&self) -> Result<(), PolicyError> {

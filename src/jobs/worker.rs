@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::retry::RetryPolicy;
+use super::retry::{Exhausted, RetryDecision, RetryPolicy};
 use super::{
     enqueue_reconciliation, payout_batch, reconcile, submit, ImportSettlement, ReconcilePayout, SubmitPayout,
     IMPORT_SETTLEMENT, PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
@@ -47,8 +47,11 @@ pub struct WorkerConfig {
     pub poll_interval: Duration,
     /// A job whose lease expired this many times is dead-lettered as `crashed`.
     pub max_receives: i64,
-    /// A job whose handler failed this many runs in a row is dead-lettered as `code_bug`.
-    pub max_handler_errors: i64,
+    /// A handler that fails (rather than deciding the job's outcome) is run again under this
+    /// policy: exponential backoff with full jitter, counted in consecutive failed runs, its time
+    /// budget from the job's creation. Exhausted, the job is dead-lettered as `infrastructure`
+    /// when the last failure was our database's (SPEC §5), as `code_bug` otherwise.
+    pub handler_error_policy: RetryPolicy,
     /// How long shutdown waits for in-flight jobs before handing them back.
     pub shutdown_grace: Duration,
     pub submit_policy: RetryPolicy,
@@ -63,8 +66,6 @@ pub struct WorkerConfig {
     /// A withdrawal in `processing` longer than this with no live job is swept into reconciliation.
     pub processing_sla: Duration,
     pub sweep_interval: Duration,
-    /// Delay before re-running a job whose handler failed for infrastructure reasons.
-    pub error_backoff: Duration,
     /// How long an attempt may still be in flight at the provider (its request timeout plus a
     /// margin). Reconciliation does not trust "not found" for an attempt younger than this.
     pub in_flight_grace: Duration,
@@ -90,7 +91,8 @@ impl WorkerConfig {
             self.lease
         );
         anyhow::ensure!(!self.sweep_interval.is_zero(), "the sweep interval must be positive");
-        anyhow::ensure!(self.max_receives > 0 && self.max_handler_errors > 0, "limits must be positive");
+        anyhow::ensure!(self.max_receives > 0, "limits must be positive");
+        self.handler_error_policy.validate().map_err(|e| anyhow::anyhow!("handler error policy: {e}"))?;
         self.submit_policy.validate().map_err(|e| anyhow::anyhow!("submit policy: {e}"))?;
         self.reconcile_policy.validate().map_err(|e| anyhow::anyhow!("reconcile policy: {e}"))?;
         Ok(())
@@ -106,7 +108,7 @@ impl WorkerConfig {
             heartbeat: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
             max_receives: 5,
-            max_handler_errors: 10,
+            handler_error_policy: RetryPolicy::handler_errors(),
             shutdown_grace: Duration::from_secs(10),
             submit_policy: RetryPolicy::payout_submit(),
             breaker_jitter: Duration::from_secs(1),
@@ -115,7 +117,6 @@ impl WorkerConfig {
             reconcile_policy: RetryPolicy::reconciliation(),
             processing_sla: Duration::from_secs(15 * 60),
             sweep_interval: Duration::from_secs(60),
-            error_backoff: Duration::from_secs(5),
             in_flight_grace: Duration::from_secs(15),
             sandbox: false,
             settlement: crate::config::SettlementSettings::default(),
@@ -422,29 +423,7 @@ impl JobContext {
             heartbeat.cancel();
             match outcome {
                 Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(err))) if self.job.handler_errors + 1 >= self.config().max_handler_errors => {
-                    // The same failure run after run is a bug, not weather: stop and tell someone.
-                    tracing::error!(error = format!("{err:#}"), "handler keeps failing; dead-lettering as code_bug");
-                    let failure = Failure::new(
-                        Category::CodeBug,
-                        "handler_error",
-                        "bug",
-                        format!("{} runs in a row failed; last error: {err:#}", self.job.handler_errors + 1),
-                    );
-                    if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
-                        tracing::warn!(error = format!("{err:#}"), "could not dead-letter; the lease will expire");
-                    }
-                }
-                Some(Ok(Err(err))) => {
-                    // Infrastructure trouble (database, dead-letter store): try again later
-                    // without consuming an attempt; the lease fences any double run.
-                    tracing::warn!(error = format!("{err:#}"), "job run failed; rescheduling");
-                    let backoff = TimeDelta::from_std(self.config().error_backoff).unwrap_or(TimeDelta::seconds(5));
-                    let how = Finish::HandlerError { run_at: DbTime::now().plus(backoff), error: "handler error" };
-                    if let Err(err) = self.finish_in_own_tx(&how).await {
-                        tracing::warn!(error = format!("{err:#}"), "could not reschedule; the lease will expire");
-                    }
-                }
+                Some(Ok(Err(err))) => self.handler_failed(err).await,
                 Some(Err(panic)) => {
                     let message = panic_message(&panic);
                     tracing::error!(panic = %message, "handler panicked; dead-lettering as code_bug");
@@ -469,6 +448,71 @@ impl JobContext {
         }
         .instrument(span)
         .await
+    }
+
+    /// The handler failed instead of deciding: run it again under the handler-error policy
+    /// (backoff with full jitter; no attempt of the job's own policy consumed; the lease fences
+    /// any double run), or, the policy exhausted, dead-letter the job — as `infrastructure` when
+    /// the last failure was our database's (SPEC §5), as `code_bug` when it keeps failing for
+    /// another reason.
+    async fn handler_failed(&self, err: anyhow::Error) {
+        let infrastructure = crate::storage::is_infrastructure(&err);
+        let runs = u32::try_from(self.job.handler_errors + 1).unwrap_or(u32::MAX);
+        let age = self
+            .job
+            .id
+            .0
+            .get_timestamp()
+            .map(|t| {
+                let (secs, nanos) = t.to_unix();
+                let created = std::time::UNIX_EPOCH + Duration::new(secs, nanos);
+                std::time::SystemTime::now().duration_since(created).unwrap_or_default()
+            })
+            .unwrap_or_default();
+        let decision = self.config().handler_error_policy.next_delay(runs, age, None, &mut rand::thread_rng());
+        match decision {
+            RetryDecision::RetryAfter(delay) => {
+                crate::metrics::job_retry(&self.job.queue, &self.job.kind);
+                tracing::warn!(
+                    error = format!("{err:#}"),
+                    infrastructure,
+                    failed_runs = runs,
+                    retry_in_ms = delay.as_millis() as u64,
+                    "job run failed; rescheduling with backoff"
+                );
+                let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
+                let error = if infrastructure { "infrastructure error" } else { "handler error" };
+                let how = Finish::HandlerError { run_at, error };
+                if let Err(err) = self.finish_in_own_tx(&how).await {
+                    tracing::warn!(error = format!("{err:#}"), "could not reschedule; the lease will expire");
+                }
+            }
+            RetryDecision::Exhausted(why) => {
+                let (category, code, class) = match infrastructure {
+                    true => (Category::Infrastructure, "infrastructure_error", "retryable"),
+                    false => (Category::CodeBug, "handler_error", "bug"),
+                };
+                tracing::error!(
+                    error = format!("{err:#}"),
+                    category = category.as_str(),
+                    failed_runs = runs,
+                    "handler keeps failing; dead-lettering"
+                );
+                let budget = match why {
+                    Exhausted::Attempts => "runs",
+                    Exhausted::Elapsed => "time",
+                };
+                let failure = Failure::new(
+                    category,
+                    code,
+                    class,
+                    format!("{runs} runs in a row failed (the {budget} budget ran out); last error: {err:#}"),
+                );
+                if let Err(err) = kill(&self.worker.db, &self.job, self.worker_id(), &failure, false).await {
+                    tracing::warn!(error = format!("{err:#}"), "could not dead-letter; the lease will expire");
+                }
+            }
+        }
     }
 
     async fn dispatch(&self) -> anyhow::Result<()> {

@@ -65,6 +65,51 @@ impl StorageError {
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
+/// Whether `err` (anywhere in its chain) is trouble of our own database that time may repair —
+/// unreachable, restarting, out of connections, busy or locked — rather than a fault of the
+/// statement or the data (SPEC §5: such failures are retried with backoff and, exhausted,
+/// dead-lettered as `infrastructure`, never as `code_bug`).
+pub fn is_infrastructure(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        let sqlx = match cause.downcast_ref::<StorageError>() {
+            Some(StorageError::Database(e)) => Some(e),
+            Some(_) => None,
+            None => cause.downcast_ref::<sqlx::Error>(),
+        };
+        sqlx.is_some_and(sqlx_is_infrastructure)
+    })
+}
+
+fn sqlx_is_infrastructure(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            match db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                // SQLite's primary result code is the low byte of the extended one: BUSY (5),
+                // LOCKED (6), NOMEM (7), IOERR (10), FULL (13), CANTOPEN (14).
+                Some(_) => code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6 | 7 | 10 | 13 | 14)),
+                // PostgreSQL SQLSTATE classes: 08 connection exception, 53 insufficient
+                // resources, 57P01–57P05 shutdown and idle timeouts, 58 system error; and the
+                // statement-level conditions that only waiting repairs: serialization failure,
+                // deadlock, lock not available, statement canceled by a timeout.
+                None => {
+                    code.starts_with("08")
+                        || code.starts_with("53")
+                        || code.starts_with("58")
+                        || (code.starts_with("57P") && code.as_ref() != "57P04")
+                        || matches!(code.as_ref(), "40001" | "40P01" | "55P03" | "57014")
+                }
+            }
+        }
+        _ => false,
+    }
+}
+
 /// Which engine a [`Db`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -25,6 +25,8 @@ both_backends!(
     a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown,
     malformed_and_unknown_version_payloads_are_dead_lettered_with_raw_bytes_and_the_queue_moves_on,
     a_panicking_handler_is_dead_lettered_as_a_code_bug_and_the_worker_keeps_working,
+    a_database_outage_mid_job_is_retried_with_jittered_backoff_then_dead_lettered_as_infrastructure,
+    a_handler_that_keeps_failing_for_another_reason_is_dead_lettered_as_a_code_bug,
     a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery,
     a_late_worker_after_reconciliation_completed_the_withdrawal_changes_nothing,
     a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed,
@@ -233,6 +235,128 @@ async fn a_panicking_handler_is_dead_lettered_as_a_code_bug_and_the_worker_keeps
     assert!(letter.error_message.contains("boom: invariant violated"), "{}", letter.error_message);
     assert!(letter.stack.as_deref().is_some_and(|s| !s.is_empty()), "the panic's backtrace is kept");
     assert_eq!(letter.owner, "service team");
+}
+
+/// One run of a job whose database is down: the run's scheduled time (the row's `run_at`) and
+/// when it failed.
+#[derive(Debug, Clone, Copy)]
+struct OutageRun {
+    scheduled: DbTime,
+    failed: DbTime,
+}
+
+/// A handler whose database goes down mid-job: it reads its own job row (the database is up),
+/// then its next statement meets a database that is not there — PostgreSQL: a connection to a
+/// closed port; SQLite: a file in a directory that does not exist — and fails with the driver's
+/// own error, as an outage gives it.
+fn handler_meeting_a_database_outage(runs: Arc<std::sync::Mutex<Vec<OutageRun>>>, gone: String) -> Handler {
+    Arc::new(move |ctx| {
+        let (runs, gone) = (runs.clone(), gone.clone());
+        Box::pin(async move {
+            let row = job_store::job_row(ctx.db(), ctx.job.id).await?.expect("its own job");
+            let outage = match ctx.db().backend() {
+                withdrawals::storage::Backend::Postgres => {
+                    sqlx::PgConnection::connect(&gone).await.map(|_| ()).map_err(anyhow::Error::from)
+                }
+                withdrawals::storage::Backend::Sqlite => {
+                    sqlx::SqliteConnection::connect(&gone).await.map(|_| ()).map_err(anyhow::Error::from)
+                }
+            };
+            runs.lock().unwrap().push(OutageRun { scheduled: row.run_at, failed: DbTime::now() });
+            outage.map_err(|e| e.context("writing the job's outcome"))
+        })
+    })
+}
+
+async fn a_database_outage_mid_job_is_retried_with_jittered_backoff_then_dead_lettered_as_infrastructure(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let gone = match app.db.backend() {
+        withdrawals::storage::Backend::Postgres => "postgres://postgres@127.0.0.1:1/gone".to_owned(),
+        withdrawals::storage::Backend::Sqlite => "sqlite:///nonexistent-directory/gone.db?mode=rw".to_owned(),
+    };
+    let runs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let job = enqueue_raw(&app, "writes_through_an_outage", 1, b"{}").await;
+    let mut config = worker_config("w1");
+    let policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(400),
+        max_delay: Duration::from_millis(800),
+        max_attempts: 5,
+        max_elapsed: Duration::from_secs(60),
+        max_retry_after: Duration::ZERO,
+    };
+    config.handler_error_policy = policy.clone();
+    let worker = Worker::new(app.db.clone(), startup::gateway(provider.provider.clone()), config).with_handler(
+        "writes_through_an_outage",
+        1,
+        handler_meeting_a_database_outage(runs.clone(), gone),
+    );
+    tokio::spawn(worker.run(app.shutdown_token()));
+
+    wait_for_job_status(&app, job, "dead").await;
+    let letter = dead_letters::for_job(&app.db, job).await.unwrap().remove(0);
+    assert_eq!(
+        (letter.category.as_str(), letter.error_code.as_str(), letter.error_class.as_str()),
+        ("infrastructure", "infrastructure_error", "retryable"),
+        "our own database's fault, not a code bug: {}",
+        letter.error_message
+    );
+    assert_eq!(
+        (letter.owner.as_str(), letter.runbook.as_str()),
+        ("service team", "runbooks/dead-letter-infrastructure.md")
+    );
+    assert!(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&letter.runbook).exists(), "the runbook page exists");
+    assert!(letter.error_message.contains("writing the job's outcome"), "{}", letter.error_message);
+    assert_eq!(letter.attempts, 5, "every run counted, the final one included");
+
+    // Five runs, each scheduled by the policy: backoff ceilings of 400, 800, 800, 800 ms, each
+    // delay drawn at random below its ceiling (full jitter) — not a fixed delay.
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 5, "{runs:?}");
+    let delays: Vec<i64> = runs.windows(2).map(|w| (w[1].scheduled.0 - w[0].failed.0).num_milliseconds()).collect();
+    for (i, delay) in delays.iter().enumerate() {
+        let ceiling = policy.backoff_ceiling(i as u32 + 1).as_millis() as i64;
+        assert!(
+            (0..=ceiling + 50).contains(delay),
+            "retry {} scheduled {delay} ms later (ceiling {ceiling} ms)",
+            i + 1
+        );
+    }
+    // Under full jitter the chance that all four land in the top tenth of their range is 1 in 10 000.
+    assert!(
+        delays
+            .iter()
+            .enumerate()
+            .any(|(i, d)| (*d as f64) < 0.9 * policy.backoff_ceiling(i as u32 + 1).as_millis() as f64),
+        "the delays are jittered, not the ceilings: {delays:?}"
+    );
+}
+
+async fn a_handler_that_keeps_failing_for_another_reason_is_dead_lettered_as_a_code_bug(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let job = enqueue_raw(&app, "always_wrong", 1, b"{}").await;
+    let wrong: Handler = Arc::new(|ctx| {
+        Box::pin(async move {
+            // The database answers; the code is wrong about what it finds.
+            let row = job_store::job_row(ctx.db(), ctx.job.id).await?.expect("its own job");
+            anyhow::bail!("job {} has no withdrawal to pay", row.id)
+        })
+    });
+    let mut config = worker_config("w1");
+    config.handler_error_policy.max_attempts = 3;
+    let worker = Worker::new(app.db.clone(), startup::gateway(provider.provider.clone()), config).with_handler(
+        "always_wrong",
+        1,
+        wrong,
+    );
+    tokio::spawn(worker.run(app.shutdown_token()));
+
+    wait_for_job_status(&app, job, "dead").await;
+    let letter = dead_letters::for_job(&app.db, job).await.unwrap().remove(0);
+    assert_eq!(
+        (letter.category.as_str(), letter.error_code.as_str(), letter.error_class.as_str(), letter.attempts),
+        ("code_bug", "handler_error", "bug", 3)
+    );
+    assert!(letter.error_message.contains("has no withdrawal to pay"), "{}", letter.error_message);
 }
 
 async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery(app: TestApp) {

@@ -255,7 +255,13 @@ pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
         max_elapsed: Duration::from_secs(30),
         max_retry_after: Duration::from_secs(1),
     };
-    config.error_backoff = Duration::from_millis(100);
+    config.handler_error_policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(200),
+        max_attempts: 10,
+        max_elapsed: Duration::from_secs(60),
+        max_retry_after: Duration::ZERO,
+    };
     config.in_flight_grace = Duration::from_millis(2_500);
     config.sweep_interval = Duration::from_millis(200);
     config

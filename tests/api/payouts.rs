@@ -374,7 +374,13 @@ async fn a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_
         (letter.category.as_str(), letter.error_code.as_str(), letter.side_effect_state.as_str()),
         ("dependency_rejected", "invalid_account", "confirmed")
     );
-    assert_eq!((letter.owner.as_str(), letter.attempts), ("integration owner", 0));
+    // The one run that was rejected counts: `attempts` is runs, the final one included.
+    assert_eq!((letter.owner.as_str(), letter.attempts), ("integration owner", 1));
+    // The build that failed it, for the runbook: the crate version and the git commit.
+    assert_eq!(letter.worker_version, withdrawals::VERSION);
+    let (version, commit) = letter.worker_version.split_once('+').expect("version+commit");
+    assert_eq!(version, env!("CARGO_PKG_VERSION"));
+    assert!(commit == "unknown" || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())), "{commit}");
     assert_eq!(letter.idempotency_key.as_deref(), Some(id.to_string().as_str()));
     let payload = letter.payload.as_ref().unwrap();
     assert_eq!(payload.0["withdrawal_id"], id.to_string());
