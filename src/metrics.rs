@@ -91,8 +91,103 @@ pub fn install() -> &'static PrometheusHandle {
         let handle = recorder.handle();
         // Another recorder (a test harness) may already be installed; ours still renders.
         let _ = metrics::set_global_recorder(recorder);
+        register_known_series();
         handle
     })
+}
+
+/// The queues and job kinds the service runs: the label sets of the job families.
+const QUEUES_AND_KINDS: [(&str, &str); 3] = [
+    (PAYOUTS_QUEUE, crate::domain::job::SUBMIT_PAYOUT),
+    (RECONCILIATION_QUEUE, crate::domain::job::RECONCILE_PAYOUT),
+    (SETTLEMENT_QUEUE, crate::domain::job::IMPORT_SETTLEMENT),
+];
+
+/// Outcome classes of a provider call (`provider_request_duration_seconds{outcome}`).
+pub const PROVIDER_OUTCOMES: [&str; 6] = ["success", "final_failed", "retryable", "unknown", "permanent", "conflict"];
+
+/// SPEC §9: every family and its known label sets exist from the start, at zero, so an alert
+/// reads "0", not "no data", on a process that has seen no traffic yet. The families whose
+/// labels come from elsewhere register there: a breaker when it is built ([`breaker_created`]),
+/// a currency when the API starts ([`currencies_known`]), the database gauges where they are
+/// refreshed ([`refresh_loop`]).
+fn register_known_series() {
+    use crate::domain::{check_transition, Category, ReconciliationResult, ReplayItemStatus};
+    for (queue, kind) in QUEUES_AND_KINDS {
+        let labels = [("queue", queue), ("kind", kind)];
+        counter!(JOB_ATTEMPTS, &labels).absolute(0);
+        counter!(JOB_RETRIES, &labels).absolute(0);
+        counter!(JOB_RETRIES_EXHAUSTED, &labels).absolute(0);
+        for category in Category::ALL {
+            // The error codes are open-ended: the family's series per category start at an
+            // empty code, which `sum by (category)` and every rule read as 0.
+            counter!(DEAD_LETTERS, "queue" => queue, "job_type" => kind, "category" => category.as_str(), "error_code" => "")
+                .absolute(0);
+        }
+    }
+    for from in WithdrawalStatus::ALL {
+        for to in WithdrawalStatus::ALL.into_iter().filter(|to| check_transition(from, *to).is_ok()) {
+            counter!(WITHDRAWAL_TRANSITIONS, "from" => from.as_str(), "to" => to.as_str()).absolute(0);
+        }
+    }
+    for outcome in PROVIDER_OUTCOMES {
+        let _registered = histogram!(PROVIDER_REQUEST_SECONDS, "outcome" => outcome);
+    }
+    for result in ReconciliationResult::ALL {
+        counter!(RECONCILIATIONS, "result" => result.as_str()).absolute(0);
+    }
+    for outcome in ReplayItemStatus::ALL.into_iter().filter(|s| *s != ReplayItemStatus::Pending) {
+        counter!(REPLAY_ITEMS, "outcome" => outcome.as_str()).absolute(0);
+    }
+}
+
+/// The database gauges at zero, in a process that refreshes them ([`refresh_loop`]), until the
+/// first refresh writes them (every label set, every time).
+fn database_gauges_at_zero() {
+    for status in WithdrawalStatus::ALL.map(WithdrawalStatus::as_str) {
+        gauge!(WITHDRAWALS_BY_STATE, "state" => status).set(0.0);
+        gauge!(OLDEST_IN_STATE_SECONDS, "state" => status).set(0.0);
+    }
+    gauge!(DEAD_LETTERS_OPEN).set(0.0);
+    gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(0.0);
+    gauge!(LEDGER_INVARIANT_VIOLATIONS).set(0.0);
+    for (queue, _) in QUEUES_AND_KINDS {
+        for status in [JobStatus::Scheduled, JobStatus::Running] {
+            gauge!(JOBS_LIVE, "queue" => queue, "status" => status.as_str()).set(0.0);
+        }
+        gauge!(JOBS_DUE, "queue" => queue).set(0.0);
+        gauge!(JOBS_OLDEST_DUE_SECONDS, "queue" => queue).set(0.0);
+    }
+    for status in ReplayStatus::ALL {
+        gauge!(REPLAY_RUNS, "status" => status.as_str()).set(0.0);
+        gauge!(REPLAY_ITEMS_PENDING, "status" => status.as_str()).set(0.0);
+    }
+    for kind in ExceptionKind::ALL {
+        gauge!(SETTLEMENT_EXCEPTIONS_OPEN, "kind" => kind.as_str()).set(0.0);
+    }
+    gauge!(SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS).set(0.0);
+}
+
+/// The states a breaker can move between, for its transitions' label sets.
+const BREAKER_MOVES: [(&str, &str); 4] =
+    [("closed", "open"), ("open", "half_open"), ("half_open", "closed"), ("half_open", "open")];
+
+/// A breaker was built: its state gauge reads closed (0) and its transitions 0 until they happen.
+pub fn breaker_created(name: &str) {
+    install();
+    gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(0.0);
+    for (from, to) in BREAKER_MOVES {
+        counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from, "to" => to).absolute(0);
+    }
+}
+
+/// The currencies the API is configured for (its limits name them): their creation counters
+/// start at 0.
+pub fn currencies_known<'a>(codes: impl IntoIterator<Item = &'a str>) {
+    install();
+    for code in codes {
+        counter!(WITHDRAWALS_CREATED, "currency" => code.to_owned()).absolute(0);
+    }
 }
 
 pub fn withdrawal_created(currency: &str) {
@@ -211,6 +306,8 @@ pub const LEDGER_CHECK_EVERY_TICKS: u64 = 20;
 
 /// The one task that refreshes database gauges, every `every`, until `shutdown`.
 pub async fn refresh_loop(db: Db, every: Duration, shutdown: CancellationToken) {
+    install();
+    database_gauges_at_zero();
     let mut tick = tokio::time::interval(every);
     let mut ticks: u64 = 0;
     loop {

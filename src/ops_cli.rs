@@ -24,10 +24,10 @@ use uuid::Uuid;
 
 use crate::http::AppState;
 use crate::ops::types::{
-    ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterGroup, DeadLetterQuery,
-    DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView, OpsWithdrawal, OptionalReason,
-    Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, ResolveRequest,
-    Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+    ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterExportQuery, DeadLetterGroup,
+    DeadLetterQuery, DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView, OpsWithdrawal,
+    OptionalReason, Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView,
+    ResolveRequest, Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
 };
 
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
@@ -123,13 +123,16 @@ impl From<FilterArgs> for SelectionFilter {
 
 #[derive(Debug, Subcommand)]
 pub enum DlqCommand {
-    /// Dead letters, newest first, filtered.
+    /// Dead letters, newest first (or oldest first), filtered.
     List {
         #[command(flatten)]
         filter: FilterArgs,
         /// open (default), closed or all.
         #[arg(long)]
         state: Option<String>,
+        /// What waited longest first, instead of the newest.
+        #[arg(long)]
+        oldest_first: bool,
         #[arg(long)]
         limit: Option<u32>,
         #[arg(long)]
@@ -137,6 +140,15 @@ pub enum DlqCommand {
     },
     /// Open dead letters grouped by category and error code.
     Summary,
+    /// For archive: every dead letter (open and closed) that failed before DATE, oldest first,
+    /// as JSON lines on stdout — the redacted envelope with its handling events. Deletes nothing.
+    Export {
+        /// A day (`2026-11-01`, midnight UTC) or an RFC 3339 time.
+        #[arg(long)]
+        before: String,
+        #[arg(long)]
+        category: Option<String>,
+    },
     /// One dead letter's envelope and handling events.
     Show { id: String },
     /// Close (archive) a dead letter.
@@ -452,10 +464,47 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
     }
 }
 
+/// `--before`: a day (midnight UTC) or an RFC 3339 time.
+fn parse_before(raw: &str) -> anyhow::Result<DateTime<Utc>> {
+    if let Ok(day) = chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
+        return Ok(day.and_time(chrono::NaiveTime::MIN).and_utc());
+    }
+    DateTime::parse_from_rfc3339(raw)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| anyhow::anyhow!("--before must be a day (2026-11-01) or an RFC 3339 time, not `{raw}`"))
+}
+
 pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     match command {
-        DlqCommand::List { filter, state, limit, cursor } => {
+        DlqCommand::Export { before, category } => {
+            let before = parse_before(&before)?;
+            let mut cursor: Option<String> = None;
+            let mut exported = 0_u64;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            loop {
+                let query = DeadLetterExportQuery {
+                    before: Some(before),
+                    category: category.clone(),
+                    limit: Some(500),
+                    cursor: cursor.take(),
+                };
+                let answer = client.get::<Page<DeadLetterView>>("/ops/v1/dead-letters/export", &query).await?;
+                for letter in &answer.json["data"].as_array().cloned().unwrap_or_default() {
+                    // As the API wrote it: nothing of the envelope is re-rendered on the way out.
+                    std::io::Write::write_all(&mut out, serde_json::to_string(letter)?.as_bytes())?;
+                    std::io::Write::write_all(&mut out, b"\n")?;
+                    exported += 1;
+                }
+                match answer.typed.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            std::io::Write::flush(&mut out)?;
+            eprintln!("exported {exported} dead letters that failed before {}", before.to_rfc3339());
+        }
+        DlqCommand::List { filter, state, oldest_first, limit, cursor } => {
             let f = SelectionFilter::from(filter);
             let query = DeadLetterQuery {
                 queue: f.queue,
@@ -465,6 +514,7 @@ pub async fn dlq(conn: &Connection, command: DlqCommand) -> anyhow::Result<()> {
                 failed_after: f.failed_after,
                 failed_before: f.failed_before,
                 state,
+                order: oldest_first.then(|| "oldest_first".to_owned()),
                 limit: limit.map(i64::from),
                 cursor,
             };

@@ -117,6 +117,7 @@ pub fn gateway(provider: Arc<dyn Provider>) -> Gateway {
 }
 
 pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
+    crate::metrics::breaker_created("payout_provider");
     let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {
             tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
@@ -254,6 +255,12 @@ impl Application {
         let mut api = None;
         if settings.role != Role::Worker {
             crate::metrics::install();
+            // The configured currencies' creation counters start at 0 (USD when no limit names one).
+            let mut currencies: Vec<&str> = settings.app.limits.per_currency.keys().copied().collect();
+            if currencies.is_empty() {
+                currencies.push("USD");
+            }
+            crate::metrics::currencies_known(currencies);
             let listener = TcpListener::bind(settings.bind)
                 .await
                 .with_context(|| format!("cannot listen on {}", settings.bind))?;

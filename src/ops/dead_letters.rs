@@ -7,7 +7,8 @@ use uuid::Uuid;
 
 use super::acts::DeadLetterClose;
 use super::types::{
-    Closed, DeadLetterEventView, DeadLetterGroup, DeadLetterQuery, DeadLetterView, List, Page, ReasonRequest,
+    Closed, DeadLetterEventView, DeadLetterExportQuery, DeadLetterGroup, DeadLetterQuery, DeadLetterView, List, Page,
+    ReasonRequest,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, require_reason, Action, Audited, Operator, Ops, OpsError,
@@ -50,7 +51,19 @@ pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
     }
 }
 
-/// One page of dead letters, newest first, by the triage filters.
+/// A handling event as operators see it; `replay_job_status` only where it was looked up.
+fn event_view(e: &Event, replay_job_status: Option<Option<String>>) -> DeadLetterEventView {
+    DeadLetterEventView {
+        action: e.action.clone(),
+        actor: e.actor.clone(),
+        reason: e.reason.clone(),
+        details: e.details.as_ref().map(|d| d.0.clone()),
+        at: e.at.0,
+        replay_job_status,
+    }
+}
+
+/// One page of dead letters, newest (or oldest) first, by the triage filters.
 pub async fn list(ops: &Ops<'_>, operator: &Operator, q: DeadLetterQuery) -> OpsResult<Page<DeadLetterView>> {
     operator.require(Role::Viewer)?;
     let open = match q.state.as_deref().unwrap_or("open") {
@@ -58,6 +71,11 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: DeadLetterQuery) -> Ops
         "closed" => Some(false),
         "all" => None,
         _ => return Err(OpsError::invalid("invalid_state", "state", "state must be open, closed or all")),
+    };
+    let oldest_first = match q.order.as_deref().unwrap_or("newest_first") {
+        "newest_first" => false,
+        "oldest_first" => true,
+        _ => return Err(OpsError::invalid("invalid_order", "order", "order must be newest_first or oldest_first")),
     };
     let limit = page_limit(q.limit)?;
     let filter = DeadLetterFilter {
@@ -69,10 +87,48 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: DeadLetterQuery) -> Ops
         failed_before: q.failed_before.map(DbTime::from),
         open,
         after: q.cursor.as_deref().map(decode_cursor).transpose()?,
+        oldest_first,
         limit: limit + 1,
     };
     let rows = dead_letters::list(ops.db, &filter).await?;
     Ok(page(rows, limit, |r| encode_cursor(r.letter.failed_at, r.letter.id.0), |r| view(&r.letter, r.closed_at)))
+}
+
+/// For archive (SPEC §5): the envelopes that failed before `before` (of one category, or all),
+/// open and closed, oldest first, each with its handling events as stored. Deletes nothing; the
+/// CLI writes one JSON object per line (`withdrawals dlq export`).
+pub async fn export(ops: &Ops<'_>, operator: &Operator, q: DeadLetterExportQuery) -> OpsResult<Page<DeadLetterView>> {
+    operator.require(Role::Viewer)?;
+    let before = q.before.ok_or_else(|| OpsError::invalid("before_required", "before", "before is required"))?;
+    if let Some(category) = &q.category {
+        category
+            .parse::<crate::domain::Category>()
+            .map_err(|_| OpsError::invalid("invalid_category", "category", "unknown dead-letter category"))?;
+    }
+    let limit = page_limit(q.limit)?;
+    let filter = DeadLetterFilter {
+        category: q.category,
+        failed_before: Some(DbTime::from(before)),
+        open: None,
+        after: q.cursor.as_deref().map(decode_cursor).transpose()?,
+        oldest_first: true,
+        limit: limit + 1,
+        ..DeadLetterFilter::default()
+    };
+    let rows = dead_letters::list(ops.db, &filter).await?;
+    let ids: Vec<DeadLetterId> = rows.iter().take(limit as usize).map(|r| r.letter.id).collect();
+    let events = dead_letters::events_of(ops.db, &ids).await?;
+    Ok(page(
+        rows,
+        limit,
+        |r| encode_cursor(r.letter.failed_at, r.letter.id.0),
+        |r| {
+            let mut body = view(&r.letter, r.closed_at);
+            body.events =
+                Some(events.iter().filter(|e| e.dead_letter_id == r.letter.id).map(|e| event_view(e, None)).collect());
+            body
+        },
+    ))
 }
 
 /// Open dead letters by category and error code, with the oldest's age.
@@ -109,14 +165,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsRe
             }
             None => None,
         };
-        shown.push(DeadLetterEventView {
-            action: e.action.clone(),
-            actor: e.actor.clone(),
-            reason: e.reason.clone(),
-            details: e.details.as_ref().map(|d| d.0.clone()),
-            at: e.at.0,
-            replay_job_status,
-        });
+        shown.push(event_view(e, replay_job_status));
     }
     let mut body = view(&letter, closed_at);
     body.events = Some(shown);

@@ -142,6 +142,7 @@ async fn select(ops: &Ops<'_>, req: &StartReplay, limit: i64) -> OpsResult<Vec<d
                 failed_before: f.failed_before.map(DbTime::from),
                 open: Some(true),
                 after: None,
+                oldest_first: false,
                 limit: limit + 1,
             };
             // A filter selects what still needs replaying: not what a run already released.

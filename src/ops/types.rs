@@ -51,6 +51,19 @@ pub struct DeadLetterQuery {
     pub failed_before: Option<DateTime<Utc>>,
     /// `open` (default), `closed` or `all`.
     pub state: Option<String>,
+    /// `newest_first` (default) or `oldest_first` (what waited longest; a cursor continues in
+    /// the order it was read in).
+    pub order: Option<String>,
+    pub limit: Option<i64>,
+    pub cursor: Option<String>,
+}
+
+/// `GET /ops/v1/dead-letters/export`: every dead letter (open and closed) that failed before
+/// `before`, oldest first, with its handling events; paged like the list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DeadLetterExportQuery {
+    pub before: Option<DateTime<Utc>>,
+    pub category: Option<String>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
 }

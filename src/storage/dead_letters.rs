@@ -175,8 +175,10 @@ pub struct DeadLetterFilter {
     pub failed_before: Option<DbTime>,
     /// `Some(true)` open only, `Some(false)` closed only.
     pub open: Option<bool>,
-    /// Page after this (failed_at, id), newest first.
+    /// Page after this (failed_at, id), in the list's order.
     pub after: Option<(DbTime, Uuid)>,
+    /// Oldest failure first (what waited longest), instead of newest first.
+    pub oldest_first: bool,
     pub limit: i64,
 }
 
@@ -195,19 +197,24 @@ const CLOSED: &str =
     "(SELECT MIN(e.at) FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')";
 
 /// The triage list's SQL: one text for the query and for its plan (the benchmark explains it).
-fn list_sql() -> String {
-    filtered_sql(&format!("{CLOSED} AS closed_at"))
+fn list_sql(oldest_first: bool) -> String {
+    filtered_sql(&format!("{CLOSED} AS closed_at"), oldest_first)
 }
 
-/// The letters [`DeadLetterFilter`] selects, with `extra` columns after the envelope's.
-fn filtered_sql(extra: &str) -> String {
+/// The letters [`DeadLetterFilter`] selects, with `extra` columns after the envelope's, newest
+/// (or oldest) failure first; the page cursor continues in the same direction.
+fn filtered_sql(extra: &str, oldest_first: bool) -> String {
+    let (past, order) = match oldest_first {
+        true => (">", "ASC"),
+        false => ("<", "DESC"),
+    };
     format!(
         "SELECT {}, {extra} FROM dead_letters d
          WHERE {FILTER}
            AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
                                                  WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
-           AND ($8 IS NULL OR d.failed_at < $8 OR (d.failed_at = $8 AND d.id < $9))
-         ORDER BY d.failed_at DESC, d.id DESC LIMIT $10",
+           AND ($8 IS NULL OR d.failed_at {past} $8 OR (d.failed_at = $8 AND d.id {past} $9))
+         ORDER BY d.failed_at {order}, d.id {order} LIMIT $10",
         qualified_columns()
     )
 }
@@ -235,7 +242,7 @@ macro_rules! bind_filter {
 }
 
 pub async fn list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<ListedDeadLetter>> {
-    let sql = list_sql();
+    let sql = list_sql(f.oldest_first);
     Ok(with_read_conn!(db, |conn| {
         bind_filter!(sqlx::query_as::<_, ListedDeadLetter>(&sql), f).fetch_all(&mut *conn).await?
     }))
@@ -273,7 +280,7 @@ pub async fn explain_summary(db: &Db) -> Result<Vec<String>> {
 
 /// The plan of [`list`] with filter `f`.
 pub async fn explain_list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<String>> {
-    explain(db, &list_sql(), Some(f)).await
+    explain(db, &list_sql(f.oldest_first), Some(f)).await
 }
 
 async fn explain(db: &Db, sql: &str, f: Option<&DeadLetterFilter>) -> Result<Vec<String>> {
@@ -310,6 +317,26 @@ pub struct Event {
     pub reason: String,
     pub details: Option<Json<serde_json::Value>>,
     pub at: DbTime,
+}
+
+/// The events of many dead letters (an export page), in one query, each letter's in order.
+pub async fn events_of(db: &Db, letters: &[DeadLetterId]) -> Result<Vec<Event>> {
+    if letters.is_empty() {
+        return Ok(Vec::new());
+    }
+    let placeholders: Vec<String> = (1..=letters.len()).map(|n| format!("${n}")).collect();
+    let sql = format!(
+        "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
+         WHERE dead_letter_id IN ({}) ORDER BY dead_letter_id, at, id",
+        placeholders.join(", ")
+    );
+    Ok(with_read_conn!(db, |conn| {
+        let mut q = sqlx::query_as::<_, Event>(&sql);
+        for id in letters {
+            q = q.bind(id.0);
+        }
+        q.fetch_all(&mut *conn).await?
+    }))
 }
 
 pub async fn events(db: &Db, dead_letter: DeadLetterId) -> Result<Vec<Event>> {
@@ -468,7 +495,7 @@ pub async fn get_many(db: &Db, ids: &[DeadLetterId]) -> Result<Vec<SelectedLette
 /// What [`list`] returns for `f`, newest first, each letter with its selection facts (the same
 /// rows, one query).
 pub async fn list_selection(db: &Db, f: &DeadLetterFilter) -> Result<Vec<SelectedLetter>> {
-    let sql = filtered_sql(SELECTION_FACTS);
+    let sql = filtered_sql(SELECTION_FACTS, f.oldest_first);
     Ok(with_read_conn!(db, |conn| {
         bind_filter!(sqlx::query_as::<_, SelectedLetter>(&sql), f).fetch_all(&mut *conn).await?
     }))

@@ -11,6 +11,7 @@ both_backends!(
     accounts_and_operators_are_created_from_the_cli,
     cli_errors_are_one_line_with_a_non_zero_exit,
     a_worker_process_pays_out_and_serves_its_own_metrics,
+    a_fresh_serve_process_exports_every_metric_family_at_zero,
 );
 
 fn withdrawals(app: &TestApp, args: &[&str]) -> std::process::Output {
@@ -98,4 +99,63 @@ async fn a_worker_process_pays_out_and_serves_its_own_metrics(app: TestApp) {
         "{text}"
     );
     app.assert_ledger_invariant().await;
+}
+
+/// SPEC §9: before any traffic, `/metrics` of a new process has every family of the catalogue,
+/// with its known label sets at zero — an alert sees "0", not "no data".
+async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp) {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, metrics_port) = (free(), free());
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--metrics-bind", &format!("127.0.0.1:{metrics_port}")])
+        .env("DATABASE_URL", &app.database_url)
+        .env("PROVIDER_URL", app.provider.mock.url())
+        .env("PROVIDER_API_KEY", "test-provider-key")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = app.client.clone();
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    // Once the first database refresh has run (its gauges come from a database with no rows).
+    let text = app
+        .eventually("a fresh process's /metrics", std::time::Duration::from_secs(30), || {
+            let (client, url) = (client.clone(), metrics_url.clone());
+            async move {
+                let text = client.get(url).send().await.ok()?.text().await.ok()?;
+                text.contains("ledger_invariant_violations 0").then_some(text)
+            }
+        })
+        .await;
+    serve.kill().unwrap();
+    let _ = serve.wait();
+
+    let missing: Vec<&str> = withdrawals::metrics::CATALOGUE
+        .iter()
+        .map(|(name, _, _)| *name)
+        .filter(|name| {
+            !text.lines().any(|l| {
+                l.starts_with(&format!("{name}{{"))
+                    || l.starts_with(&format!("{name} "))
+                    || l.starts_with(&format!("{name}_"))
+            })
+        })
+        .collect();
+    assert!(missing.is_empty(), "families missing from a fresh process: {missing:?}\n{text}");
+    for series in [
+        "circuit_breaker_state{breaker=\"payout_provider\"} 0",
+        "circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"closed\",to=\"open\"} 0",
+        "job_retries_total{queue=\"payouts\",kind=\"submit_payout\"} 0",
+        "job_retries_exhausted_total{queue=\"reconciliation\",kind=\"reconcile_payout\"} 0",
+        "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"infrastructure\",error_code=\"\"} 0",
+        "withdrawal_transitions_total{from=\"processing\",to=\"requires_review\"} 0",
+        "reconciliation_results_total{result=\"mismatch\"} 0",
+        "replay_items_total{outcome=\"released\"} 0",
+        "withdrawals_created_total{currency=\"USD\"} 0",
+        "provider_request_duration_seconds_count{outcome=\"unknown\"} 0",
+        "dead_letters_open 0",
+        "jobs_due{queue=\"reconciliation\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == series), "no `{series}` in a fresh process:\n{text}");
+    }
 }

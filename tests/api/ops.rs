@@ -24,6 +24,7 @@ both_backends!(
     retry_after_a_known_unexecuted_failure_pays_out_once,
     dead_letters_are_listed_summarised_shown_and_closed,
     the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
+    the_dead_letter_export_round_trips_every_envelope_with_its_events_and_deletes_nothing,
     the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end,
     a_viewers_malformed_post_is_refused_for_its_role_first_and_audited,
     the_role_extractor_refuses_before_the_path_id_and_the_body_on_every_guarded_route,
@@ -389,6 +390,83 @@ pub(crate) fn cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Ou
         .env("WITHDRAWALS_TOKEN", token)
         .output()
         .expect("run the withdrawals binary")
+}
+
+/// SPEC §5: `withdrawals dlq export --before DATE` writes every dead letter that failed before
+/// the date — open and closed, oldest first — as JSON lines: each line is the envelope `dlq show`
+/// gives, with its handling events. Nothing is deleted.
+async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_deletes_nothing(app: TestApp) {
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let first = app.create_withdrawal(&alice, "k1", "25.00").await;
+    app.wait_for_status(first, WithdrawalStatus::RequiresReview, WAIT).await;
+    let second = app.create_withdrawal(&alice, "k2", "30.00").await;
+    app.wait_for_status(second, WithdrawalStatus::RequiresReview, WAIT).await;
+    stop.cancel();
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+    let letters: Value = call(&app, Method::GET, "/ops/v1/dead-letters?order=oldest_first", Some(&viewer), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<String> =
+        letters["data"].as_array().unwrap().iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 2);
+    let newest_first: Value =
+        call(&app, Method::GET, "/ops/v1/dead-letters", Some(&viewer), None).await.json().await.unwrap();
+    assert_eq!(newest_first["data"][0]["id"], ids[1].as_str(), "the default order is newest first");
+    let closed = cli(&app, &operator, &["dlq", "close", &ids[0], "--reason", "handled, archived"]);
+    assert!(closed.status.success(), "{}", String::from_utf8_lossy(&closed.stderr));
+
+    let tomorrow = (chrono::Utc::now() + chrono::TimeDelta::days(1)).format("%Y-%m-%d").to_string();
+    let export = cli(&app, &viewer, &["dlq", "export", "--before", &tomorrow]);
+    assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
+    assert!(String::from_utf8_lossy(&export.stderr).contains("exported 2 dead letters"));
+    let lines: Vec<Value> = String::from_utf8(export.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>(), ids, "oldest first");
+    for mut line in lines {
+        let id = line["id"].as_str().unwrap().to_owned();
+        let mut shown: Value = call(&app, Method::GET, &format!("/ops/v1/dead-letters/{id}"), Some(&viewer), None)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let back: withdrawals::ops::types::DeadLetterView = serde_json::from_value(line.clone()).expect("reads back");
+        assert_eq!(back.id.to_string(), id);
+        // The age is the reader's clock; everything else is the stored record.
+        line.as_object_mut().unwrap().remove("age_seconds");
+        shown.as_object_mut().unwrap().remove("age_seconds");
+        assert_eq!(line, shown, "the exported line is the envelope with its events");
+    }
+    let closed_line: Value = {
+        let again = cli(&app, &viewer, &["dlq", "export", "--before", &tomorrow, "--category", "dependency_rejected"]);
+        serde_json::from_str(String::from_utf8(again.stdout).unwrap().lines().next().unwrap()).unwrap()
+    };
+    assert_eq!(
+        (closed_line["state"].as_str(), closed_line["events"][0]["reason"].as_str()),
+        (Some("closed"), Some("handled, archived"))
+    );
+
+    // Before both failed, or of another category: nothing. And nothing was deleted.
+    for args in [&["--before", "2020-01-01"][..], &["--before", &tomorrow, "--category", "code_bug"][..]] {
+        let none = cli(&app, &viewer, &[&["dlq", "export"][..], args].concat());
+        assert!(none.status.success(), "{}", String::from_utf8_lossy(&none.stderr));
+        assert!(none.stdout.is_empty(), "{args:?}");
+    }
+    let bad = cli(&app, &viewer, &["dlq", "export", "--before", "last tuesday"]);
+    assert!(!bad.status.success());
+    assert_eq!(String::from_utf8(bad.stderr).unwrap().trim_end().lines().count(), 1);
+    let all: Value =
+        call(&app, Method::GET, "/ops/v1/dead-letters?state=all", Some(&viewer), None).await.json().await.unwrap();
+    assert_eq!(all["data"].as_array().unwrap().len(), 2, "an export deletes nothing");
 }
 
 async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: TestApp) {

@@ -1,4 +1,4 @@
-//! `/ops/v1/dead-letters`: list, summary, one envelope, close.
+//! `/ops/v1/dead-letters`: list, summary, export, one envelope, close.
 
 use axum::extract::State;
 use axum::routing::{get, post};
@@ -9,13 +9,16 @@ use crate::domain::DeadLetterId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::DeadLetterClose;
-use crate::ops::types::{Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, List, Page, ReasonRequest};
+use crate::ops::types::{
+    Closed, DeadLetterExportQuery, DeadLetterGroup, DeadLetterQuery, DeadLetterView, List, Page, ReasonRequest,
+};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/ops/v1/dead-letters", get(list))
         .route("/ops/v1/dead-letters/summary", get(summary))
+        .route("/ops/v1/dead-letters/export", get(export))
         .route("/ops/v1/dead-letters/{id}", get(show))
         .route("/ops/v1/dead-letters/{id}/close", post(close))
 }
@@ -26,6 +29,14 @@ async fn list(
     OpsQuery(q): OpsQuery<DeadLetterQuery>,
 ) -> Result<Json<Page<DeadLetterView>>, ApiError> {
     Ok(Json(ops::dead_letters::list(&state.ops(), &operator, q).await?))
+}
+
+async fn export(
+    State(state): State<AppState>,
+    operator: Operator,
+    OpsQuery(q): OpsQuery<DeadLetterExportQuery>,
+) -> Result<Json<Page<DeadLetterView>>, ApiError> {
+    Ok(Json(ops::dead_letters::export(&state.ops(), &operator, q).await?))
 }
 
 async fn summary(State(state): State<AppState>, operator: Operator) -> Result<Json<List<DeadLetterGroup>>, ApiError> {
