@@ -62,8 +62,11 @@ pub enum Command {
         #[command(flatten)]
         conn: ops_cli::Connection,
     },
-    /// Provider circuit breakers and their state (as the API process sees them).
+    /// Provider circuit breakers across every process (API and workers), their overrides; and
+    /// the kill switch: `force-open`, `force-closed`, `release` (admin, with a reason).
     Breakers {
+        #[command(subcommand)]
+        command: Option<ops_cli::BreakersCommand>,
         #[command(flatten)]
         conn: ops_cli::Connection,
     },
@@ -182,6 +185,10 @@ pub struct ServeArgs {
     /// Succeeded jobs are pruned this many days after they finished (SPEC §5).
     #[arg(long, env = "JOB_RETENTION_DAYS", default_value_t = 7)]
     pub job_retention_days: i64,
+    /// How often this process obeys the stored breaker overrides and reports its breaker's
+    /// state (SPEC §8: "within one poll interval").
+    #[arg(long, env = "BREAKER_SYNC_MS", default_value_t = 5_000)]
+    pub breaker_sync_ms: u64,
     /// Largest accepted request body in bytes.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 16 * 1024)]
     pub max_body_bytes: usize,
@@ -379,7 +386,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Chaos(args) => crate::chaos::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
         Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
-        Command::Breakers { conn } => ops_cli::breakers(&conn).await,
+        Command::Breakers { command, conn } => ops_cli::breakers(&conn, command).await,
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
         Command::Settlement { conn, command } => ops_cli::settlement(&conn, command).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
@@ -448,6 +455,7 @@ impl ServeArgs {
         let mut config = AppConfig { limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
         config.idempotency.retention = chrono::TimeDelta::hours(self.idempotency_retention_hours.max(1));
         config.job_retention = chrono::TimeDelta::days(self.job_retention_days.max(1));
+        config.breaker_sync = Duration::from_millis(self.breaker_sync_ms.max(10));
         config.replay.approval_threshold = self.replay_approval_threshold.max(1);
         config.console.session_ttl = chrono::TimeDelta::hours(self.console_session_hours.clamp(1, 24 * 7));
         config.console.secure_cookie = self.console_secure_cookie;

@@ -57,6 +57,9 @@ pub struct AppConfig {
     pub settlement: SettlementSettings,
     /// Succeeded jobs are pruned this long after they finished (`JOB_RETENTION_DAYS`, SPEC §5).
     pub job_retention: TimeDelta,
+    /// How often every process obeys the stored breaker overrides and reports its breaker
+    /// (`BREAKER_SYNC_MS`, default 5 s); a report older than three of these is a stopped process.
+    pub breaker_sync: std::time::Duration,
 }
 
 /// Settlement reconciliation: the grace days before a completed withdrawal no report shows paid
@@ -130,6 +133,7 @@ impl Default for AppConfig {
             sandbox: false,
             settlement: SettlementSettings::default(),
             job_retention: TimeDelta::days(7),
+            breaker_sync: std::time::Duration::from_secs(5),
         }
     }
 }

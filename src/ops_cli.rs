@@ -24,10 +24,10 @@ use uuid::Uuid;
 
 use crate::http::AppState;
 use crate::ops::types::{
-    ApiKeyView, AuditEntry, AuditQuery, BreakerView, Closed, CreateKey, DeadLetterExportQuery, DeadLetterGroup,
-    DeadLetterQuery, DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView, OpsWithdrawal,
-    OptionalReason, Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView,
-    ResolveRequest, Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+    ApiKeyView, AuditEntry, AuditQuery, BreakerChanged, BreakerView, Closed, CreateKey, DeadLetterExportQuery,
+    DeadLetterGroup, DeadLetterQuery, DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView,
+    OpsWithdrawal, OptionalReason, Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery,
+    ReplayRunView, ResolveRequest, Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
 };
 
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
@@ -647,12 +647,80 @@ pub async fn ledger(conn: &Connection, command: LedgerCommand) -> anyhow::Result
 }
 
 /// `withdrawals breakers`: each provider breaker's state as the API process sees it.
-pub async fn breakers(conn: &Connection) -> anyhow::Result<()> {
-    let answer = Client::new(conn)?.get::<List<BreakerView>>("/ops/v1/breakers", &()).await?;
-    for b in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {
-        println!("{}  {}", b.name, b.state);
+/// The kill switch of a provider breaker (SPEC §8; admin).
+#[derive(Debug, Subcommand)]
+pub enum BreakersCommand {
+    /// Reject every provider call of every process until released (payouts are deferred, not
+    /// failed).
+    ForceOpen {
+        name: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Let every call through and count nothing, whatever the provider answers, until released.
+    ForceClosed {
+        name: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Hand the breaker back to its own judgement (closed, counting afresh).
+    Release {
+        name: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+fn print_breaker(b: &BreakerView) {
+    println!("{}  {}", b.name, b.state);
+    if let Some(o) = &b.forced {
+        println!("  override {} by {} at {}: {}", o.mode, o.set_by_name, o.set_at.to_rfc3339(), o.reason);
+    }
+    for p in &b.processes {
+        println!(
+            "  {:<7} {:<14} {:<24} since {}  ({}, {})",
+            p.role,
+            p.state,
+            p.host,
+            p.since.to_rfc3339(),
+            p.process_id,
+            p.version
+        );
+    }
+}
+
+/// `withdrawals breakers`: every breaker across the cluster; with a subcommand, the kill switch.
+pub async fn breakers(conn: &Connection, command: Option<BreakersCommand>) -> anyhow::Result<()> {
+    let client = Client::new(conn)?;
+    let (name, action, reason) = match command {
+        None => {
+            let answer = client.get::<List<BreakerView>>("/ops/v1/breakers", &()).await?;
+            for b in answer.unless_json(conn.json).map(|l| l.data).unwrap_or_default() {
+                print_breaker(&b);
+            }
+            return Ok(());
+        }
+        Some(BreakersCommand::ForceOpen { name, reason }) => (name, "force-open", reason),
+        Some(BreakersCommand::ForceClosed { name, reason }) => (name, "force-closed", reason),
+        Some(BreakersCommand::Release { name, reason }) => (name, "release", reason),
+    };
+    let path = format!("/ops/v1/breakers/{}/{action}", urlencoding(&name));
+    let answer = client.post::<_, BreakerChanged>(&path, &ReasonRequest { reason }).await?;
+    if let Some(changed) = answer.unless_json(conn.json) {
+        println!("{}: {} (every process obeys within one poll interval)", changed.name, changed.action);
+        print_breaker(&changed.breaker);
     }
     Ok(())
+}
+
+/// A breaker name as one path segment.
+fn urlencoding(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 pub async fn audit(

@@ -28,6 +28,7 @@ use crate::config::AppConfig;
 use crate::http::{self, AppState, MetricsAccess, ServerLimits};
 use crate::jobs::worker::{Worker, WorkerConfig};
 use crate::provider::breaker::{BreakerConfig, BreakerState, CircuitBreaker, SystemClock};
+use crate::provider::cluster;
 use crate::provider::{Gateway, HttpProvider, Provider, ProviderConfig};
 use crate::storage::{Db, PoolSettings};
 use crate::telemetry::{self, LogFormat};
@@ -206,6 +207,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 pub struct Application {
     db: Db,
     worker: Option<Worker>,
+    /// This process's breaker, its identity in the cluster view, and how often it syncs.
+    breaker_sync: Option<(Gateway, cluster::Process, Duration)>,
     metrics_listener: Option<TcpListener>,
     api: Option<Api>,
     server: ServerLimits,
@@ -240,6 +243,12 @@ impl Application {
             sandbox_mock = mock;
             gateway = Some(gateway_with(provider, settings.breaker));
         }
+        let role = match settings.role {
+            Role::Api => "api",
+            Role::Worker => "worker",
+            Role::All => "all",
+        };
+        let breaker_sync = gateway.clone().map(|g| (g, cluster::Process::this(role), settings.app.breaker_sync));
         let worker = match (settings.role != Role::Api, gateway.clone()) {
             (true, Some(gateway)) => Some(Worker::new(db.clone(), gateway, settings.worker)),
             _ => None,
@@ -278,6 +287,7 @@ impl Application {
         Ok(Self {
             db,
             worker,
+            breaker_sync,
             metrics_listener,
             api,
             server: settings.server,
@@ -301,8 +311,11 @@ impl Application {
     /// the worker fails: a service that accepts withdrawals nobody pays out is worse than one
     /// that is down), then waits for all of them.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
-        let Self { db, worker, metrics_listener, api, server, shutdown, _sandbox } = self;
+        let Self { db, worker, breaker_sync, metrics_listener, api, server, shutdown, _sandbox } = self;
         let tasks = TaskTracker::new();
+        if let Some((gateway, process, every)) = breaker_sync {
+            tasks.spawn(cluster::sync_loop(db.clone(), gateway, process, every, shutdown.clone()));
+        }
         let worker_failed: Arc<Mutex<Option<anyhow::Error>>> = Default::default();
         if let Some(worker) = worker {
             let stop = shutdown.clone();

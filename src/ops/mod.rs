@@ -96,6 +96,10 @@ actions! {
     OperatorRotateToken => "operator.rotate_token", "operator", Admin, "";
     SettlementImport => "settlement.import", "settlement_report", Operator, "new";
     SettlementExceptionResolve => "settlement_exception.resolve", "settlement_exception", Operator, "";
+    /// The kill switch (SPEC §8): admin only.
+    BreakerForceOpen => "breaker.force_open", "breaker", Admin, "";
+    BreakerForceClosed => "breaker.force_closed", "breaker", Admin, "";
+    BreakerRelease => "breaker.release", "breaker", Admin, "";
 }
 
 impl<'a> Ops<'a> {

@@ -1,32 +1,168 @@
 //! The state of the whole service on one page — withdrawals by state with the oldest age, open
-//! dead letters by category, job queues, breakers and replays — and the breakers alone. The first
-//! thing an on-call engineer runs (`withdrawals status`).
+//! dead letters by category, job queues, breakers and replays — and the breakers across the
+//! cluster, with the admin's kill switch (force open, force closed, release). The first thing an
+//! on-call engineer runs (`withdrawals status`).
 
 use chrono::Utc;
 
+use chrono::TimeDelta;
+
+use super::acts::{BreakerForceClosed, BreakerForceOpen, BreakerRelease};
 use super::types::{
-    BreakerView, CategoryCount, DeadLetterOverview, List, Overview, QueueDepth, ReplayCount, StateCount,
+    BreakerChanged, BreakerOverrideView, BreakerProcessView, BreakerView, CategoryCount, DeadLetterOverview, List,
+    Overview, QueueDepth, ReasonRequest, ReplayCount, StateCount,
 };
-use super::{Operator, Ops, OpsResult, Role};
+use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role};
 use crate::domain::WithdrawalStatus;
 use crate::jobs;
+use crate::provider::cluster;
+use crate::storage::breakers as breaker_store;
 use crate::storage::{dead_letters, metrics as queries, DbTime};
 
 fn age_seconds(t: Option<DbTime>) -> Option<i64> {
     t.map(|t| (Utc::now() - t.0).num_seconds().max(0))
 }
 
-fn breaker_list(ops: &Ops<'_>) -> Vec<BreakerView> {
-    ops.gateway
-        .map(|g| BreakerView { name: g.breaker.name().to_owned(), state: g.breaker.state().as_str().to_owned() })
+/// Every breaker the cluster knows — this process's, any a live process reports, any with an
+/// override — with its override and its processes (SPEC §8).
+async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
+    let stale = ops.config.breaker_sync * cluster::STALE_AFTER_POLLS;
+    let fresh_since = DbTime::now().plus(-TimeDelta::from_std(stale).unwrap_or(TimeDelta::seconds(15)));
+    let reports = breaker_store::reports(ops.db, fresh_since).await?;
+    let overrides = breaker_store::overrides(ops.db).await?;
+    let mut names: Vec<String> = ops.gateway.map(|g| g.breaker.name().to_owned()).into_iter().collect();
+    names.extend(reports.iter().map(|r| r.breaker.clone()));
+    names.extend(overrides.iter().map(|o| o.breaker.clone()));
+    names.sort();
+    names.dedup();
+    let severity = |s: &str| match s {
+        "open" => 2,
+        "half_open" => 1,
+        _ => 0,
+    };
+    Ok(names
         .into_iter()
-        .collect()
+        .map(|name| {
+            let processes: Vec<BreakerProcessView> = reports
+                .iter()
+                .filter(|r| r.breaker == name)
+                .map(|r| BreakerProcessView {
+                    process_id: r.process_id.clone(),
+                    role: r.role.clone(),
+                    host: r.host.clone(),
+                    version: r.version.clone(),
+                    state: r.state.clone(),
+                    since: r.since.0,
+                    reported_at: r.reported_at.0,
+                })
+                .collect();
+            let forced = overrides.iter().find(|o| o.breaker == name).map(|o| BreakerOverrideView {
+                mode: o.mode.clone(),
+                reason: o.reason.clone(),
+                set_by: o.set_by,
+                set_by_name: o.set_by_name.clone(),
+                set_at: o.set_at.0,
+            });
+            let own = ops.gateway.filter(|g| g.breaker.name() == name).map(|g| g.breaker.state().as_str().to_owned());
+            let state = match (&forced, processes.iter().max_by_key(|p| severity(&p.state))) {
+                (Some(o), _) if o.mode == cluster::FORCE_OPEN => "forced_open".to_owned(),
+                (Some(_), _) => "forced_closed".to_owned(),
+                (None, Some(worst)) => worst.state.clone(),
+                (None, None) => own.unwrap_or_else(|| "closed".to_owned()),
+            };
+            BreakerView { name, state, forced, processes }
+        })
+        .collect())
 }
 
-/// The provider breaker's state as this process sees it.
+/// Every provider breaker across the cluster: its override and each live process's state.
 pub async fn breakers(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<BreakerView>> {
     operator.require(Role::Viewer)?;
-    Ok(List { data: breaker_list(ops) })
+    Ok(List { data: breaker_list(ops).await? })
+}
+
+/// The kill switch (SPEC §8): an admin forces a breaker open or closed, or releases it, with a
+/// reason. Stored in the database and audited in one transaction; this process obeys at once,
+/// every other within one poll interval (`provider::cluster`).
+pub async fn force_breaker(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    name: &str,
+    action: BreakerAction,
+    req: ReasonRequest,
+) -> OpsResult<BreakerChanged> {
+    let act = action.act();
+    ops.authorize(operator, &act, name).await?;
+    let audited = Audited::new(&act, name, &req.reason, serde_json::json!({"breaker": name}));
+    let done = async {
+        let reason = require_reason(&req.reason)?;
+        if !breaker_list(ops).await?.iter().any(|b| b.name == name) {
+            return Err(OpsError::not_found());
+        }
+        let mut tx = ops.db.begin().await?;
+        match action.mode() {
+            Some(mode) => {
+                breaker_store::set_override(&mut tx, name, mode, &crate::redact::text(reason), operator.id).await?
+            }
+            None => {
+                breaker_store::clear_override(&mut tx, name).await?;
+            }
+        }
+        audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        // This process at once; the others at their next sync.
+        if let Some(g) = ops.gateway.filter(|g| g.breaker.name() == name) {
+            let overrides = breaker_store::overrides(ops.db).await?;
+            cluster::obey(&g.breaker, overrides.iter().find(|o| o.breaker == name));
+        }
+        let breaker = breaker_list(ops).await?.into_iter().find(|b| b.name == name).ok_or_else(OpsError::not_found)?;
+        Ok(BreakerChanged { name: name.to_owned(), action: action.as_str().to_owned(), breaker })
+    };
+    audited.or_refuse(ops, operator, done.await).await
+}
+
+/// What an admin does to a breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerAction {
+    ForceOpen,
+    ForceClosed,
+    Release,
+}
+
+impl BreakerAction {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "force-open" => Some(Self::ForceOpen),
+            "force-closed" => Some(Self::ForceClosed),
+            "release" => Some(Self::Release),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ForceOpen => "force_open",
+            Self::ForceClosed => "force_closed",
+            Self::Release => "release",
+        }
+    }
+
+    fn act(self) -> Act {
+        match self {
+            Self::ForceOpen => BreakerForceOpen::ACT,
+            Self::ForceClosed => BreakerForceClosed::ACT,
+            Self::Release => BreakerRelease::ACT,
+        }
+    }
+
+    /// The stored override, `None` to release.
+    fn mode(self) -> Option<&'static str> {
+        match self {
+            Self::ForceOpen => Some(cluster::FORCE_OPEN),
+            Self::ForceClosed => Some(cluster::FORCE_CLOSED),
+            Self::Release => None,
+        }
+    }
 }
 
 pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview> {
@@ -93,7 +229,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
             by_category,
         },
         queues,
-        breakers: breaker_list(ops),
+        breakers: breaker_list(ops).await?,
         replays,
     })
 }

@@ -578,10 +578,54 @@ pub struct AuditEntry {
     pub at: DateTime<Utc>,
 }
 
+/// One breaker across the cluster (SPEC §8): its effective state, the override in force, and
+/// what each live process's breaker says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BreakerView {
     pub name: String,
+    /// `forced_open` / `forced_closed` while an override stands; otherwise the most severe state
+    /// a live process reports (`open` over `half_open` over `closed`), or this process's own
+    /// when none has reported yet.
     pub state: String,
+    #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<BreakerOverrideView>,
+    #[serde(default)]
+    pub processes: Vec<BreakerProcessView>,
+}
+
+/// An operator's override of a breaker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BreakerOverrideView {
+    /// `force_open` or `force_closed`.
+    pub mode: String,
+    pub reason: String,
+    pub set_by: Uuid,
+    /// The operator's name.
+    pub set_by_name: String,
+    pub set_at: DateTime<Utc>,
+}
+
+/// What one process's breaker reports.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BreakerProcessView {
+    pub process_id: String,
+    /// `all`, `api` or `worker`.
+    pub role: String,
+    pub host: String,
+    pub version: String,
+    pub state: String,
+    pub since: DateTime<Utc>,
+    pub reported_at: DateTime<Utc>,
+}
+
+/// What forcing or releasing a breaker did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BreakerChanged {
+    pub name: String,
+    /// `force_open`, `force_closed` or `release`.
+    pub action: String,
+    /// The breaker as the cluster will see it within one poll interval.
+    pub breaker: BreakerView,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,6 +8,7 @@
 pub mod breaker;
 mod classify;
 mod client;
+pub mod cluster;
 pub mod truth;
 
 use std::future::Future;

@@ -16,6 +16,7 @@ pub mod attempts;
 pub mod audit;
 pub mod batch;
 pub mod bench;
+pub mod breakers;
 pub mod credentials;
 pub mod dead_letters;
 pub mod idempotency;

@@ -5,6 +5,7 @@ mod browser;
 mod harness;
 
 mod access;
+mod breakers;
 mod chaos;
 mod cli;
 mod console;

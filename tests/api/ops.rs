@@ -139,6 +139,9 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
         (format!("/ops/v1/replays/{run}/resume"), json!({"reason": ""}), false),
         (format!("/ops/v1/replays/{run}/cancel"), json!({"reason": ""}), false),
         (format!("/ops/v1/replays/{run}/approve"), json!({"reason": ""}), true),
+        ("/ops/v1/breakers/payout_provider/force-open".to_owned(), json!({"reason": ""}), true),
+        ("/ops/v1/breakers/payout_provider/force-closed".to_owned(), json!({"reason": ""}), true),
+        ("/ops/v1/breakers/payout_provider/release".to_owned(), json!({"reason": ""}), true),
     ];
 
     for (who, token, read, write, admin_write) in [

@@ -1,0 +1,169 @@
+//! The provider breaker across processes (SPEC §8, issue 21): every process reports its breaker
+//! to the database, an admin's override is obeyed by every process within one poll interval,
+//! and the view ages out processes that stopped. Real processes: `withdrawals serve --role api`
+//! and `withdrawals worker`, against the app's provider mock.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::storage::audit::{self, AuditFilter};
+use withdrawals::storage::jobs as job_store;
+
+use crate::both_backends;
+use crate::harness::TestApp;
+use crate::ops::cli;
+
+both_backends!(a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_across_the_cluster);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `withdrawals` process on the app's database and provider mock, syncing its breaker every
+/// 100 ms; killed (not stopped) when dropped, as a crash would.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(app: &TestApp, args: &[&str]) -> Process {
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+            .args(args)
+            .env("DATABASE_URL", &app.database_url)
+            .env("PROVIDER_URL", app.provider.mock.url())
+            .env("PROVIDER_API_KEY", "test-provider-key")
+            .env("WORKER_POLL_MS", "100")
+            .env("BREAKER_SYNC_MS", "100")
+            .env("BREAKER_WAIT_OPEN_MS", "200")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start withdrawals"),
+    )
+}
+
+async fn breakers(app: &TestApp, token: &str) -> Value {
+    let answer = app.client.get(app.url("/ops/v1/breakers")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    answer.json().await.unwrap()
+}
+
+/// The roles and states of the live processes reporting `payout_provider`, sorted.
+fn processes(view: &Value) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = view["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["name"] == "payout_provider")
+        .flat_map(|b| b["processes"].as_array().cloned().unwrap_or_default())
+        .map(|p| (p["role"].as_str().unwrap().to_owned(), p["state"].as_str().unwrap().to_owned()))
+        .collect();
+    found.sort();
+    found
+}
+
+fn creates(app: &TestApp, id: WithdrawalId) -> usize {
+    app.provider
+        .mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.route == provider_mocks::Route::Create && r.idempotency_key.as_deref() == Some(&id.to_string()))
+        .count()
+}
+
+async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_across_the_cluster(app: TestApp) {
+    let admin = app.operator("admin").await;
+    let viewer = app.operator("viewer").await;
+    let _api = spawn(&app, &["serve", "--role", "api", "--bind", &format!("127.0.0.1:{}", free_port())]);
+    let worker = spawn(&app, &["worker"]);
+
+    // The cluster view: both processes, each with its breaker closed.
+    app.eventually("an API process and a worker process in the breaker view", WAIT, || async {
+        let view = breakers(&app, &viewer).await;
+        (processes(&view) == [("api".into(), "closed".into()), ("worker".into(), "closed".into())]).then_some(())
+    })
+    .await;
+
+    // The kill switch, over the ops API: every process obeys within one poll interval.
+    let forced = app
+        .client
+        .post(app.url("/ops/v1/breakers/payout_provider/force-open"))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "provider paying twice, INC-2001"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forced.status(), 200);
+    let forced: Value = forced.json().await.unwrap();
+    assert_eq!(
+        (forced["action"].as_str(), forced["breaker"]["state"].as_str()),
+        (Some("force_open"), Some("forced_open"))
+    );
+    assert_eq!(forced["breaker"]["override"]["set_by_name"], "admin op", "the operator's name, not only an id");
+    app.eventually("every process forced open", WAIT, || async {
+        let view = breakers(&app, &viewer).await;
+        (processes(&view) == [("api".into(), "forced_open".into()), ("worker".into(), "forced_open".into())])
+            .then_some(())
+    })
+    .await;
+
+    // The worker process claims the payout and does not call the provider: the job is deferred.
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "while-forced", "25.00").await;
+    app.eventually("the worker process to defer the payout", WAIT, || async {
+        let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+        jobs.iter().any(|j| j.last_error.as_deref() == Some("circuit breaker open")).then_some(())
+    })
+    .await;
+    assert_eq!(creates(&app, id), 0, "no provider call while forced open: the mock's request log is empty");
+
+    // Released (from the CLI): the worker pays it, once.
+    let released =
+        cli(&app, &admin, &["breakers", "release", "payout_provider", "--reason", "provider fixed, INC-2001"]);
+    assert!(released.status.success(), "{}", String::from_utf8_lossy(&released.stderr));
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(creates(&app, id), 1);
+    let view = breakers(&app, &viewer).await;
+    assert!(view["data"][0].get("override").is_none(), "released: no override left: {view}");
+
+    // Audited, with the reasons; an operator (not admin) may not touch the switch.
+    let rows = audit::list(&app.db, &AuditFilter { limit: 100, ..AuditFilter::default() }).await.unwrap();
+    let actions: Vec<(&str, &str, &str)> =
+        rows.iter().map(|r| (r.action.as_str(), r.target_id.as_str(), r.reason.as_str())).collect();
+    assert!(
+        actions.contains(&("breaker.force_open", "payout_provider", "provider paying twice, INC-2001")),
+        "{actions:?}"
+    );
+    assert!(actions.contains(&("breaker.release", "payout_provider", "provider fixed, INC-2001")), "{actions:?}");
+    let operator = app.operator("operator").await;
+    let refused = cli(&app, &operator, &["breakers", "force-closed", "payout_provider", "--reason", "x"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("403"));
+    let unknown = app
+        .client
+        .post(app.url("/ops/v1/breakers/no_such_breaker/force-open"))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "typo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+
+    // A process that stops reporting (killed, as a crash) ages out of the view.
+    drop(worker);
+    app.eventually("the killed worker to age out", WAIT, || async {
+        let view = breakers(&app, &viewer).await;
+        (processes(&view) == [("api".into(), "closed".into())]).then_some(())
+    })
+    .await;
+    app.assert_ledger_invariant().await;
+}
