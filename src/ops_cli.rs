@@ -26,8 +26,9 @@ use crate::http::AppState;
 use crate::ops::types::{
     ApiKeyView, AuditEntry, AuditQuery, BreakerChanged, BreakerView, Closed, CreateKey, DeadLetterExportQuery,
     DeadLetterGroup, DeadLetterQuery, DeadLetterView, Decided, Decision, LedgerCheck, LedgerQuery, List, OperatorView,
-    OpsWithdrawal, OptionalReason, Overview, Page, ProviderEvidence, ReasonRequest, ReplayControl, ReplayQuery,
-    ReplayRunView, ResolveRequest, Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail, WithdrawalQuery,
+    OpsWithdrawal, OptionalReason, Overview, Page, ProviderEvidence, ReasonRequest, Reconciling, ReplayControl,
+    ReplayQuery, ReplayRunView, ResolveRequest, Resolved, SelectionFilter, StartReplay, Started, WithdrawalDetail,
+    WithdrawalQuery,
 };
 
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
@@ -71,6 +72,13 @@ pub enum ReviewCommand {
         version: i64,
         #[arg(long)]
         provider_reference: Option<String>,
+    },
+    /// Reconcile a withdrawal still in `processing` now (a worker died mid-call; you will not wait
+    /// for the stuck sweep): the provider is asked by the operation key and decides.
+    Reconcile {
+        id: String,
+        #[arg(long)]
+        reason: String,
     },
     /// Decisions waiting for a second operator (the two-person rule), oldest first.
     Decisions,
@@ -374,6 +382,16 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
                 );
             } else {
                 println!("{action}: {} is now {} (version {})", w.id, w.status, w.version);
+            }
+        }
+        ReviewCommand::Reconcile { id, reason } => {
+            let path = format!("/ops/v1/withdrawals/{id}/reconcile");
+            let answer = client.post::<_, Reconciling>(&path, &ReasonRequest { reason }).await?;
+            if let Some(queued) = answer.unless_json(conn.json) {
+                println!(
+                    "reconciling {}: job {} asks the provider now (withdrawals review show {} for the result)",
+                    queued.withdrawal.id, queued.job_id, queued.withdrawal.id
+                );
             }
         }
         ReviewCommand::Decisions => {

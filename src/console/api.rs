@@ -90,6 +90,17 @@ pub async fn overview(state: &AppState, session: &Session) -> Result<Overview, R
     Ok(ops::overview::overview(&state.ops(), &session.operator).await?)
 }
 
+/// The breakers' kill switch (admin).
+pub async fn switch_breaker(
+    state: &AppState,
+    session: &Session,
+    name: &str,
+    action: ops::overview::BreakerAction,
+    request: ReasonRequest,
+) -> Result<crate::ops::types::BreakerChanged, Refusal> {
+    Ok(ops::overview::force_breaker(&state.ops(), &session.operator, name, action, request).await?)
+}
+
 /// The review queue: withdrawals in a state, oldest first.
 pub async fn withdrawals(
     state: &AppState,

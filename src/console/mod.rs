@@ -59,6 +59,7 @@ pub fn router() -> Router<AppState> {
         .route("/ops/sign-in", get(session::sign_in_form).post(session::sign_in))
         .route("/ops/sign-out", post(session::sign_out))
         .route("/ops/overview", get(overview::page))
+        .route("/ops/breakers/{name}", post(overview::switch))
         .route("/ops/review", get(review::queue))
         .route("/ops/withdrawals/{id}", get(review::withdrawal))
         .route("/ops/withdrawals/{id}/resolve", post(review::resolve))

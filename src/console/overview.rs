@@ -1,18 +1,29 @@
-//! `GET /ops/overview`: the whole service on one page (the same numbers as `/ops/v1/overview`).
+//! `GET /ops/overview`: the whole service on one page (the same numbers as `/ops/v1/overview`),
+//! and the breakers' kill switch for admins (`POST /ops/breakers/{name}/{action}`).
 
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
+use serde::Deserialize;
 
 use super::api;
-use super::session::Session;
-use super::views::{self, age, state, Banner};
-use crate::domain::WithdrawalStatus;
+use super::session::{urlencode, CsrfForm, Session};
+use super::views::{self, age, csrf_field, role_note, state, when, Banner, Done};
+use crate::domain::{Role, WithdrawalStatus};
 use crate::http::AppState;
+use crate::ops::overview::BreakerAction;
+use crate::ops::types::ReasonRequest;
 
-pub async fn page(State(state_): State<AppState>, session: Session) -> Response {
-    let session = &session;
-    let o = match api::overview(&state_, session).await {
+pub async fn page(State(state_): State<AppState>, session: Session, Query(done): Query<Done>) -> Response {
+    let banner = done.done.as_deref().and_then(BreakerAction::parse).map(|a| {
+        Banner::ok(format!("Breaker {}: every process obeys within one poll interval.", a.as_str().replace('_', " ")))
+    });
+    render(&state_, &session, banner, StatusCode::OK).await
+}
+
+async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, code: StatusCode) -> Response {
+    let o = match api::overview(state_, session).await {
         Ok(o) => o,
         Err(refusal) => {
             return (
@@ -66,14 +77,43 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
         }
         section aria-labelledby="h-breakers" {
             h2 #h-breakers { "Provider breakers" }
-            table {
-                thead { tr { th scope="col" { "Provider" } th scope="col" { "State" } } }
+            table #breakers {
+                thead { tr { th scope="col" { "Provider" } th scope="col" { "State" } th scope="col" { "Override" } th scope="col" { "Processes" } } }
                 tbody {
                     @for b in &o.breakers {
-                        tr { th scope="row" { (b.name) } td { (state(&b.state)) } }
+                        tr {
+                            th scope="row" { (b.name) }
+                            td.breaker-state { (state(&b.state)) }
+                            td {
+                                @if let Some(f) = &b.forced {
+                                    (state(&f.mode)) " by " (f.set_by_name) ", " (when(f.set_at)) ": " (f.reason)
+                                } @else { "none" }
+                            }
+                            td {
+                                ul {
+                                    @for p in &b.processes {
+                                        li { (p.role) " on " (p.host) ": " (state(&p.state)) " since " (when(p.since)) }
+                                    }
+                                    @if b.processes.is_empty() { li { "No process has reported yet." } }
+                                }
+                            }
+                        }
                     }
                     @if o.breakers.is_empty() {
-                        tr { td colspan="2" { "This process does not call the provider (API-only role); read the workers' metrics." } }
+                        tr { td colspan="4" { "No process with a provider breaker has reported." } }
+                    }
+                }
+            }
+            (role_note(session, Role::Admin, "force or release a breaker"))
+            @if session.can(Role::Admin) {
+                @for b in &o.breakers {
+                    form.breaker-switch method="post" action={ "/ops/breakers/" (urlencode(&b.name)) } {
+                        (csrf_field(session))
+                        p.hint { "The kill switch for " strong { (b.name) } ": forced open rejects every provider call of every process (payouts wait, nothing fails); forced closed lets every call through; release hands it back. Every process obeys within one poll interval." }
+                        p { label for={ "breaker-reason-" (b.name) } { "Reason (required)" } br; textarea id={ "breaker-reason-" (b.name) } name="reason" rows="2" cols="50" required maxlength="500" {} }
+                        button type="submit" name="action" value="force-open" { "Force open" } " "
+                        button type="submit" name="action" value="force-closed" { "Force closed" } " "
+                        button type="submit" name="action" value="release" { "Release" }
                     }
                 }
             }
@@ -112,5 +152,29 @@ pub async fn page(State(state_): State<AppState>, session: Session) -> Response 
             }
         }
     };
-    views::page(session, "Overview", None, body).into_response()
+    (code, views::page(session, "Overview", banner, body)).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BreakerForm {
+    action: Option<String>,
+    reason: Option<String>,
+}
+
+/// `POST /ops/breakers/{name}`: the kill switch, as the signed-in admin (the operator core checks
+/// the role, requires the reason and audits).
+pub async fn switch(
+    State(state_): State<AppState>,
+    Path(name): Path<String>,
+    CsrfForm(session, form): CsrfForm<BreakerForm>,
+) -> Response {
+    let Some(action) = form.action.as_deref().and_then(BreakerAction::parse) else {
+        let banner = Banner::error("choose force open, force closed or release");
+        return render(&state_, &session, Some(banner), StatusCode::UNPROCESSABLE_ENTITY).await;
+    };
+    let request = ReasonRequest { reason: form.reason.unwrap_or_default() };
+    match api::switch_breaker(&state_, &session, &name, action, request).await {
+        Ok(_) => Redirect::to(&format!("/ops/overview?done={}", form.action.unwrap_or_default())).into_response(),
+        Err(r) => render(&state_, &session, Some(Banner::error(r.to_string())), r.status).await,
+    }
 }

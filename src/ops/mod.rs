@@ -78,6 +78,8 @@ macro_rules! actions {
 
 actions! {
     WithdrawalResolve => "withdrawal.resolve", "withdrawal", Operator, "";
+    /// Reconcile a withdrawal still in `processing` now, not at the stuck sweep's SLA.
+    WithdrawalReconcile => "withdrawal.reconcile", "withdrawal", Operator, "";
     DecisionApprove => "withdrawal.decision.approve", "withdrawal", Operator, "";
     DecisionReject => "withdrawal.decision.reject", "withdrawal", Operator, "";
     DeadLetterClose => "dead_letter.close", "dead_letter", Operator, "";

@@ -6,10 +6,10 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::acts::WithdrawalResolve;
+use super::acts::{WithdrawalReconcile, WithdrawalResolve};
 use super::types::{
-    AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReconciliationView, ResolveRequest, Resolved,
-    SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
+    AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReasonRequest, ReconciliationView, Reconciling,
+    ResolveRequest, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
@@ -182,6 +182,47 @@ pub async fn resolve(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: 
     let audited = Audited::new(&WithdrawalResolve::ACT, id.to_string(), &req.reason, parameters_of(&req));
     let result = resolve_checked(ops, operator, id, &req, &audited).await;
     audited.or_refuse(ops, operator, result).await
+}
+
+/// A withdrawal still in `processing` — a worker that died mid-call, an outcome nobody learned —
+/// is reconciled now instead of at the stuck sweep's SLA: a reconciliation job, due at once, asks
+/// the provider by the operation key and decides through the same checked verdict as every
+/// reconciliation (SPEC §7; never a blind resubmit). Audited. A withdrawal in review is
+/// reconciled with `resolve … reconcile`; one whose reconciliation is already queued is a 409.
+pub async fn reconcile_now(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: WithdrawalId,
+    req: ReasonRequest,
+) -> OpsResult<Reconciling> {
+    ops.authorize(operator, &WithdrawalReconcile::ACT, &id.to_string()).await?;
+    let audited = Audited::new(&WithdrawalReconcile::ACT, id.to_string(), &req.reason, serde_json::json!({}));
+    let done = async {
+        require_reason(&req.reason)?;
+        let current = store::get(ops.db, None, id).await?.ok_or_else(OpsError::not_found)?;
+        if current.status != WithdrawalStatus::Processing {
+            return Err(OpsError::conflict(
+                "not_processing",
+                format!(
+                    "only a processing withdrawal is reconciled this way; this one is {} (in review: resolve … reconcile)",
+                    current.status
+                ),
+            ));
+        }
+        let mut tx = ops.db.begin().await?;
+        let correlation = format!("ops-{}", Uuid::new_v4());
+        let Some(job) = enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?
+        else {
+            return Err(OpsError::conflict(
+                "reconciliation_queued",
+                "a reconciliation of this withdrawal is already queued; its result will show on the withdrawal",
+            ));
+        };
+        audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        Ok(Reconciling { withdrawal: OpsWithdrawal::from(&current), job_id: job.0 })
+    };
+    audited.or_refuse(ops, operator, done.await).await
 }
 
 /// What an operator may decide about a withdrawal in review.

@@ -249,6 +249,13 @@ pub struct ResolveRequest {
     pub provider_reference: Option<String>,
 }
 
+/// What `POST /ops/v1/withdrawals/{id}/reconcile` did: a reconciliation job, due now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reconciling {
+    pub withdrawal: OpsWithdrawal,
+    pub job_id: Uuid,
+}
+
 /// What a resolve did: applied (200) or stored for a second operator (202, `status:
 /// pending_approval` with the `decision`).
 #[derive(Debug, Clone, Serialize, Deserialize)]

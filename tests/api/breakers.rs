@@ -12,10 +12,14 @@ use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::jobs as job_store;
 
 use crate::both_backends;
+use crate::browser::Browser;
 use crate::harness::TestApp;
 use crate::ops::cli;
 
-both_backends!(a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_across_the_cluster);
+both_backends!(
+    a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_across_the_cluster,
+    an_admin_forces_and_releases_the_breaker_in_the_console,
+);
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -166,4 +170,52 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
     })
     .await;
     app.assert_ledger_invariant().await;
+}
+
+/// The console's kill switch (a real headless Chromium): an admin forces the breaker open with a
+/// reason and releases it; this process's breaker obeys at once and the override is stored; a
+/// viewer sees the state but no switch.
+async fn an_admin_forces_and_releases_the_breaker_in_the_console(app: TestApp) {
+    let browser = Browser::start(&app).await;
+    browser.sign_in(&app.operator("admin").await).await;
+    browser.goto("/ops/overview").await;
+    let page = browser.wait_for_text("Provider breakers").await;
+    assert!(page.contains("payout_provider"), "{page}");
+    browser.fill("#breaker-reason-payout_provider", "provider paying twice, INC-2002").await;
+    browser.click("form.breaker-switch button[value='force-open']").await;
+    let forced = browser.wait_for_text("Breaker force open:").await;
+    assert!(forced.contains("provider paying twice, INC-2002") && forced.contains("admin op"), "{forced}");
+    let shown = browser
+        .client
+        .find(fantoccini::Locator::Css("#breakers td.breaker-state"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(shown, "forced_open");
+    assert_eq!(
+        app.gateway.breaker.state(),
+        withdrawals::provider::breaker::BreakerState::ForcedOpen,
+        "this process obeys at once"
+    );
+    let stored = withdrawals::storage::breakers::overrides(&app.db).await.unwrap();
+    assert_eq!((stored.len(), stored[0].mode.as_str()), (1, "force_open"));
+    browser.assert_accessible().await;
+    browser.screenshot("breaker-forced-open").await;
+
+    browser.fill("#breaker-reason-payout_provider", "provider fixed, INC-2002").await;
+    browser.click("form.breaker-switch button[value='release']").await;
+    browser.wait_for_text("Breaker release:").await;
+    assert_eq!(app.gateway.breaker.state(), withdrawals::provider::breaker::BreakerState::Closed);
+    assert!(withdrawals::storage::breakers::overrides(&app.db).await.unwrap().is_empty());
+    let rows = audit::list(&app.db, &AuditFilter { limit: 100, ..AuditFilter::default() }).await.unwrap();
+    assert!(rows.iter().any(|r| r.action == "breaker.release" && r.reason == "provider fixed, INC-2002"));
+
+    browser.sign_out().await;
+    browser.sign_in(&app.operator("viewer").await).await;
+    browser.goto("/ops/overview").await;
+    let page = browser.wait_for_text("Provider breakers").await;
+    assert!(page.contains("that needs admin"), "{page}");
+    assert!(!browser.exists("form.breaker-switch").await, "a viewer has no switch");
 }

@@ -25,6 +25,7 @@ both_backends!(
     dead_letters_are_listed_summarised_shown_and_closed,
     the_cli_runs_the_review_and_dead_letter_commands_through_the_api,
     the_dead_letter_export_round_trips_every_envelope_with_its_events_and_deletes_nothing,
+    an_operator_reconciles_a_withdrawal_stuck_in_processing_now,
     the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end,
     a_viewers_malformed_post_is_refused_for_its_role_first_and_audited,
     the_role_extractor_refuses_before_the_path_id_and_the_body_on_every_guarded_route,
@@ -130,6 +131,7 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
     let writes = [
         (format!("/ops/v1/withdrawals/{id}/resolve"), json!({"action": "fail", "reason": "", "version": 1}), false),
         (format!("/ops/v1/dead-letters/{letter}/close"), json!({"reason": ""}), false),
+        (format!("/ops/v1/withdrawals/{id}/reconcile"), json!({"reason": ""}), false),
         (
             "/ops/v1/replays".to_owned(),
             json!({"reason": "", "dead_letter_ids": [letter], "expected_payload_version": 2, "destination_queue": "payouts"}),
@@ -470,6 +472,89 @@ async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_d
     let all: Value =
         call(&app, Method::GET, "/ops/v1/dead-letters?state=all", Some(&viewer), None).await.json().await.unwrap();
     assert_eq!(all["data"].as_array().unwrap().len(), 2, "an export deletes nothing");
+}
+
+/// A withdrawal a worker moved to `processing` before its job vanished (a worker killed by hand):
+/// nothing would touch it before the stuck sweep's SLA (15 min).
+async fn stuck_in_processing(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
+    use withdrawals::storage::jobs as job_store;
+    use withdrawals::storage::withdrawals::{self as store, TransitionRequest};
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "stuck", "25.00").await;
+    let job = job_store::claim(&app.db, withdrawals::jobs::PAYOUTS_QUEUE, "w0", 1, chrono::TimeDelta::seconds(30))
+        .await
+        .unwrap()
+        .remove(0);
+    let mut tx = app.db.begin().await.unwrap();
+    let actor = withdrawals::domain::Actor::Worker("w0".into());
+    let request = TransitionRequest {
+        id,
+        from: WithdrawalStatus::Pending,
+        to: WithdrawalStatus::Processing,
+        expected_version: None,
+        actor: &actor,
+        reason: "claimed",
+        correlation_id: "c",
+        failure_code: None,
+        evidence: None,
+    };
+    store::transition(&mut tx, &request).await.unwrap();
+    job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
+    tx.commit().await.unwrap();
+    (id, alice)
+}
+
+/// Issue 21: `POST /ops/v1/withdrawals/{id}/reconcile` (and `withdrawals review reconcile`)
+/// reconciles a `processing` withdrawal now — the provider decides, audited — and refuses what
+/// it does not apply to.
+async fn an_operator_reconciles_a_withdrawal_stuck_in_processing_now(app: TestApp) {
+    let (id, alice) = stuck_in_processing(&app).await;
+    let viewer = app.operator("viewer").await;
+    let operator = app.operator("operator").await;
+    let path = format!("/ops/v1/withdrawals/{id}/reconcile");
+
+    let forbidden = call(&app, Method::POST, &path, Some(&viewer), Some(json!({"reason": "look"}))).await;
+    assert_eq!(forbidden.status(), 403);
+    let no_reason = call(&app, Method::POST, &path, Some(&operator), Some(json!({"reason": " "}))).await;
+    assert_eq!(problem_code(no_reason).await.1, "reason_required");
+    let queued =
+        cli(&app, &operator, &["review", "reconcile", &id.to_string(), "--reason", "worker killed mid-call, INC-2003"]);
+    assert!(queued.status.success(), "{}", String::from_utf8_lossy(&queued.stderr));
+    assert!(String::from_utf8_lossy(&queued.stdout).contains(&format!("reconciling {id}")));
+    let again = call(&app, Method::POST, &path, Some(&operator), Some(json!({"reason": "twice"}))).await;
+    assert_eq!(again.status(), 409);
+    assert_eq!(problem_code(again).await.1, "reconciliation_queued", "one reconciliation at a time");
+    let pending = app.create_withdrawal(&alice, "not-processing", "5.00").await;
+    let wrong = call(
+        &app,
+        Method::POST,
+        &format!("/ops/v1/withdrawals/{pending}/reconcile"),
+        Some(&operator),
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(problem_code(wrong).await.1, "not_processing");
+
+    // The provider never saw it: reconciliation finds nothing and a controlled retry pays it once.
+    let stop = app.start_default_worker();
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    stop.cancel();
+    let results = withdrawals::storage::reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    assert!(!results.is_empty(), "the reconciliation's result is stored as evidence");
+    let rows = audit::list(&app.db, &AuditFilter { limit: 100, ..AuditFilter::default() }).await.unwrap();
+    let reconciles: Vec<(&str, &str)> = rows
+        .iter()
+        .filter(|r| r.action == "withdrawal.reconcile")
+        .map(|r| (r.result.as_str(), r.reason.as_str()))
+        .collect();
+    assert!(reconciles.contains(&("ok", "worker killed mid-call, INC-2003")), "{reconciles:?}");
+    assert!(
+        reconciles.iter().any(|(result, _)| *result == "forbidden"),
+        "the viewer's refusal is audited: {reconciles:?}"
+    );
+    let paid = app.provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).count();
+    assert_eq!(paid, 1, "paid once");
+    app.assert_ledger_invariant().await;
 }
 
 async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: TestApp) {

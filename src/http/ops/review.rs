@@ -1,4 +1,4 @@
-//! `/ops/v1/withdrawals`: the review queue, one withdrawal's evidence, resolve.
+//! `/ops/v1/withdrawals`: the review queue, one withdrawal's evidence, resolve, reconcile now.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -9,8 +9,10 @@ use super::{Authorized, OpsJson, OpsQuery, PathId};
 use crate::domain::WithdrawalId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
-use crate::ops::acts::WithdrawalResolve;
-use crate::ops::types::{OpsWithdrawal, Page, ResolveRequest, Resolved, WithdrawalDetail, WithdrawalQuery};
+use crate::ops::acts::{WithdrawalReconcile, WithdrawalResolve};
+use crate::ops::types::{
+    OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved, WithdrawalDetail, WithdrawalQuery,
+};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
@@ -18,6 +20,18 @@ pub fn router() -> Router<AppState> {
         .route("/ops/v1/withdrawals", get(list))
         .route("/ops/v1/withdrawals/{id}", get(show))
         .route("/ops/v1/withdrawals/{id}/resolve", post(resolve))
+        .route("/ops/v1/withdrawals/{id}/reconcile", post(reconcile))
+}
+
+/// 202: the reconciliation is queued, due now; its result shows on the withdrawal.
+async fn reconcile(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<WithdrawalReconcile>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<ReasonRequest>,
+) -> Result<(StatusCode, Json<Reconciling>), ApiError> {
+    let queued = ops::review::reconcile_now(&state.ops(), &operator, WithdrawalId(id), req).await?;
+    Ok((StatusCode::ACCEPTED, Json(queued)))
 }
 
 async fn list(
