@@ -397,13 +397,13 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         ReviewCommand::Decisions => {
             let answer = client.get::<List<Decision>>("/ops/v1/review-decisions", &()).await?;
             let Some(decisions) = answer.unless_json(conn.json) else { return Ok(()) };
-            println!("{:<38} {:<9} {:<38}  reason", "withdrawal", "action", "requested by");
+            println!("{:<38} {:<9} {:<24}  reason", "withdrawal", "action", "requested by");
             for d in decisions.data {
                 println!(
-                    "{:<38} {:<9} {:<38}  {}",
+                    "{:<38} {:<9} {:<24}  {}",
                     d.withdrawal_id.to_string(),
                     d.action,
-                    d.requested_by.to_string(),
+                    d.requested_by_name,
                     d.reason
                 );
             }
@@ -448,7 +448,7 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
             d.id,
             d.action,
             d.status,
-            d.requested_by,
+            d.requested_by_name,
             at(d.requested_at),
             d.reason
         );
@@ -934,6 +934,12 @@ pub async fn replay(conn: &Connection, command: ReplayCommand) -> anyhow::Result
                         count(|p| p.skipped), count(|p| p.succeeded), count(|p| p.failed), count(|p| p.new_dead_letters),
                         o(&p.map(|p| rate(p.released_per_second))),
                         run.paused_reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default()
+                    );
+                    println!(
+                        "  started by {}{}: {}",
+                        run.started_by_name,
+                        run.approved_by_name.as_ref().map(|a| format!(", approved by {a}")).unwrap_or_default(),
+                        run.reason
                     );
                 }
             }

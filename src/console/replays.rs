@@ -455,8 +455,8 @@ async fn render_run(
             dt { "Destination queue" } dd { (r.destination_queue) }
             dt { "Expected payload version" } dd { (r.expected_payload_version) }
             dt { "Limits" } dd { (r.rate_per_second) "/s, " (r.max_concurrency) " in flight, pauses after " (r.auto_pause_threshold) " new dead letters" }
-            dt { "Started" } dd { (when(r.created_at)) " by " code { (r.started_by) } @if mine { " (you)" } }
-            dt { "Approved by" } dd { (opt(&r.approved_by)) }
+            dt { "Started" } dd { (when(r.created_at)) " by " (r.started_by_name) @if mine { " (you)" } }
+            dt { "Approved by" } dd { (opt(&r.approved_by_name)) }
         }
         section aria-labelledby="h-progress" {
             h2 #h-progress { "Progress" }

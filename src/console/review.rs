@@ -192,7 +192,7 @@ fn decision_section(session: &Session, w: &OpsWithdrawal, d: &Decision) -> Marku
             p {
                 "Decision " code { (d.id) } ": " strong { (d.action) }
                 @if let Some(reference) = &d.provider_reference { " with transfer " code { (reference) } }
-                ", requested by " code { (d.requested_by) } " " (when(d.requested_at))
+                ", requested by " (d.requested_by_name) " " (when(d.requested_at))
                 ": " (d.reason)
             }
             p { "When it was requested the provider said: " (provider_said(&ProviderEvidence::read(&d.request_evidence))) ". Approving asks the provider again." }
@@ -281,9 +281,9 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
         events.push((
             d.requested_at,
             html! {
-                span.kind { "Decision requested" } " " (d.action) " by " code { (d.requested_by) }
+                span.kind { "Decision requested" } " " (d.action) " by " (d.requested_by_name)
                 ": " (d.reason) " — " (state(&d.status))
-                @if let Some(by) = d.decided_by { " by " code { (by) } ": " (opt(&d.decision_reason)) }
+                @if let Some(by) = &d.decided_by_name { " by " (by) ": " (opt(&d.decision_reason)) }
             },
         ));
     }

@@ -20,8 +20,18 @@ use crate::domain::{Withdrawal, WithdrawalId};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
+/// Stored decisions as operators see them, with the operators' names.
+pub async fn views(ops: &Ops<'_>, rows: &[ReviewDecision]) -> OpsResult<Vec<Decision>> {
+    let names = super::names(
+        ops.db,
+        rows.iter().flat_map(|d| [Some(d.requested_by.0), d.decided_by.map(|o| o.0)]).flatten().collect(),
+    )
+    .await?;
+    Ok(rows.iter().map(|d| view(d, &names)).collect())
+}
+
 /// A stored decision as operators see it.
-pub fn view(d: &ReviewDecision) -> Decision {
+pub fn view(d: &ReviewDecision, names: &super::Names) -> Decision {
     Decision {
         id: d.id.0,
         withdrawal_id: d.withdrawal_id.0,
@@ -30,10 +40,12 @@ pub fn view(d: &ReviewDecision) -> Decision {
         version: d.version,
         reason: d.reason.clone(),
         requested_by: d.requested_by.0,
+        requested_by_name: super::name_of(names, d.requested_by.0),
         requested_at: d.requested_at.0,
         request_evidence: d.request_evidence.0.clone(),
         status: d.status.clone(),
         decided_by: d.decided_by.map(|o| o.0),
+        decided_by_name: d.decided_by.map(|o| super::name_of(names, o.0)),
         decided_at: d.decided_at.map(|t| t.0),
         decision_reason: d.decision_reason.clone(),
     }
@@ -88,14 +100,14 @@ pub(super) async fn request(
     row.parameters["decision_id"] = json!(decision.id);
     row.record(&mut tx, operator, "pending_approval").await?;
     tx.commit().await?;
-    Ok(view(&decision))
+    Ok(views(ops, std::slice::from_ref(&decision)).await?.remove(0))
 }
 
 /// Decisions waiting for a second operator, oldest first.
 pub async fn list(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<Decision>> {
     operator.require(Role::Viewer)?;
     let rows = review_decisions::list_pending(ops.db, 500).await?;
-    Ok(List { data: rows.iter().map(view).collect() })
+    Ok(List { data: views(ops, &rows).await? })
 }
 
 /// A second operator applies the pending decision on `id`, checked against the provider again now.

@@ -104,6 +104,21 @@ actions! {
     BreakerRelease => "breaker.release", "breaker", Admin, "";
 }
 
+/// Operators' names by id, for the views that say who did what (replays, decisions).
+pub type Names = std::collections::HashMap<uuid::Uuid, String>;
+
+/// The names of the operators `ids` name (unknown ids are left out; a view shows its id then).
+pub async fn names(db: &Db, mut ids: Vec<uuid::Uuid>) -> OpsResult<Names> {
+    ids.sort();
+    ids.dedup();
+    Ok(crate::storage::credentials::operator_names(db, &ids).await?)
+}
+
+/// `id`'s name, or the id itself when the operator is unknown.
+pub fn name_of(names: &Names, id: uuid::Uuid) -> String {
+    names.get(&id).cloned().unwrap_or_else(|| id.to_string())
+}
+
 impl<'a> Ops<'a> {
     pub fn new(db: &'a Db, config: &'a AppConfig, gateway: Option<&'a Gateway>) -> Self {
         Ops { db, config, gateway }

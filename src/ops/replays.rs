@@ -33,7 +33,19 @@ pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
     hex::encode(&hasher.finalize()[..16])
 }
 
-fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunView {
+/// A run as operators see it, with who started and approved it by name.
+async fn named_run_view(
+    ops: &Ops<'_>,
+    run: &ReplayRun,
+    progress: Option<&replays::Progress>,
+) -> OpsResult<ReplayRunView> {
+    let names =
+        super::names(ops.db, [Some(run.started_by.0), run.approved_by.map(|o| o.0)].into_iter().flatten().collect())
+            .await?;
+    Ok(run_view(run, progress, &names))
+}
+
+fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>, names: &super::Names) -> ReplayRunView {
     let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
     ReplayRunView {
         id: run.id.0,
@@ -47,7 +59,9 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>) -> ReplayRunV
         max_concurrency: run.max_concurrency,
         auto_pause_threshold: run.auto_pause_threshold,
         started_by: run.started_by.0,
+        started_by_name: super::name_of(names, run.started_by.0),
         approved_by: run.approved_by.map(|o| o.0),
+        approved_by_name: run.approved_by.map(|o| super::name_of(names, o.0)),
         paused_reason: run.paused_reason.clone(),
         created_at: run.created_at.0,
         updated_at: run.updated_at.0,
@@ -86,10 +100,16 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: ReplayQuery) -> OpsResu
         })
         .transpose()?;
     let limit = page_limit(q.limit)?;
+    let runs = replays::list_runs(ops.db, status, limit).await?;
+    let names = super::names(
+        ops.db,
+        runs.iter().flat_map(|r| [Some(r.started_by.0), r.approved_by.map(|o| o.0)]).flatten().collect(),
+    )
+    .await?;
     let mut data = Vec::new();
-    for run in replays::list_runs(ops.db, status, limit).await? {
+    for run in runs {
         let progress = replays::progress(ops.db, run.id).await?;
-        data.push(run_view(&run, Some(&progress)));
+        data.push(run_view(&run, Some(&progress), &names));
     }
     Ok(List { data })
 }
@@ -289,7 +309,7 @@ async fn start_checked(
     let audited = Audited { target_id: run.id.to_string(), ..audited.clone_shallow() };
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(Started::Run(Box::new(run_view(&run, None))))
+    Ok(Started::Run(Box::new(named_run_view(ops, &run, None).await?)))
 }
 
 fn already_replaying(dead_letter: DeadLetterId, run: ReplayRunId) -> OpsError {
@@ -301,7 +321,7 @@ pub async fn status(ops: &Ops<'_>, operator: &Operator, id: ReplayRunId) -> OpsR
     operator.require(Role::Viewer)?;
     let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let progress = replays::progress(ops.db, id).await?;
-    let mut view = run_view(&run, Some(&progress));
+    let mut view = named_run_view(ops, &run, Some(&progress)).await?;
     let items = replays::items(ops.db, id).await?;
     view.items = Some(
         items
@@ -379,7 +399,7 @@ pub async fn control(
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
-        Ok(run_view(&run, None))
+        named_run_view(ops, &run, None).await
     };
     audited.or_refuse(ops, operator, done.await).await
 }

@@ -141,7 +141,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             at: e.created_at.0,
         })
         .collect();
-    let review_decisions = review_decisions::for_withdrawal(db, id).await?.iter().map(super::decisions::view).collect();
+    let review_decisions = super::decisions::views(ops, &review_decisions::for_withdrawal(db, id).await?).await?;
     let settlement_lines = crate::storage::settlement::lines_for_withdrawal(db, id)
         .await?
         .into_iter()

@@ -285,10 +285,15 @@ pub struct Decision {
     pub version: i64,
     pub reason: String,
     pub requested_by: Uuid,
+    /// The requester's name.
+    #[serde(default)]
+    pub requested_by_name: String,
     pub requested_at: DateTime<Utc>,
     pub request_evidence: Value,
     pub status: String,
     pub decided_by: Option<Uuid>,
+    #[serde(default)]
+    pub decided_by_name: Option<String>,
     pub decided_at: Option<DateTime<Utc>>,
     pub decision_reason: Option<String>,
 }
@@ -533,7 +538,12 @@ pub struct ReplayRunView {
     pub max_concurrency: i64,
     pub auto_pause_threshold: i64,
     pub started_by: Uuid,
+    /// The starter's name.
+    #[serde(default)]
+    pub started_by_name: String,
     pub approved_by: Option<Uuid>,
+    #[serde(default)]
+    pub approved_by_name: Option<String>,
     pub paused_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

@@ -184,6 +184,26 @@ pub async fn get_operator(db: &super::Db, id: OperatorId) -> Result<Option<Opera
     }))
 }
 
+/// The names of the operators `ids` (for views that show who did what, not an id).
+pub async fn operator_names(
+    db: &super::Db,
+    ids: &[uuid::Uuid],
+) -> Result<std::collections::HashMap<uuid::Uuid, String>> {
+    if ids.is_empty() {
+        return Ok(Default::default());
+    }
+    let placeholders: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
+    let sql = format!("SELECT id, name FROM operators WHERE id IN ({})", placeholders.join(", "));
+    let rows: Vec<(uuid::Uuid, String)> = with_read_conn!(db, |conn| {
+        let mut q = sqlx::query_as::<_, (uuid::Uuid, String)>(&sql);
+        for id in ids {
+            q = q.bind(*id);
+        }
+        q.fetch_all(&mut *conn).await?
+    });
+    Ok(rows.into_iter().collect())
+}
+
 /// Every operator, oldest first.
 pub async fn list_operators(db: &super::Db) -> Result<Vec<OperatorRow>> {
     Ok(with_read_conn!(db, |conn| {

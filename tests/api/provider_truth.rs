@@ -445,6 +445,13 @@ async fn the_cli_lists_approves_and_rejects_pending_decisions(app: TestApp) {
     let listed = cli_at(&base, &second, &["review", "decisions", "--json"]);
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed["data"][0]["withdrawal_id"], id_text.as_str());
+    assert_eq!(listed["data"][0]["requested_by_name"], "operator op", "the requester by name");
+    let table = cli_at(&base, &second, &["review", "decisions"]);
+    assert!(
+        String::from_utf8_lossy(&table.stdout).contains("operator op"),
+        "{}",
+        String::from_utf8_lossy(&table.stdout)
+    );
     let own = cli_at(&base, &first, &["review", "approve", &id_text, "--reason", "me"]);
     assert!(!own.status.success());
     assert!(

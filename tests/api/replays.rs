@@ -327,8 +327,9 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     let mut config = AppConfig::default();
     config.replay.approval_threshold = 2;
     let strict = crate::harness::serve_extra(&app, config).await;
-    let starter = app.operator("admin").await;
-    let approver = app.operator("admin").await;
+    let admin = withdrawals::domain::Role::Admin;
+    let starter = withdrawals::provisioning::create_operator(&app.db, "Ada Starter", admin).await.unwrap().token;
+    let approver = withdrawals::provisioning::create_operator(&app.db, "Grace Approver", admin).await.unwrap().token;
 
     let run: Value =
         post_to(&strict, "/ops/v1/replays", &starter, start_body(&letters, 20)).await.json().await.unwrap();
@@ -369,6 +370,13 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     )
     .await;
     assert_eq!(approved.status(), 200);
+    // Who started and who approved, by name (issue 21), not only by id.
+    let shown = run_status(&app, &run_id, &approver).await;
+    assert_eq!(
+        (shown["started_by_name"].as_str(), shown["approved_by_name"].as_str()),
+        (Some("Ada Starter"), Some("Grace Approver"))
+    );
+    assert_eq!(waiting["data"][0]["started_by_name"], "Ada Starter");
 
     wait_run(&app, &run_id, &approver, "completed").await;
     for id in &ids {

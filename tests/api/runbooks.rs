@@ -63,7 +63,12 @@ fn every_runbook_command_parses_with_the_cli() {
     let mut broken = Vec::new();
     for (name, text) in pages() {
         for command in commands(&text) {
-            let words = shlex::split(&command).unwrap_or_else(|| panic!("{name}: cannot split `{command}`"));
+            let mut words = shlex::split(&command).unwrap_or_else(|| panic!("{name}: cannot split `{command}`"));
+            // A redirection of the output (`> file.jsonl`) is the shell's, not the CLI's.
+            if let Some(at) = words.iter().position(|w| w == ">" || w == ">>") {
+                assert_eq!(words.len(), at + 2, "{name}: `{command}`: one file after the redirection");
+                words.truncate(at);
+            }
             if let Err(err) = Cli::try_parse_from(&words) {
                 let first = err.to_string().lines().next().unwrap_or_default().to_owned();
                 broken.push(format!("{name}: `{command}`: {first}"));
@@ -305,6 +310,44 @@ fn the_settlement_pages_cover_every_kind_resolution_and_command_on_call_needs() 
         let commands = shown(text);
         for command in wanted {
             assert!(commands.contains(command), "{name} runs no `{command}…`; it runs:\n{commands}");
+        }
+    }
+}
+
+/// Issue 21's procedures are on the pages on-call opens: every dead-letter category's runbook
+/// page exists with the sections, and the kill switch, the cluster view, reconcile-now, the
+/// oldest-first list and the archive export are shown as commands (which the test above parses
+/// with the CLI).
+#[test]
+fn the_on_call_pages_show_the_kill_switch_reconcile_now_and_the_archive() {
+    use withdrawals::domain::Category;
+
+    let all = pages();
+    let page = |name: &str| {
+        all.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone()).unwrap_or_else(|| panic!("no runbooks/{name}"))
+    };
+    for category in Category::ALL {
+        let name = category.runbook().trim_start_matches("runbooks/");
+        assert!(page(name).contains(&format!("`{category}`")), "{name} does not name `{category}`");
+    }
+    let shown = |name: &str| commands(&page(name)).join("\n");
+    for (name, wanted) in [
+        (
+            "provider-outage.md",
+            &["withdrawals breakers force-open ", "withdrawals breakers release ", "withdrawals breakers"][..],
+        ),
+        ("alert-breaker-flapping.md", &["withdrawals breakers"][..]),
+        (
+            "dead-letter-infrastructure.md",
+            &["withdrawals dlq list --category infrastructure --oldest-first", "withdrawals replay start "][..],
+        ),
+        ("alert-dead-letter-depth.md", &["withdrawals dlq summary", " --oldest-first"][..]),
+        ("stuck-processing.md", &["withdrawals review reconcile "][..]),
+        ("dead-letter-triage.md", &["withdrawals dlq export --before "][..]),
+    ] {
+        let commands = shown(name);
+        for command in wanted {
+            assert!(commands.contains(command), "{name} does not show `{command}`:\n{commands}");
         }
     }
 }
