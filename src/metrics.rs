@@ -245,15 +245,29 @@ pub fn replay_item(outcome: &str) {
     counter!(REPLAY_ITEMS, "outcome" => outcome.to_owned()).increment(1);
 }
 
-/// Reads the database once and sets the gauges that describe it. Every label set is written on
+/// Reads the database once and sets every gauge that describes it. Every label set is written on
 /// every refresh (zero when the database has no row for it), so a queue that drains reads 0
 /// rather than its last non-zero value.
 pub async fn refresh_database_gauges(db: &Db) -> anyhow::Result<()> {
+    refresh(db, true).await
+}
+
+/// The states a withdrawal passes through: their counts and ages are read on every refresh, through
+/// the status index. The final states (`completed`, `failed`) only grow: counting them is a scan
+/// of the history, done on the full refreshes ([`LEDGER_CHECK_EVERY_TICKS`]).
+const MOVING_STATES: [WithdrawalStatus; 3] =
+    [WithdrawalStatus::Pending, WithdrawalStatus::Processing, WithdrawalStatus::RequiresReview];
+
+/// One refresh: the final states' withdrawal counts only when `full`.
+async fn refresh(db: &Db, full: bool) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
     let age = |t: Option<crate::storage::DbTime>| t.map(|t| (now - t.0).num_seconds().max(0) as f64).unwrap_or(0.0);
 
-    let states = queries::withdrawals_by_state(db).await?;
-    for status in WithdrawalStatus::ALL.map(WithdrawalStatus::as_str) {
+    let (states, written): (_, &[WithdrawalStatus]) = match full {
+        true => (queries::withdrawals_by_state(db).await?, &WithdrawalStatus::ALL),
+        false => (queries::withdrawals_in_states(db, &MOVING_STATES).await?, &MOVING_STATES),
+    };
+    for status in written.iter().map(|s| s.as_str()) {
         let row = states.iter().find(|r| r.status == status);
         gauge!(WITHDRAWALS_BY_STATE, "state" => status).set(row.map_or(0.0, |r| r.count as f64));
         gauge!(OLDEST_IN_STATE_SECONDS, "state" => status).set(age(row.and_then(|r| r.oldest_change)));
@@ -315,7 +329,8 @@ pub async fn refresh_loop(db: Db, every: Duration, shutdown: CancellationToken) 
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if let Err(err) = refresh_database_gauges(&db).await {
+        // The final states' counts (a scan of the history) with the ledger check, not every tick.
+        if let Err(err) = refresh(&db, ticks % LEDGER_CHECK_EVERY_TICKS == 0).await {
             tracing::warn!(error = format!("{err:#}"), "metrics refresh failed");
         }
         if ticks % LEDGER_CHECK_EVERY_TICKS == 0 {

@@ -14,6 +14,7 @@ use crate::harness::TestApp;
 both_backends!(
     payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text,
     every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show,
+    the_every_tick_state_counts_read_only_the_moving_states_and_agree_with_the_full_count,
 );
 
 /// The value of the first sample whose line starts with `prefix` (metric name plus labels).
@@ -129,4 +130,41 @@ async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its
     for kind in ExceptionKind::ALL.into_iter().filter(|k| *k != ExceptionKind::UnknownTransfer) {
         assert_eq!(sample(&text, &open_gauge(kind)), Some(0.0), "{kind} stays at zero");
     }
+}
+
+/// The gauges' every-tick refresh counts the states a withdrawal passes through (pending,
+/// processing, requires_review) through the status index, not the whole history: the same counts
+/// and ages as the full `GROUP BY` for those states, and nothing of the final ones (which the full
+/// refresh, every 20 ticks, counts).
+async fn the_every_tick_state_counts_read_only_the_moving_states_and_agree_with_the_full_count(app: TestApp) {
+    use withdrawals::storage::metrics as queries;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let paid = app.create_withdrawal(&alice, "paid", "10.00").await;
+    app.wait_for_status(paid, WithdrawalStatus::Completed, Duration::from_secs(20)).await;
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    let parked = app.create_withdrawal(&alice, "parked", "10.00").await;
+    app.wait_for_status(parked, WithdrawalStatus::RequiresReview, Duration::from_secs(20)).await;
+    stop.cancel();
+    app.create_withdrawal(&alice, "waiting-1", "1.00").await;
+    app.create_withdrawal(&alice, "waiting-2", "1.00").await;
+
+    let moving = [WithdrawalStatus::Pending, WithdrawalStatus::Processing, WithdrawalStatus::RequiresReview];
+    let some = queries::withdrawals_in_states(&app.db, &moving).await.unwrap();
+    let all = queries::withdrawals_by_state(&app.db).await.unwrap();
+    let view = |rows: &[queries::StateCount]| {
+        let mut v: Vec<(String, i64, Option<String>)> =
+            rows.iter().map(|r| (r.status.clone(), r.count, r.oldest_change.map(|t| t.0.to_rfc3339()))).collect();
+        v.sort();
+        v
+    };
+    let expected: Vec<_> = all.into_iter().filter(|r| moving.iter().any(|m| m.as_str() == r.status)).collect();
+    assert_eq!(view(&some), view(&expected));
+    assert_eq!(
+        view(&some).iter().map(|(s, c, _)| (s.as_str(), *c)).collect::<Vec<_>>(),
+        [("pending", 2), ("requires_review", 1)],
+        "only the moving states, counted"
+    );
 }
