@@ -7,8 +7,9 @@
 //!   reconciliation result, dead-letter category) and the job kinds and payloads. Pure: no I/O.
 //!   The bottom of the module graph (see "Layers" below).
 //! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
-//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs;
-//!   [`storage::batch`] sends a transaction's independent writes as one statement.
+//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs, breaker
+//!   overrides and reports; [`storage::batch`] sends a transaction's independent writes as one
+//!   statement.
 //! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health,
 //!   the application state and the layers every route shares; [`http::limits`]: every
 //!   listener's timeouts, connection cap and `/metrics` access; [`http::ops`]: the `/ops/v1`
@@ -18,7 +19,8 @@
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
 //! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker;
-//!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all.
+//!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all;
+//!   [`provider::cluster`]: each process obeys the stored breaker override and reports its breaker.
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
