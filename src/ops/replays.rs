@@ -106,11 +106,10 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: ReplayQuery) -> OpsResu
         runs.iter().flat_map(|r| [Some(r.started_by.0), r.approved_by.map(|o| o.0)]).flatten().collect(),
     )
     .await?;
-    let mut data = Vec::new();
-    for run in runs {
-        let progress = replays::progress(ops.db, run.id).await?;
-        data.push(run_view(&run, Some(&progress), &names));
-    }
+    // One query for the whole page's progress, not one per run.
+    let ids: Vec<ReplayRunId> = runs.iter().map(|r| r.id).collect();
+    let progress = replays::progress_of_runs(ops.db, &ids).await?;
+    let data = runs.iter().map(|run| run_view(run, progress.get(&run.id), &names)).collect();
     Ok(List { data })
 }
 

@@ -281,27 +281,61 @@ pub struct Progress {
     pub new_dead_letters: i64,
 }
 
+/// The counts of [`Progress`] over a run's items (`i`) and the jobs they released (`j`).
+const PROGRESS_COLUMNS: &str = "
+    COALESCE(SUM(CASE WHEN i.status = 'pending' THEN 1 ELSE 0 END), 0) AS pending,
+    COALESCE(SUM(CASE WHEN i.status = 'released' THEN 1 ELSE 0 END), 0) AS released,
+    COALESCE(SUM(CASE WHEN i.status = 'reconciling' THEN 1 ELSE 0 END), 0) AS reconciling,
+    COALESCE(SUM(CASE WHEN i.status = 'skipped' THEN 1 ELSE 0 END), 0) AS skipped,
+    COALESCE(SUM(CASE WHEN i.status = 'cancelled' THEN 1 ELSE 0 END), 0) AS cancelled,
+    COALESCE(SUM(CASE WHEN j.status IN ('scheduled', 'running') THEN 1 ELSE 0 END), 0) AS in_flight,
+    COALESCE(SUM(CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END), 0) AS succeeded,
+    COALESCE(SUM(CASE WHEN j.status = 'dead' THEN 1 ELSE 0 END), 0) AS failed,
+    COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.id) THEN 1 ELSE 0 END), 0)
+      AS new_dead_letters";
+
 pub async fn progress(db: &Db, run: ReplayRunId) -> Result<Progress> {
-    Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, Progress>(
-            "SELECT
-               COALESCE(SUM(CASE WHEN i.status = 'pending' THEN 1 ELSE 0 END), 0) AS pending,
-               COALESCE(SUM(CASE WHEN i.status = 'released' THEN 1 ELSE 0 END), 0) AS released,
-               COALESCE(SUM(CASE WHEN i.status = 'reconciling' THEN 1 ELSE 0 END), 0) AS reconciling,
-               COALESCE(SUM(CASE WHEN i.status = 'skipped' THEN 1 ELSE 0 END), 0) AS skipped,
-               COALESCE(SUM(CASE WHEN i.status = 'cancelled' THEN 1 ELSE 0 END), 0) AS cancelled,
-               COALESCE(SUM(CASE WHEN j.status IN ('scheduled', 'running') THEN 1 ELSE 0 END), 0) AS in_flight,
-               COALESCE(SUM(CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END), 0) AS succeeded,
-               COALESCE(SUM(CASE WHEN j.status = 'dead' THEN 1 ELSE 0 END), 0) AS failed,
-               COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.id) THEN 1 ELSE 0 END), 0)
-                 AS new_dead_letters
-             FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id
-             WHERE i.run_id = $1",
-        )
-        .bind(run)
-        .fetch_one(&mut *conn)
-        .await?
-    }))
+    let sql = format!(
+        "SELECT {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id WHERE i.run_id = $1"
+    );
+    Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, Progress>(&sql).bind(run).fetch_one(&mut *conn).await?))
+}
+
+#[derive(sqlx::FromRow)]
+struct RunProgress {
+    run_id: uuid::Uuid,
+    #[sqlx(flatten)]
+    progress: Progress,
+}
+
+/// The progress of many runs (a page of the run list) in one query, grouped by run; a run with no
+/// items reads all zeros, as [`progress`] gives it.
+pub async fn progress_of_runs(
+    db: &Db,
+    runs: &[ReplayRunId],
+) -> Result<std::collections::HashMap<ReplayRunId, Progress>> {
+    if runs.is_empty() {
+        return Ok(Default::default());
+    }
+    let placeholders: Vec<String> = (1..=runs.len()).map(|n| format!("${n}")).collect();
+    let sql = format!(
+        "SELECT i.run_id, {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id
+         WHERE i.run_id IN ({}) GROUP BY i.run_id",
+        placeholders.join(", ")
+    );
+    let rows: Vec<RunProgress> = with_read_conn!(db, |conn| {
+        let mut q = sqlx::query_as::<_, RunProgress>(&sql);
+        for run in runs {
+            q = q.bind(*run);
+        }
+        q.fetch_all(&mut *conn).await?
+    });
+    let mut found: std::collections::HashMap<ReplayRunId, Progress> =
+        rows.into_iter().map(|r| (ReplayRunId(r.run_id), r.progress)).collect();
+    for run in runs {
+        found.entry(*run).or_default();
+    }
+    Ok(found)
 }
 
 /// Whether `dead_letter` was already released by some run (filters leave those out).

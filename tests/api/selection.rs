@@ -20,7 +20,8 @@ use crate::harness::TestApp;
 
 both_backends!(
     a_selection_is_read_in_one_pass_with_closed_replayed_and_active_runs,
-    a_run_moves_only_from_the_states_its_action_allows
+    a_run_moves_only_from_the_states_its_action_allows,
+    a_pages_run_progress_in_one_query_is_each_runs_own_progress
 );
 
 async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
@@ -212,4 +213,32 @@ async fn a_run_moves_only_from_the_states_its_action_allows(app: TestApp) {
     }
     let listed = replays::list_runs(&app.db, Some(ReplayStatus::Cancelled), 10).await.unwrap();
     assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), vec![id]);
+}
+
+/// The run list reads its page's progress in one grouped query: for each run the same counts as
+/// the run's own progress query, and zeros for a run with no items.
+async fn a_pages_run_progress_in_one_query_is_each_runs_own_progress(app: TestApp) {
+    let by = operator(&app).await;
+    let mut letters = Vec::new();
+    for n in 0..5 {
+        letters.push(letter(&app, 100 + n, "http_503").await);
+    }
+    let first = run(&app, by, ReplayStatus::Running, &letters[..3]).await;
+    let second = run(&app, by, ReplayStatus::Paused, &letters[3..]).await;
+    let empty = run(&app, by, ReplayStatus::Completed, &[]).await;
+    // One item of the first run skipped, so the counts differ between runs.
+    let item = replays::items(&app.db, first).await.unwrap().remove(0);
+    let mut tx = app.db.begin().await.unwrap();
+    let skipped = withdrawals::domain::ReplayItemStatus::Skipped;
+    assert!(replays::finish_item(&mut tx, item.id, skipped, Some("payload version 3"), None).await.unwrap());
+    tx.commit().await.unwrap();
+
+    let together = replays::progress_of_runs(&app.db, &[first, second, empty]).await.unwrap();
+    assert_eq!(together.len(), 3);
+    for id in [first, second, empty] {
+        assert_eq!(together[&id], replays::progress(&app.db, id).await.unwrap(), "run {id}");
+    }
+    assert_eq!((together[&first].pending, together[&first].skipped), (2, 1));
+    assert_eq!(together[&second].pending, 2);
+    assert_eq!(together[&empty], replays::Progress::default());
 }
