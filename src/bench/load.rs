@@ -68,6 +68,14 @@ impl std::fmt::Display for Load {
 /// The most accepted-but-unsettled withdrawals a soak lets build up (a few seconds of work).
 const SOAK_BACKLOG: u64 = 2_000;
 
+/// The states the end-to-end poll counts (through the status index): all but `completed`.
+const NOT_COMPLETED: [crate::domain::WithdrawalStatus; 4] = [
+    crate::domain::WithdrawalStatus::Pending,
+    crate::domain::WithdrawalStatus::Processing,
+    crate::domain::WithdrawalStatus::RequiresReview,
+    crate::domain::WithdrawalStatus::Failed,
+];
+
 /// Completions per second in each whole minute from `start` to `end`, from the completed-count
 /// samples (taken every 100 ms).
 fn per_minute(samples: &[(Instant, i64)], start: Instant, end: Instant) -> Vec<f64> {
@@ -308,8 +316,11 @@ pub async fn end_to_end(
         // the status index) and costs the same on the last minute of a soak as on the first.
         // Rows committed whose 201 is still on its way count as not completed, so `completed` is
         // low by at most the requests in flight, and exact once the load is done.
-        let not_completed: BTreeMap<String, i64> =
-            bench_store::withdrawal_counts_not_completed(db).await?.into_iter().collect();
+        let not_completed: BTreeMap<String, i64> = crate::storage::metrics::withdrawals_in_states(db, &NOT_COMPLETED)
+            .await?
+            .into_iter()
+            .map(|r| (r.status, r.count))
+            .collect();
         let count_of = |status: &str| not_completed.get(status).copied().unwrap_or(0);
         let accepted_now = accepted_total.load(Ordering::Relaxed) as i64;
         let in_flight = count_of("pending") + count_of("processing");

@@ -23,6 +23,8 @@ pub const FORCE_CLOSED: &str = "force_closed";
 pub const STALE_AFTER_POLLS: u32 = 3;
 /// Reports older than this are deleted by any process's sync.
 const FORGET_AFTER: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// How many syncs pass between two deletions of old reports.
+const FORGET_EVERY_TICKS: u64 = 60;
 
 /// Who is reporting: one per process.
 #[derive(Debug, Clone)]
@@ -36,7 +38,7 @@ pub struct Process {
 impl Process {
     /// This process, with a fresh id (a restart is a new process).
     pub fn this(role: &'static str) -> Self {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".to_owned());
+        let host = crate::dead_letter::worker_host();
         let id = format!("{host}:{}:{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
         Process { id, role, host }
     }
@@ -93,6 +95,7 @@ async fn sync_once(
 pub async fn sync_loop(db: Db, gateway: Gateway, process: Process, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
     let mut seen = (gateway.breaker.state(), DbTime::now());
+    let mut ticks: u64 = 0;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -101,9 +104,14 @@ pub async fn sync_loop(db: Db, gateway: Gateway, process: Process, every: Durati
         if let Err(err) = sync_once(&db, &gateway.breaker, &process, &mut seen).await {
             tracing::warn!(error = format!("{err:#}"), "breaker sync failed; the breaker keeps its last override");
         }
-        if let Err(err) = store::forget(&db, DbTime::now().plus(-FORGET_AFTER), None).await {
-            tracing::warn!(error = format!("{err:#}"), "could not forget silent processes' breaker reports");
+        // Old reports are a tidy-up, not a view's concern (the view filters by freshness): now
+        // and then, not on every sync.
+        if ticks % FORGET_EVERY_TICKS == 0 {
+            if let Err(err) = store::forget(&db, DbTime::now().plus(-FORGET_AFTER), None).await {
+                tracing::warn!(error = format!("{err:#}"), "could not forget silent processes' breaker reports");
+            }
         }
+        ticks += 1;
     }
     if let Err(err) = store::forget(&db, DbTime::now().plus(-FORGET_AFTER), Some(&process.id)).await {
         tracing::warn!(error = format!("{err:#}"), "could not withdraw this process's breaker reports");

@@ -18,24 +18,6 @@ pub async fn withdrawal_status_counts(db: &Db) -> Result<Vec<(String, i64)>> {
     }))
 }
 
-/// Withdrawals by status, leaving out `completed`: the rows still on their way and the few that
-/// ended otherwise, read through the status index (`withdrawals_status_idx`), so the cost follows
-/// the backlog, not the table. The end-to-end phase polls this ten times a second; a plain
-/// `GROUP BY` over every withdrawal grew with the table and took a core of a long soak.
-pub async fn withdrawal_counts_not_completed(db: &Db) -> Result<Vec<(String, i64)>> {
-    use crate::domain::WithdrawalStatus;
-    let others: Vec<String> = WithdrawalStatus::ALL
-        .iter()
-        .filter(|s| **s != WithdrawalStatus::Completed)
-        .map(|s| format!("'{}'", s.as_str()))
-        .collect();
-    let sql = format!(
-        "SELECT status, COUNT(*) FROM withdrawals WHERE status IN ({}) GROUP BY status ORDER BY status",
-        others.join(", ")
-    );
-    Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, (String, i64)>(&sql).fetch_all(&mut *conn).await?))
-}
-
 /// First creation and last update of the withdrawals in `status` (the service's own clock).
 pub async fn withdrawal_time_span(db: &Db, status: &str) -> Result<(Option<DbTime>, Option<DbTime>, i64)> {
     Ok(with_read_conn!(db, |conn| {

@@ -192,8 +192,7 @@ pub async fn operator_names(
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let placeholders: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
-    let sql = format!("SELECT id, name FROM operators WHERE id IN ({})", placeholders.join(", "));
+    let sql = format!("SELECT id, name FROM operators WHERE id IN ({})", super::placeholders(ids.len()));
     let rows: Vec<(uuid::Uuid, String)> = with_read_conn!(db, |conn| {
         let mut q = sqlx::query_as::<_, (uuid::Uuid, String)>(&sql);
         for id in ids {

@@ -324,11 +324,10 @@ pub async fn events_of(db: &Db, letters: &[DeadLetterId]) -> Result<Vec<Event>> 
     if letters.is_empty() {
         return Ok(Vec::new());
     }
-    let placeholders: Vec<String> = (1..=letters.len()).map(|n| format!("${n}")).collect();
     let sql = format!(
         "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
          WHERE dead_letter_id IN ({}) ORDER BY dead_letter_id, at, id",
-        placeholders.join(", ")
+        super::placeholders(letters.len())
     );
     Ok(with_read_conn!(db, |conn| {
         let mut q = sqlx::query_as::<_, Event>(&sql);

@@ -66,6 +66,12 @@ impl StorageError {
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
+/// `$1, $2, …, $count`: the parameters of an `IN (…)` list, bound in order by the caller (both
+/// dialects take `$n`).
+pub(crate) fn placeholders(count: usize) -> String {
+    (1..=count).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ")
+}
+
 /// Whether `err` (anywhere in its chain) is trouble of our own database that time may repair —
 /// unreachable, restarting, out of connections, busy or locked — rather than a fault of the
 /// statement or the data (SPEC §5: such failures are retried with backoff and, exhausted,

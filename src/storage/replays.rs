@@ -317,11 +317,10 @@ pub async fn progress_of_runs(
     if runs.is_empty() {
         return Ok(Default::default());
     }
-    let placeholders: Vec<String> = (1..=runs.len()).map(|n| format!("${n}")).collect();
     let sql = format!(
         "SELECT i.run_id, {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id
          WHERE i.run_id IN ({}) GROUP BY i.run_id",
-        placeholders.join(", ")
+        super::placeholders(runs.len())
     );
     let rows: Vec<RunProgress> = with_read_conn!(db, |conn| {
         let mut q = sqlx::query_as::<_, RunProgress>(&sql);

@@ -321,6 +321,10 @@ async fn a_database_outage_mid_job_is_retried_with_jittered_backoff_then_dead_le
             i + 1
         );
     }
+    // Not one fixed delay (the runs' scheduled times carry no pickup latency): under full jitter
+    // the chance that four draws below 400–800 ms land within 50 ms of each other is about 1 in 4 000.
+    let spread = delays.iter().max().unwrap() - delays.iter().min().unwrap();
+    assert!(spread > 50, "the delays vary from retry to retry: {delays:?}");
     // Under full jitter the chance that all four land in the top tenth of their range is 1 in 10 000.
     assert!(
         delays
@@ -462,27 +466,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     // A worker moved it to processing and its job vanished (e.g. killed by hand).
-    let job = job_store::claim(&app.db, PAYOUTS_QUEUE, "w0", 1, TimeDelta::seconds(30)).await.unwrap().remove(0);
-    let mut tx = app.db.begin().await.unwrap();
-    let actor = Actor::Worker("w0".into());
-    store::transition(
-        &mut tx,
-        &TransitionRequest {
-            id,
-            from: WithdrawalStatus::Pending,
-            to: WithdrawalStatus::Processing,
-            expected_version: None,
-            actor: &actor,
-            reason: "claimed",
-            correlation_id: "c",
-            failure_code: None,
-            evidence: None,
-        },
-    )
-    .await
-    .unwrap();
-    job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
-    tx.commit().await.unwrap();
+    app.stuck_in_processing(id).await;
     let mut config = worker_config("w1");
     config.processing_sla = Duration::from_millis(100);
 

@@ -370,6 +370,33 @@ impl TestApp {
         tx.commit().await.unwrap();
     }
 
+    /// Makes the pending withdrawal `id` stuck in `processing`: a worker claimed its job and moved
+    /// it, then the job vanished (a worker killed by hand) — nothing touches it before the stuck
+    /// sweep's SLA.
+    pub async fn stuck_in_processing(&self, id: withdrawals::domain::WithdrawalId) {
+        use withdrawals::domain::{Actor, WithdrawalStatus};
+        use withdrawals::storage::jobs as job_store;
+        use withdrawals::storage::withdrawals::{self as store, TransitionRequest};
+        let queue = withdrawals::jobs::PAYOUTS_QUEUE;
+        let job = job_store::claim(&self.db, queue, "w0", 1, chrono::TimeDelta::seconds(30)).await.unwrap().remove(0);
+        let mut tx = self.db.begin().await.unwrap();
+        let actor = Actor::Worker("w0".into());
+        let claimed = TransitionRequest {
+            id,
+            from: WithdrawalStatus::Pending,
+            to: WithdrawalStatus::Processing,
+            expected_version: None,
+            actor: &actor,
+            reason: "claimed",
+            correlation_id: "c",
+            failure_code: None,
+            evidence: None,
+        };
+        store::transition(&mut tx, &claimed).await.unwrap();
+        job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+
     /// Polls until the withdrawal reaches `status` or the deadline passes.
     pub async fn wait_for_status(
         &self,

@@ -474,41 +474,13 @@ async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_d
     assert_eq!(all["data"].as_array().unwrap().len(), 2, "an export deletes nothing");
 }
 
-/// A withdrawal a worker moved to `processing` before its job vanished (a worker killed by hand):
-/// nothing would touch it before the stuck sweep's SLA (15 min).
-async fn stuck_in_processing(app: &TestApp) -> (WithdrawalId, crate::harness::Customer) {
-    use withdrawals::storage::jobs as job_store;
-    use withdrawals::storage::withdrawals::{self as store, TransitionRequest};
-    let alice = app.customer("100.00").await;
-    let id = app.create_withdrawal(&alice, "stuck", "25.00").await;
-    let job = job_store::claim(&app.db, withdrawals::jobs::PAYOUTS_QUEUE, "w0", 1, chrono::TimeDelta::seconds(30))
-        .await
-        .unwrap()
-        .remove(0);
-    let mut tx = app.db.begin().await.unwrap();
-    let actor = withdrawals::domain::Actor::Worker("w0".into());
-    let request = TransitionRequest {
-        id,
-        from: WithdrawalStatus::Pending,
-        to: WithdrawalStatus::Processing,
-        expected_version: None,
-        actor: &actor,
-        reason: "claimed",
-        correlation_id: "c",
-        failure_code: None,
-        evidence: None,
-    };
-    store::transition(&mut tx, &request).await.unwrap();
-    job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
-    tx.commit().await.unwrap();
-    (id, alice)
-}
-
 /// Issue 21: `POST /ops/v1/withdrawals/{id}/reconcile` (and `withdrawals review reconcile`)
 /// reconciles a `processing` withdrawal now — the provider decides, audited — and refuses what
 /// it does not apply to.
 async fn an_operator_reconciles_a_withdrawal_stuck_in_processing_now(app: TestApp) {
-    let (id, alice) = stuck_in_processing(&app).await;
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "stuck", "25.00").await;
+    app.stuck_in_processing(id).await;
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
     let path = format!("/ops/v1/withdrawals/{id}/reconcile");
