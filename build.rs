@@ -13,14 +13,21 @@ fn git(args: &[&str]) -> Option<String> {
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).filter(|c| !c.is_empty());
     println!("cargo:rustc-env=WITHDRAWALS_GIT_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
-    // Rebuild when HEAD moves: a commit, a checkout, a rebase.
-    if let Some(git_dir) = git(&["rev-parse", "--git-dir"]) {
-        let git_dir = Path::new(&git_dir);
-        println!("cargo:rerun-if-changed={}", git_dir.join("HEAD").display());
+    // Rebuild when HEAD moves: a commit, a checkout, a rebase. Only files that exist are
+    // watched: cargo treats a missing watched file as always changed, which rebuilt the crate on
+    // every build in a checkout without `packed-refs`. Branch refs live in the common git dir
+    // (a worktree's own git dir holds only its HEAD).
+    let git_dir = git(&["rev-parse", "--git-dir"]);
+    let common_dir = git(&["rev-parse", "--git-common-dir"]).or_else(|| git_dir.clone());
+    if let (Some(git_dir), Some(common_dir)) = (git_dir, common_dir) {
+        let (git_dir, common_dir) = (Path::new(&git_dir), Path::new(&common_dir));
+        let mut watched = vec![git_dir.join("HEAD"), common_dir.join("packed-refs")];
         if let Some(head_ref) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", git_dir.join(head_ref).display());
+            watched.push(common_dir.join(head_ref));
         }
-        println!("cargo:rerun-if-changed={}", git_dir.join("packed-refs").display());
+        for path in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
 }
