@@ -152,7 +152,11 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
         Some(known) => known,
         None => derived_side_effect(tx, job.withdrawal_id).await?,
     };
-    let letter = envelope(job, failure, side_effect, &worker_host());
+    let mut letter = envelope(job, failure, side_effect, &worker_host());
+    // The claimed copy of the job predates this run's mark of its first attempt, so the job row
+    // is asked; a job failing on its first run before any provider call has none: this run's time.
+    let first_run = job.first_attempt_at.unwrap_or_else(DbTime::now);
+    letter.first_attempt_at = Some(crate::storage::jobs::first_run_at(tx, job.id, first_run).await?);
     // The withdrawal first, the envelope last: inserting it locks its group's open-count row, and
     // a settling transition takes the withdrawal row before that same counter row
     // (`storage::dead_letters`), so both lock in one order.
@@ -182,6 +186,54 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     Ok(())
 }
 
+/// The host this process runs on, for envelopes and breaker reports: [`host_name`] of the
+/// system's name and `$HOSTNAME`.
 pub fn worker_host() -> String {
-    std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown-host".to_owned())
+    host_name(system_host_name(), std::env::var("HOSTNAME").ok())
+}
+
+/// The name to record: the system's host name, else `$HOSTNAME` (a shell variable that is
+/// usually not exported, hence not first), else `unknown-host`.
+pub fn host_name(system: Option<String>, env: Option<String>) -> String {
+    [system, env]
+        .into_iter()
+        .flatten()
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
+/// `gethostname(2)`; `None` if it fails or is not UTF-8.
+pub fn system_host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname writes at most that many.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8(buf[..len].to_vec()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the kernel calls this machine (what `hostname` prints).
+    fn kernel_host_name() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_owned()
+    }
+
+    #[test]
+    fn the_worker_host_is_the_machines_host_name_when_hostname_is_unset() {
+        assert_eq!(host_name(system_host_name(), None), kernel_host_name());
+        assert_eq!(worker_host(), kernel_host_name(), "whatever $HOSTNAME says, the system's name wins");
+    }
+
+    #[test]
+    fn without_a_system_host_name_the_worker_host_falls_back_to_hostname_then_unknown_host() {
+        assert_eq!(host_name(None, Some("from-env".into())), "from-env");
+        assert_eq!(host_name(Some(String::new()), Some("from-env".into())), "from-env");
+        assert_eq!(host_name(None, None), "unknown-host");
+    }
 }

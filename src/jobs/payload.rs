@@ -7,6 +7,10 @@ use serde_json::Value;
 use super::{ReconcilePayout, SubmitPayout, RECONCILE_PAYOUT, SUBMIT_PAYOUT};
 use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT};
 
+/// The error code of a payload naming a withdrawal that does not exist: poison, like an
+/// undecodable one (no retry can make the withdrawal exist).
+pub const UNKNOWN_WITHDRAWAL: &str = "unknown_withdrawal";
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
     #[error("no handler knows {kind} payload version {version}")]

@@ -122,7 +122,7 @@ struct Call {
 /// The batch's three steps; returns the rows left to the one-job path.
 async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     let Some(first) = batch.first() else { return Ok(HashSet::new()) };
-    let (db, actor) = (first.ctx.db(), Actor::Worker(first.ctx.worker_id().to_owned()));
+    let actor = Actor::Worker(first.ctx.worker_id().to_owned());
     let (calls, alone) = before_calls(batch, &actor).await?;
     let first_attempt_at = DbTime::now();
 
@@ -136,20 +136,49 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     }))
     .await;
 
-    // After the calls: one fenced transaction.
-    let decisions: Vec<(usize, &Withdrawal, AttemptId, Decision)> = answers
+    // After the calls: one fenced transaction for the whole batch; if it fails, each row in a
+    // transaction of its own, so one row's error leaves the others' decisions committed.
+    let decisions: Vec<Row> = answers
         .iter()
         .map(|(row, w, attempt, outcome)| {
             (*row, w, *attempt, Decision::of(&batch[*row].ctx, outcome, w, 1, first_attempt_at))
         })
         .collect();
+    let mut alone = alone;
+    if let Err(err) = after_calls(batch, &decisions, &actor).await {
+        tracing::warn!(
+            error = format!("{err:#}"),
+            rows = decisions.len(),
+            "the batch's closing transaction failed; writing its rows one by one"
+        );
+        for one in decisions.chunks(1) {
+            if let Err(err) = after_calls(batch, one, &actor).await {
+                let _span = batch[one[0].0].ctx.span().entered();
+                // Its attempt stays without an outcome: the one-job path sends it to
+                // reconciliation, which asks the provider (never a second call).
+                tracing::warn!(error = format!("{err:#}"), "this row's outcome could not be written; it runs alone");
+                alone.insert(one[0].0);
+            }
+        }
+    }
+    Ok(alone)
+}
+
+/// A called row: its index in the batch, its withdrawal as read before the calls, its attempt,
+/// and what the provider's answer decides.
+type Row<'a> = (usize, &'a Withdrawal, AttemptId, Decision<'a>);
+
+/// Step 3 for `rows` (the whole batch, or one row when the whole batch failed): one fenced
+/// transaction, then the metrics of what it committed.
+async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyhow::Result<()> {
+    let db = batch[0].ctx.db();
     let mut tx = db.begin().await?;
     // The finishes first: a row whose lease was lost writes nothing else.
     let mut writes = Writes::new();
     let finishes: Vec<Written> =
-        decisions.iter().map(|(row, _, _, d)| batch[*row].ctx.finish_in(&mut writes, &finish_of(&d.next))).collect();
+        rows.iter().map(|(row, _, _, d)| batch[*row].ctx.finish_in(&mut writes, &finish_of(&d.next))).collect();
     let ran = writes.run(&mut tx).await?;
-    let held: Vec<_> = decisions
+    let held: Vec<_> = rows
         .iter()
         .zip(finishes)
         .filter(|((row, ..), finished)| {
@@ -162,9 +191,13 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
         })
         .map(|(decision, _)| decision)
         .collect();
-    // The attempt outcomes and the guarded moves out of `processing`.
-    let settles: Vec<Option<TransitionRequest>> =
-        held.iter().map(|(row, w, _, d)| d.settle(w.id, &actor, &batch[*row].ctx.job.correlation_id)).collect();
+    // The attempt outcomes and the guarded moves out of `processing`, each guarded by the version
+    // its claim left (the one read before the calls, plus the claim's own bump): a row changed
+    // meanwhile, even with its status unchanged, is a stale move.
+    let settles: Vec<Option<TransitionRequest>> = held
+        .iter()
+        .map(|(row, w, _, d)| d.settle(w.id, actor, &batch[*row].ctx.job.correlation_id, Some(w.version + 1)))
+        .collect();
     let mut writes = Writes::new();
     let mut guards = Vec::with_capacity(held.len());
     for ((_, _, attempt, d), settle) in held.iter().zip(&settles) {
@@ -236,7 +269,7 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
             _ => {}
         }
     }
-    Ok(alone)
+    Ok(())
 }
 
 /// Step 1: the read, the lease checks, the guarded moves and the write-ahead attempts, in one
@@ -279,7 +312,8 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
             id: w.id,
             from: WithdrawalStatus::Pending,
             to: WithdrawalStatus::Processing,
-            expected_version: None,
+            // The version this transaction read: a row changed since is a stale move.
+            expected_version: Some(w.version),
             actor,
             reason: "worker claimed the submit job",
             correlation_id: &batch[*row].ctx.job.correlation_id,

@@ -30,7 +30,12 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     let id = payload.withdrawal_id;
     let job = &ctx.job;
     let Some(withdrawal) = store::get(ctx.db(), None, id).await? else {
-        anyhow::bail!("withdrawal {id} not found");
+        return ctx
+            .poison(
+                super::payload::UNKNOWN_WITHDRAWAL,
+                &format!("the payload names withdrawal {id}, which does not exist"),
+            )
+            .await;
     };
     let from = withdrawal.status;
     if !matches!(from, WithdrawalStatus::Processing | WithdrawalStatus::RequiresReview) {

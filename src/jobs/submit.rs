@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use anyhow::Context;
 use chrono::TimeDelta;
 use rand::Rng;
 
@@ -30,8 +29,15 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let job = &ctx.job;
     let actor = Actor::Worker(ctx.worker_id().to_owned());
     let mut tx = ctx.db().begin().await?;
-    let (withdrawal, last) =
-        store::get_with_last_attempt(&mut tx, id).await?.with_context(|| format!("withdrawal {id} not found"))?;
+    let Some((withdrawal, last)) = store::get_with_last_attempt(&mut tx, id).await? else {
+        drop(tx);
+        return ctx
+            .poison(
+                super::payload::UNKNOWN_WITHDRAWAL,
+                &format!("the payload names withdrawal {id}, which does not exist"),
+            )
+            .await;
+    };
 
     if matches!(
         withdrawal.status,
@@ -132,7 +138,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
 
     let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
     let decision = Decision::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
-    let settle = decision.settle(id, &actor, &job.correlation_id);
+    let settle = decision.settle(id, &actor, &job.correlation_id, None);
 
     // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as
     // one batch; then, if the move applied, its transition row and ledger entries.
@@ -236,18 +242,20 @@ impl<'a> Decision<'a> {
         Decision { record, next, settled, evidence, follow_up }
     }
 
-    /// The guarded move out of `processing` the answer causes, if any, made by `actor`.
+    /// The guarded move out of `processing` the answer causes, if any, made by `actor`; with
+    /// `expected_version`, only from that version.
     pub fn settle<'b>(
         &'b self,
         id: crate::domain::WithdrawalId,
         actor: &'b Actor,
         correlation_id: &'b str,
+        expected_version: Option<i64>,
     ) -> Option<TransitionRequest<'b>> {
         self.settled.as_ref().map(|(to, reason, failure_code)| TransitionRequest {
             id,
             from: WithdrawalStatus::Processing,
             to: *to,
-            expected_version: None,
+            expected_version,
             actor,
             reason,
             correlation_id,

@@ -551,8 +551,10 @@ impl JobContext {
         }
     }
 
-    /// A payload that cannot be run: dead-lettered at once with its raw bytes; the worker moves on.
-    async fn poison(&self, code: &str, message: &str) -> anyhow::Result<()> {
+    /// A payload that cannot be run — undecodable, of an unknown version, or naming a withdrawal
+    /// that does not exist (no retry can make it exist): dead-lettered at once as `bad_payload`
+    /// with its raw bytes; the worker moves on.
+    pub(super) async fn poison(&self, code: &str, message: &str) -> anyhow::Result<()> {
         tracing::error!(error_code = code, "poison job");
         let failure = Failure::poison(code, message);
         let tx = self.db().begin().await?;

@@ -363,6 +363,23 @@ pub async fn mark_first_attempt(tx: &mut Tx, job: JobId, token: LeaseToken) -> R
     Ok(first.unwrap_or(now))
 }
 
+/// The job's first run, for its dead letter: the `first_attempt_at` a run of it marked (in this
+/// transaction or an earlier one), else `at` (a job that fails on its first run before any
+/// provider call), which is then recorded on the job too. Not fenced: the caller's transaction
+/// fences the job's death.
+pub async fn first_run_at(tx: &mut Tx, job: JobId, at: DbTime) -> Result<DbTime> {
+    let first: Option<DbTime> = with_conn!(tx, |conn| {
+        sqlx::query_scalar(
+            "UPDATE jobs SET first_attempt_at = COALESCE(first_attempt_at, $1) WHERE id = $2 RETURNING first_attempt_at",
+        )
+        .bind(at)
+        .bind(job)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    Ok(first.unwrap_or(at))
+}
+
 /// Whether a job of `kind` is waiting or running for the withdrawal (so it is not enqueued twice).
 pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> Result<bool> {
     let count: i64 = with_conn!(tx, |conn| {

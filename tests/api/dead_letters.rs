@@ -9,7 +9,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use sqlx::Connection;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::worker::{Handler, Worker};
-use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SUBMIT_PAYOUT};
 use withdrawals::startup;
 use withdrawals::storage::dead_letters::{self, DEAD_LETTER_STORE_OUTAGE};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
@@ -33,6 +33,8 @@ both_backends!(
     a_withdrawal_stuck_in_processing_is_swept_into_reconciliation,
     dead_letter_rows_cannot_be_updated_or_deleted,
     the_triage_queries_explain_on_both_backends,
+    a_job_rejected_on_its_first_run_is_dead_lettered_with_that_runs_time_as_its_first_attempt,
+    a_payload_naming_a_withdrawal_that_does_not_exist_is_dead_lettered_on_its_first_run_as_bad_payload,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -158,11 +160,21 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
 }
 
 async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> withdrawals::domain::JobId {
+    enqueue_raw_on(app, PAYOUTS_QUEUE, kind, version, payload).await
+}
+
+async fn enqueue_raw_on(
+    app: &TestApp,
+    queue: &'static str,
+    kind: &'static str,
+    version: i64,
+    payload: &[u8],
+) -> withdrawals::domain::JobId {
     let mut tx = app.db.begin().await.unwrap();
     let id = job_store::enqueue(
         &mut tx,
         &NewJob {
-            queue: PAYOUTS_QUEUE,
+            queue,
             kind,
             payload: payload.to_vec(),
             payload_version: version,
@@ -524,4 +536,62 @@ async fn the_triage_queries_explain_on_both_backends(app: TestApp) {
     let list = explain_list(&app.db, &filter).await.unwrap();
     assert!(summary.iter().any(|l| l.contains("dead_letters")), "{summary:#?}");
     assert!(list.iter().any(|l| l.contains("dead_letters")), "{list:#?}");
+}
+
+async fn a_job_rejected_on_its_first_run_is_dead_lettered_with_that_runs_time_as_its_first_attempt(app: TestApp) {
+    // Arrange: the provider refuses every payout.
+    app.provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let before = DbTime::now();
+
+    // Act: one withdrawal, refused on its first (and only) run.
+    let id = app.create_withdrawal(&alice, "first-run", "10.00").await;
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+
+    // Assert: the envelope says when that run was, not null.
+    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    assert_eq!((letter.category.as_str(), letter.attempts), ("dependency_rejected", 1));
+    let first = letter.first_attempt_at.expect("a first run's dead letter has its first attempt's time");
+    assert!(
+        before.0 <= first.0 && first.0 <= letter.failed_at.0,
+        "{first:?} within [{before:?}, {:?}]",
+        letter.failed_at
+    );
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_payload_naming_a_withdrawal_that_does_not_exist_is_dead_lettered_on_its_first_run_as_bad_payload(
+    app: TestApp,
+) {
+    // Arrange: a submit and a reconciliation whose withdrawal was never created.
+    let provider = provider_mock(2_000).await;
+    let (missing_submit, missing_reconcile) = (WithdrawalId::new(), WithdrawalId::new());
+    let submit = serde_json::json!({"withdrawal_id": missing_submit, "operation_key": missing_submit.to_string()});
+    let submit = enqueue_raw(&app, SUBMIT_PAYOUT, 2, submit.to_string().as_bytes()).await;
+    let reconcile = serde_json::json!({"withdrawal_id": missing_reconcile, "reason": "unknown_outcome"});
+    let reconcile =
+        enqueue_raw_on(&app, RECONCILIATION_QUEUE, RECONCILE_PAYOUT, 1, reconcile.to_string().as_bytes()).await;
+    let before = DbTime::now();
+
+    // Act
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
+    wait_for_job_status(&app, submit, "dead").await;
+    wait_for_job_status(&app, reconcile, "dead").await;
+
+    // Assert: poison at once — no handler-error retries, its raw bytes kept, nothing sent.
+    for job in [submit, reconcile] {
+        let letter = dead_letters::for_job(&app.db, job).await.unwrap().remove(0);
+        assert_eq!(
+            (letter.category.as_str(), letter.error_code.as_str(), letter.error_class.as_str(), letter.attempts),
+            ("bad_payload", "unknown_withdrawal", "poison", 1)
+        );
+        assert!(letter.raw_payload.is_some() && letter.payload.is_some(), "the payload and its raw bytes are kept");
+        assert!(letter.first_attempt_at.is_some_and(|t| before.0 <= t.0), "{:?}", letter.first_attempt_at);
+        let row = job_store::job_row(&app.db, job).await.unwrap().unwrap();
+        assert_eq!(row.receives, 1, "run once, never retried as a handler error");
+    }
+    assert!(provider.mock.transfers().is_empty(), "nothing was sent to the provider");
 }

@@ -29,6 +29,8 @@ both_backends!(
     a_timeout_after_the_provider_committed_is_reconciled_to_completed,
     a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_funds_held,
     a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_the_others_complete,
+    a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_the_others_complete,
+    one_rows_failing_write_after_the_batchs_calls_leaves_the_others_completed_and_is_reconciled,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -446,5 +448,121 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
     for id in &ids {
         assert_eq!(executions_for(&provider.mock, *id), 1);
     }
+    app.assert_ledger_invariant().await;
+}
+
+/// The SQL literal of a withdrawal id on the app's backend.
+fn sql_id(app: &TestApp, id: WithdrawalId) -> String {
+    match app.database_url.starts_with("sqlite:") {
+        true => format!("X'{}'", id.0.simple()),
+        false => format!("'{id}'"),
+    }
+}
+
+/// Three withdrawals of 10.00 created before the worker starts, so one claim takes them all: one
+/// batch.
+async fn three_for_one_batch(app: &TestApp, alice: &crate::harness::Customer) -> Vec<WithdrawalId> {
+    let mut ids = Vec::new();
+    for key in ["b1", "b2", "b3"] {
+        ids.push(app.create_withdrawal(alice, key, "10.00").await);
+    }
+    ids
+}
+
+async fn assert_completed_by_the_batch(app: &TestApp, id: WithdrawalId) {
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(done.version, 3, "pending → processing → completed");
+    let last = store::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "worker:w1"));
+}
+
+async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_the_others_complete(app: TestApp) {
+    let provider = provider_mock(5_000).await;
+    // Every create waits, so one withdrawal can change while the batch's calls are in flight.
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::Latency { ms: 1_500 })],
+    });
+    let alice = app.customer("100.00").await;
+    let ids = three_for_one_batch(&app, &alice).await;
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
+    app.eventually("the batch's three calls to reach the provider", WAIT, || async {
+        ids.iter().all(|id| !create_requests(&provider.mock, *id).is_empty()).then_some(())
+    })
+    .await;
+
+    // The middle one changes meanwhile, its status unchanged (a concurrent version bump).
+    let changed = ids[1];
+    app.execute_raw(&format!("UPDATE withdrawals SET version = version + 1 WHERE id = {}", sql_id(&app, changed)))
+        .await;
+
+    // The others complete in the batch; the changed one is a stale move: not moved, its own
+    // records (the attempt's outcome, the job's finish) written.
+    for id in [ids[0], ids[2]] {
+        assert_completed_by_the_batch(&app, id).await;
+    }
+    app.eventually("the changed row's job to finish", WAIT, || async {
+        let jobs = job_store::jobs_for_withdrawal(&app.db, changed).await.unwrap();
+        (jobs.len() == 1 && jobs[0].status == "succeeded").then_some(())
+    })
+    .await;
+    let current = store::get(&app.db, None, changed).await.unwrap().unwrap();
+    assert_eq!((current.status, current.version), (WithdrawalStatus::Processing, 3), "not moved by the batch");
+    assert!(store::transitions(&app.db, changed).await.unwrap().iter().all(|t| t.to_status != "completed"));
+    let recorded = attempts::for_withdrawal(&app.db, changed).await.unwrap();
+    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"), "its attempt's outcome is recorded");
+    assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "10.00".into(), "20.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn one_rows_failing_write_after_the_batchs_calls_leaves_the_others_completed_and_is_reconciled(app: TestApp) {
+    let provider = provider_mock(2_000).await;
+    let alice = app.customer("100.00").await;
+    let ids = three_for_one_batch(&app, &alice).await;
+    // A trigger refuses the middle row's move to `completed`: its write fails in the batch's
+    // closing transaction (and in any other, until the trigger is dropped).
+    let failing = ids[1];
+    let (target, sqlite) = (sql_id(&app, failing), app.database_url.starts_with("sqlite:"));
+    if sqlite {
+        app.execute_raw(&format!(
+            "CREATE TRIGGER test_fail_one_row BEFORE UPDATE ON withdrawals
+             WHEN OLD.id = {target} AND NEW.status = 'completed'
+             BEGIN SELECT RAISE(ABORT, 'injected failure of one row'); END"
+        ))
+        .await;
+    } else {
+        app.execute_raw(
+            "CREATE FUNCTION test_fail_one_row() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'injected failure of one row'; END $$",
+        )
+        .await;
+        app.execute_raw(&format!(
+            "CREATE TRIGGER test_fail_one_row BEFORE UPDATE ON withdrawals FOR EACH ROW
+             WHEN (OLD.id = {target} AND NEW.status = 'completed') EXECUTE FUNCTION test_fail_one_row()"
+        ))
+        .await;
+    }
+
+    app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
+
+    // The others' decisions are committed by the batch itself.
+    for id in [ids[0], ids[2]] {
+        assert_completed_by_the_batch(&app, id).await;
+    }
+    let stuck = store::get(&app.db, None, failing).await.unwrap().unwrap();
+    assert_eq!(stuck.status, WithdrawalStatus::Processing, "the failing row was not moved");
+
+    // Once the fault is gone, the failing row is reconciled (its attempt had no recorded
+    // outcome: the provider is asked, never called again) and completes.
+    match sqlite {
+        true => app.execute_raw("DROP TRIGGER test_fail_one_row").await,
+        false => app.execute_raw("DROP TRIGGER test_fail_one_row ON withdrawals").await,
+    }
+    app.wait_for_status(failing, WithdrawalStatus::Completed, WAIT).await;
+    let last = store::transitions(&app.db, failing).await.unwrap().pop().unwrap();
+    assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "reconciliation"));
+    for id in &ids {
+        assert_eq!(executions_for(&provider.mock, *id), 1, "each paid once");
+    }
+    assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
     app.assert_ledger_invariant().await;
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::TimeDelta;
-use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, Route, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -30,6 +30,7 @@ both_backends!(
     a_large_run_waits_for_a_second_operators_approval,
     a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cannot_be_upgraded,
     an_operator_replays_within_limits_and_an_admin_beyond_them,
+    replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays_each_withdrawal_once,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -478,4 +479,73 @@ async fn an_operator_replays_within_limits_and_an_admin_beyond_them(app: TestApp
     let mut gentle = start_body(&letters, 10);
     gentle["max_concurrency"] = json!(4);
     assert_eq!(post(&app, "/ops/v1/replays", &operator, gentle).await.status(), 201);
+}
+
+async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays_each_withdrawal_once(app: TestApp) {
+    // Arrange: two payouts whose outcome nobody learnt — the provider executed `paid` (its answer
+    // lost after the commit) and not `unpaid` (lost before) — and lookups down for the whole
+    // reconciliation window: two `side_effect_unknown` letters.
+    let provider = crate::harness::provider_mock(200).await;
+    let alice = app.customer("100.00").await;
+    let paid = app.create_withdrawal(&alice, "paid", "10.00").await;
+    let unpaid = app.create_withdrawal(&alice, "unpaid", "15.00").await;
+    let on_create = |id: WithdrawalId, effect| FaultRule {
+        idempotency_key: Some(id.to_string()),
+        ..FaultRule::new(RouteMatch::Create, effect)
+    };
+    provider.mock.set_faults(FaultConfig {
+        rules: vec![
+            on_create(paid, FaultEffect::TimeoutAfterCommit { ms: 800 }),
+            on_create(unpaid, FaultEffect::TimeoutBeforeCommit { ms: 800 }),
+            FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable),
+        ],
+    });
+    let mut config = crate::harness::worker_config("w1");
+    config.reconcile_policy.max_elapsed = Duration::from_millis(800);
+    config.in_flight_grace = Duration::from_millis(400);
+    let patient =
+        withdrawals::provider::breaker::BreakerConfig { minimum_number_of_calls: 1_000, ..Default::default() };
+    app.start_worker(withdrawals::startup::gateway_with(provider.provider.clone(), patient), config);
+    for id in [paid, unpaid] {
+        app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+        let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+        assert_eq!(letter.side_effect_state.as_str(), "unknown");
+    }
+    assert_eq!(provider.mock.transfers().len(), 1, "only `paid` was executed");
+    provider.mock.set_faults(FaultConfig::default());
+    let seen_before = provider.mock.requests().len();
+
+    // Act: replay both letters.
+    let letters = letters_of(&app, &[paid, unpaid]).await;
+    let admin = app.operator("admin").await;
+    let body = json!({"reason": "provider lookups are back", "dead_letter_ids": letters, "expected_payload_version": 1,
+                      "destination_queue": "reconciliation", "rate_per_second": 50, "max_concurrency": 100});
+    assert_eq!(post(&app, "/ops/v1/replays", &admin, body).await.status(), 201);
+
+    // Assert: both complete; for each, the provider was asked by the operation key before
+    // anything else. `paid` completes without a second create; `unpaid` is created exactly once
+    // more (the controlled retry reconciliation proved safe).
+    for id in [paid, unpaid] {
+        app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    }
+    let after: Vec<_> = provider.mock.requests().into_iter().skip(seen_before).collect();
+    let routes = |id: WithdrawalId| -> Vec<Route> {
+        after.iter().filter(|r| r.idempotency_key.as_deref() == Some(&id.to_string())).map(|r| r.route).collect()
+    };
+    let (paid_routes, unpaid_routes) = (routes(paid), routes(unpaid));
+    assert_eq!(paid_routes.first(), Some(&Route::Lookup), "{paid_routes:?}");
+    assert!(!paid_routes.contains(&Route::Create), "no second create for a paid withdrawal: {paid_routes:?}");
+    assert_eq!(unpaid_routes.first(), Some(&Route::Lookup), "{unpaid_routes:?}");
+    assert_eq!(unpaid_routes.iter().filter(|r| **r == Route::Create).count(), 1, "{unpaid_routes:?}");
+    let executions = |id: WithdrawalId| -> u32 {
+        provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum()
+    };
+    assert_eq!((executions(paid), executions(unpaid)), (1, 1), "each paid once");
+    let jobs = job_store::jobs_for_withdrawal(&app.db, unpaid).await.unwrap();
+    let retry = jobs.iter().rev().find(|j| j.kind == SUBMIT_PAYOUT).unwrap();
+    let retry: Value = serde_json::from_slice(&retry.payload).unwrap();
+    assert!(retry["reconciliation_result_id"].is_string(), "a controlled retry, on reconciliation's proof: {retry}");
+    let (available, held, paid_out) = app.usd_balance(&alice).await;
+    assert_eq!((available.as_str(), held.as_str(), paid_out.as_str()), ("75.00", "0.00", "25.00"));
+    app.assert_ledger_invariant().await;
 }
