@@ -61,7 +61,14 @@ async fn a_nul_in_any_ops_query_parameter_is_a_422_invalid_query_naming_it(app: 
 async fn a_nul_in_any_action_body_is_a_422_invalid_body_and_its_refusal_is_audited_without_the_text(app: TestApp) {
     let operator = app.operator("operator").await;
     let admin = app.operator("admin").await;
-    let (some, other) = (Uuid::now_v7(), Uuid::now_v7());
+    let some = Uuid::now_v7();
+    // A real operator to disable: before the fix its NUL reason reached PostgreSQL (500).
+    let _victim = app.operator("viewer").await;
+    let operators: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.json().await.unwrap();
+    let other = operators["data"].as_array().unwrap().iter().find(|o| o["role"] == "viewer").unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let start = |filter: Value, reason: &str| json!({"reason": reason, "filter": filter, "expected_payload_version": 1, "destination_queue": "payouts", "dry_run": true});
     // (path, token, body, action audited, field named)
     let cases = [
@@ -134,6 +141,9 @@ async fn a_nul_in_any_action_body_is_a_422_invalid_body_and_its_refusal_is_audit
         assert_eq!(row.parameters.0, json!({"body": "refused", "field": field}), "{path}");
         assert_eq!(row.reason, "", "{path}: the refused text is not stored");
     }
+    let operators: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.json().await.unwrap();
+    let victim = operators["data"].as_array().unwrap().iter().find(|o| o["id"] == other.as_str()).unwrap();
+    assert_eq!(victim["status"], "enabled", "the refused disable changed nothing");
     // A role below the action's is still refused for its role first (the body is never read).
     let viewer = app.operator("viewer").await;
     let path = format!("/ops/v1/withdrawals/{some}/resolve");
