@@ -263,9 +263,11 @@ fn kept<'a, S: AsRef<str>>(pairs: &'a [(&'a str, Option<S>)]) -> Vec<(&'a str, &
 }
 
 /// A page's filter fields (the non-empty ones) as a typed list query, judged the way the API
-/// judges a query string: a value that does not parse is a 422 `invalid_query`.
+/// judges a query string: a value that does not parse, or holds text the text rule refuses (a
+/// NUL, another control character), is a 422 `invalid_query`.
 pub fn parse_query<Q: DeserializeOwned, S: AsRef<str>>(pairs: &[(&str, Option<S>)]) -> Result<Q, Refusal> {
     let text = serde_urlencoded::to_string(kept(pairs)).map_err(|_| Refusal::internal())?;
+    crate::domain::input_text::check_query(&text).map_err(|e| Refusal::invalid("invalid_query", e.to_string()))?;
     serde_urlencoded::from_str(&text)
         .map_err(|err| Refusal::invalid("invalid_query", format!("Failed to deserialize query string: {err}")))
 }

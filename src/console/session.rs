@@ -3,7 +3,8 @@
 //! its CSRF token from its own secret, so every form carries a value an attacker's page cannot know.
 //!
 //! [`CsrfForm`] is how every console form post reads its session and fields: it checks the
-//! form's token before the handler runs, so a new form cannot forget to.
+//! form's token before the handler runs, so a new form cannot forget to, and refuses a field
+//! holding text the text rule refuses (NUL, other control characters: 422 `invalid_body`).
 
 use axum::extract::{FromRequest, FromRequestParts, Query, RawForm, Request, State};
 use axum::http::request::Parts;
@@ -23,6 +24,7 @@ use uuid::Uuid;
 
 use super::views::{self, page_without_nav, Banner};
 use crate::credentials;
+use crate::domain::input_text;
 use crate::domain::OperatorId;
 use crate::http::AppState;
 use crate::ops::{authenticate, Audited, Operator, Role};
@@ -89,6 +91,13 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for CsrfForm<T> {
         let presented = serde_urlencoded::from_bytes::<CsrfField>(&bytes).ok().and_then(|f| f.csrf);
         if let Some(refused) = session.csrf_refusal(presented.as_deref()) {
             return Err(refused);
+        }
+        // The ops API's text rule, on every field: refused here, before any field reaches the
+        // operator core (nothing is changed, so there is nothing to audit but the attempt).
+        if let Err(invalid) = input_text::check_form(&bytes) {
+            tracing::warn!(operator = %session.operator.id, field = %invalid.field, "console form refused: invalid text");
+            let text = format!("Nothing was changed: {invalid} (invalid_body)");
+            return Err(views::refused(StatusCode::UNPROCESSABLE_ENTITY, "Form refused", &text));
         }
         let fields = serde_urlencoded::from_bytes::<T>(&bytes).map_err(|err| {
             (StatusCode::UNPROCESSABLE_ENTITY, format!("Failed to deserialize form body: {err}")).into_response()

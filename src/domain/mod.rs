@@ -13,6 +13,7 @@ mod evidence;
 mod failure;
 mod idempotency;
 mod ids;
+pub mod input_text;
 pub mod job;
 mod money;
 mod reference;

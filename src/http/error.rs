@@ -63,13 +63,6 @@ impl ApiError {
     }
 }
 
-/// Query parameters, or a 422 `invalid_query` saying what is wrong with them (every list route).
-pub fn query_params<T>(
-    query: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
-) -> Result<T, ApiError> {
-    query.map(|axum::extract::Query(q)| q).map_err(|e| ApiError::unprocessable("invalid_query", "query", e.body_text()))
-}
-
 impl From<crate::ops::OpsError> for ApiError {
     fn from(err: crate::ops::OpsError) -> Self {
         use crate::ops::{OpsError, RefusalKind};

@@ -14,6 +14,7 @@ mod balances;
 pub mod correlation;
 pub mod error;
 mod health;
+pub mod input;
 pub mod limits;
 mod openapi;
 pub mod ops;

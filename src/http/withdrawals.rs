@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::auth::Customer;
 use super::correlation::CorrelationId;
 use super::error::ApiError;
+use super::input::ApiQuery;
 use super::AppState;
 use crate::domain::{
     check_reference, Actor, Amount, Currency, Destination, IdempotencyKey, Withdrawal, WithdrawalId, WithdrawalStatus,
@@ -435,14 +436,13 @@ fn decode_cursor(raw: &str) -> Option<PageCursor> {
     responses(
         (status = 200, description = "Newest first", body = WithdrawalList),
         (status = 401, body = super::error::Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_status, invalid_limit, invalid_cursor", body = super::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_query, invalid_status, invalid_limit, invalid_cursor", body = super::error::Problem, content_type = "application/problem+json"),
     ))]
 pub async fn list(
     State(state): State<AppState>,
     customer: Customer,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<WithdrawalList>, ApiError> {
-    let query = crate::http::error::query_params(query)?;
     let status = query
         .status
         .as_deref()

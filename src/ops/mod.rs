@@ -30,6 +30,7 @@ pub use auth::{authenticate, Operator, Role};
 pub use error::{OpsError, OpsResult, Refusal, RefusalKind};
 
 use crate::config::AppConfig;
+use crate::domain::input_text;
 use crate::provider::Gateway;
 use crate::storage::audit::{self as audit_store, AuditRow};
 use crate::storage::{Db, DbTime, Tx};
@@ -173,8 +174,8 @@ impl<'a> Audited<'a> {
             action: self.action.to_owned(),
             target_type: self.target_type.to_owned(),
             target_id: self.target_id.clone(),
-            reason: crate::redact::text(self.reason),
-            parameters: sqlx::types::Json(crate::redact::json(&self.parameters)),
+            reason: crate::redact::text(&stored_text(self.reason)),
+            parameters: sqlx::types::Json(crate::redact::json(&stored_parameters(&self.parameters))),
             result: result.to_owned(),
             at: DbTime::now(),
         }
@@ -211,6 +212,23 @@ impl<'a> Audited<'a> {
             tracing::error!(error = format!("{:#}", anyhow::Error::from(err)), "could not audit a refused action");
         }
         error
+    }
+}
+
+/// A reason as an audit row may store it: text the text rule refuses (a NUL, which PostgreSQL
+/// cannot store, or another control character) is never written, so the row of its refusal is.
+fn stored_text(reason: &str) -> std::borrow::Cow<'_, str> {
+    match input_text::refused_char(reason) {
+        Some(_) => "(refused: control characters)".into(),
+        None => reason.into(),
+    }
+}
+
+/// Parameters as an audit row may store them: when a string breaks the text rule, only where.
+fn stored_parameters(parameters: &Value) -> std::borrow::Cow<'_, Value> {
+    match input_text::check_json(parameters) {
+        Ok(()) => std::borrow::Cow::Borrowed(parameters),
+        Err(invalid) => std::borrow::Cow::Owned(serde_json::json!({"refused_text": invalid.field})),
     }
 }
 

@@ -31,5 +31,6 @@ mod security;
 mod selection;
 mod settlement;
 mod settlement_ui;
+mod text_inputs;
 mod transitions;
 mod validation;

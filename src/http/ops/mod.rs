@@ -4,7 +4,9 @@
 //! - [`Operator`] authenticates the bearer token (401 otherwise);
 //! - [`Authorized<A>`] checks the role of action `A` — and audits a refusal — before the path id
 //!   or the body is read, so a caller below the role gets 403, never a 404 or 422;
-//! - [`OpsJson`] and [`OpsQuery`] turn a malformed body or query into a 422 problem+json.
+//! - [`OpsJson`] and [`OpsQuery`] turn a malformed body or query, or one holding text the text
+//!   rule refuses (NUL, other control characters), into a 422 problem+json — audited as a refusal
+//!   of the action when the route is an action's.
 
 mod audit;
 mod credentials;
@@ -18,16 +20,15 @@ mod settlement;
 
 use std::marker::PhantomData;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::request::Parts;
-use axum::{Json, Router};
+use axum::Router;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::{bearer, AppState};
-use crate::ops::{Action, Operator};
+use super::{bearer, input, AppState};
+use crate::ops::{Act, Action, Audited, Operator, OpsError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -65,44 +66,80 @@ impl<A: Action + Send + Sync> FromRequestParts<AppState> for Authorized<A> {
             Err(_) => String::new(),
         };
         state.ops().authorize(&operator, &A::ACT, &target).await?;
+        parts.extensions.insert(Acting { act: A::ACT, target, operator: operator.clone() });
         Ok(Authorized(operator, PhantomData))
     }
 }
 
-/// A JSON body, or a 422 `invalid_body` saying what is wrong with it.
+/// The action an [`Authorized`] extractor let through, kept in the request's extensions so that
+/// a body or query refused after it is audited as that action's refusal.
+#[derive(Clone)]
+struct Acting {
+    act: Act,
+    target: String,
+    operator: Operator,
+}
+
+/// Audits `error` as a refusal of the action being taken, when the route is an action's (the
+/// role was checked, so the actor is known); the row names the field at fault and the code,
+/// never the refused text.
+async fn refused(state: &AppState, acting: Option<Acting>, input: &str, error: ApiError) -> ApiError {
+    let (Some(acting), ApiError::Problem(problem)) = (acting, &error) else { return error };
+    let field = problem.field.clone().unwrap_or_default();
+    let refusal = OpsError::invalid(&problem.code, &field, problem.detail.clone());
+    let parameters = serde_json::json!({ input: "refused", "field": field });
+    let audited = Audited::new(&acting.act, acting.target, "", parameters);
+    audited.refuse(&state.ops(), &acting.operator, refusal).await;
+    error
+}
+
+/// A JSON body, or a 422 `invalid_body` naming the field at fault (see [`input::json_body`]):
+/// malformed, of the wrong shape, or holding text the text rule refuses. On an action's route the
+/// refusal is audited.
 pub struct OpsJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for OpsJson<T> {
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for OpsJson<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(OpsJson(value)),
-            Err(rejection) => Err(invalid_body(rejection)),
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let acting = req.extensions().get::<Acting>().cloned();
+        match input::json_body(req, state).await {
+            Ok(value) => Ok(OpsJson(value)),
+            Err(error) => Err(refused(state, acting, "body", error).await),
         }
     }
 }
 
-fn invalid_body(rejection: JsonRejection) -> ApiError {
-    ApiError::unprocessable("invalid_body", "body", rejection.body_text())
+/// A settlement report's JSON body: as [`OpsJson`], except that its `csv` is left to the report
+/// parser, which judges each cell's text itself and names the line and column at fault
+/// (`report_refused`).
+pub struct ReportJson<T>(pub T);
+
+impl<T: DeserializeOwned + Send> FromRequest<AppState> for ReportJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let acting = req.extensions().get::<Acting>().cloned();
+        match input::json_body_except(req, state, &["csv"]).await {
+            Ok(value) => Ok(ReportJson(value)),
+            Err(error) => Err(refused(state, acting, "body", error).await),
+        }
+    }
 }
 
-/// Query parameters, or a 422 `invalid_query` saying what is wrong with them.
+/// Query parameters, or a 422 `invalid_query` naming the parameter at fault (see
+/// [`input::query`]). On an action's route the refusal is audited.
 pub struct OpsQuery<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for OpsQuery<T> {
+impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for OpsQuery<T> {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(value)) => Ok(OpsQuery(value)),
-            Err(rejection) => Err(invalid_query(rejection)),
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        match input::query(parts) {
+            Ok(value) => Ok(OpsQuery(value)),
+            Err(error) => Err(refused(state, parts.extensions.get::<Acting>().cloned(), "query", error).await),
         }
     }
-}
-
-fn invalid_query(rejection: QueryRejection) -> ApiError {
-    ApiError::unprocessable("invalid_query", "query", rejection.body_text())
 }
 
 /// The `{id}` of a route: one that is not a UUID names nothing (404, like an unknown one).

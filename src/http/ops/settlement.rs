@@ -5,7 +5,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::{Authorized, OpsJson, OpsQuery, PathId};
+use super::{Authorized, OpsJson, OpsQuery, PathId, ReportJson};
 use crate::domain::SettlementExceptionId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
@@ -31,7 +31,7 @@ pub fn router() -> Router<AppState> {
 async fn import(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<SettlementImport>,
-    OpsJson(req): OpsJson<ImportRequest>,
+    ReportJson(req): ReportJson<ImportRequest>,
 ) -> Result<Json<ImportSummary>, ApiError> {
     Ok(Json(ops::settlement::import(&state.ops(), &operator, req).await?))
 }
