@@ -190,7 +190,15 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
 /// Imports the day through the API as an operator; returns the one open exception's id.
 async fn import_and_find_the_exception(app: &TestApp, day: NaiveDate) -> String {
     let operator = app.operator("operator").await;
-    crate::settlement::imported(app, &operator, json!({"date": day})).await;
+    let imported = app
+        .client
+        .post(app.url("/ops/v1/settlement/imports"))
+        .bearer_auth(&operator)
+        .json(&json!({"date": day}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(imported.status(), 200);
     let listed: Value = app
         .client
         .get(app.url("/ops/v1/settlement/exceptions"))
