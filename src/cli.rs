@@ -179,6 +179,8 @@ pub struct ServeArgs {
     /// Maximum for currencies not named in `--limits`.
     #[arg(long, env = "WITHDRAWAL_DEFAULT_MAX", default_value = "1000000")]
     pub default_max: Decimal,
+    #[command(flatten)]
+    pub credit_limits: CreditLimitArgs,
     /// How long idempotency keys are remembered, in hours (at least 24 is recommended).
     #[arg(long, env = "IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
     pub idempotency_retention_hours: i64,
@@ -329,28 +331,62 @@ impl WorkerTuning {
     }
 }
 
+/// The largest single credit (money entering an account), per currency.
+#[derive(Debug, Clone, Args)]
+pub struct CreditLimitArgs {
+    /// Per-currency maximum of one credit, e.g. `USD=5000000,JPY=500000000`.
+    #[arg(long, env = "CREDIT_LIMITS", default_value = "")]
+    pub credit_limits: String,
+    /// Maximum of one credit for currencies not named in `--credit-limits`.
+    #[arg(long, env = "CREDIT_DEFAULT_MAX", default_value_t = Decimal::from(crate::config::CREDIT_DEFAULT_MAX))]
+    pub credit_default_max: Decimal,
+}
+
+impl CreditLimitArgs {
+    pub fn limits(&self) -> anyhow::Result<AmountLimits> {
+        AmountLimits::parse(&self.credit_limits, self.credit_default_max)
+            .map_err(|e| anyhow::anyhow!("CREDIT_LIMITS: {e}"))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AccountsCommand {
-    /// Create an account, optionally funded, and print its id and a new API key.
+    /// Create an account, optionally funded, and print its id and a new API key. Needs only
+    /// DATABASE_URL; the funding is a credit by the local actor (`local:<os user>`), audited and
+    /// on the ledger like any other.
     Create {
         #[arg(long)]
         name: String,
         #[arg(long, default_value = "USD")]
         currency: String,
-        /// Initial funding in `--currency`.
+        /// Initial funding in `--currency`: a decimal such as `1000.00` (the API's grammar),
+        /// within the credit limit.
         #[arg(long)]
-        fund: Option<Decimal>,
+        fund: Option<String>,
         /// Print `{"account_id": "...", "api_key": "..."}`.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        credit_limits: CreditLimitArgs,
     },
-    /// Add money to an account.
+    /// Add money to an account: treasury or admin; calls POST /ops/v1/accounts/{id}/credits
+    /// (audited, idempotent), or runs the same route in process on DATABASE_URL with --direct.
     Fund {
         id: String,
+        /// A decimal such as `1000.00` (the API's grammar), within the credit limit.
         #[arg(long)]
-        amount: Decimal,
+        amount: String,
         #[arg(long)]
         currency: String,
+        /// Why (written to the audit log).
+        #[arg(long)]
+        reason: String,
+        /// Retry a run whose answer was lost with the key it printed: it credits once. A new
+        /// key is made when absent.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        #[command(flatten)]
+        remote: ops_cli::Remote,
     },
     /// An account's API keys: create (rotation), list, revoke. Admin; calls /ops/v1 (audited),
     /// or runs the same routes in process on DATABASE_URL with --direct.
@@ -402,11 +438,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied ({:?})", db.backend());
             Ok(())
         }
-        Command::Accounts(AccountsCommand::Create { name, currency, fund, json }) => {
-            let db = open(&cli.database_url, PoolSettings::default()).await?;
+        Command::Accounts(AccountsCommand::Create { name, currency, fund, json, credit_limits }) => {
+            let config = AppConfig { credit_limits: credit_limits.limits()?, ..AppConfig::default() };
             let currency = Currency::parse(&currency).with_context(|| format!("currency `{currency}`"))?;
-            let funding = fund.map(|f| Amount::new(f, currency).with_context(|| format!("--fund {f}"))).transpose()?;
-            let created = provisioning::create_account(&db, &name, funding).await?;
+            // Refused before anything is created, with the API's code.
+            let funding = fund
+                .map(|f| {
+                    Amount::parse(&f, currency, &config.credit_limits)
+                        .map_err(|e| anyhow::anyhow!("--fund {f}: {e} ({})", e.code()))
+                })
+                .transpose()?;
+            let db = open(&cli.database_url, PoolSettings::default()).await?;
+            let created = provisioning::create_account_with(&db, &config, &name, funding).await?;
             if json {
                 println!("{}", json!({"account_id": created.account_id.to_string(), "api_key": created.api_key}));
             } else {
@@ -423,14 +466,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Operators(OperatorsCommand::Lifecycle(command)) => {
             ops_cli::operators(&cli.database_url, command).await
         }
-        Command::Accounts(AccountsCommand::Fund { id, amount, currency }) => {
-            let db = open(&cli.database_url, PoolSettings::default()).await?;
+        Command::Accounts(AccountsCommand::Fund { id, amount, currency, reason, idempotency_key, remote }) => {
             let account: AccountId = id.parse().with_context(|| format!("account id `{id}` is not a UUID"))?;
-            let currency = Currency::parse(&currency).with_context(|| format!("currency `{currency}`"))?;
-            let amount = Amount::new(amount, currency).with_context(|| format!("--amount {amount}"))?;
-            provisioning::fund_account(&db, account, amount).await?;
-            println!("funded {account} with {amount}");
-            Ok(())
+            let request = crate::ops::types::CreditRequest { amount, currency, reason };
+            ops_cli::fund(&cli.database_url, &remote, &account.to_string(), request, idempotency_key).await
         }
         Command::Operators(OperatorsCommand::Create { name, role, json }) => {
             let db = open(&cli.database_url, PoolSettings::default()).await?;
@@ -452,7 +491,9 @@ impl ServeArgs {
     /// The process these flags describe, for [`startup::run`]; refuses limits that do not parse.
     pub fn settings(self, database_url: &str) -> anyhow::Result<Settings> {
         let limits = AmountLimits::parse(&self.limits, self.default_max).map_err(anyhow::Error::msg)?;
-        let mut config = AppConfig { limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
+        let credit_limits = self.credit_limits.limits()?;
+        let mut config =
+            AppConfig { limits, credit_limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
         config.idempotency.retention = chrono::TimeDelta::hours(self.idempotency_retention_hours.max(1));
         config.job_retention = chrono::TimeDelta::days(self.job_retention_days.max(1));
         config.breaker_sync = Duration::from_millis(self.breaker_sync_ms.max(10));

@@ -37,10 +37,16 @@ pub mod millis {
     }
 }
 
+/// The default maximum of one credit, in major units of any currency (`CREDIT_DEFAULT_MAX`).
+pub const CREDIT_DEFAULT_MAX: i64 = 100_000_000;
+
 #[derive(Debug, Clone)]
 pub struct AppConfig {
     /// Per-currency maximum of one withdrawal.
     pub limits: AmountLimits,
+    /// Per-currency maximum of one credit (`CREDIT_LIMITS`, `CREDIT_DEFAULT_MAX`; default
+    /// 100 000 000 in any currency): money entering through `ops::credits`.
+    pub credit_limits: AmountLimits,
     pub idempotency: IdempotencySettings,
     /// Largest accepted request body; bigger bodies get a 413 before any parsing.
     pub max_body_bytes: usize,
@@ -125,6 +131,7 @@ impl Default for AppConfig {
     fn default() -> Self {
         Self {
             limits: AmountLimits { default_max: Decimal::from(1_000_000), ..AmountLimits::default() },
+            credit_limits: AmountLimits { default_max: Decimal::from(CREDIT_DEFAULT_MAX), ..AmountLimits::default() },
             idempotency: IdempotencySettings::default(),
             max_body_bytes: 16 * 1024,
             replay: ReplaySettings::default(),

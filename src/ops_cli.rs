@@ -1,5 +1,5 @@
 //! The operator commands of the CLI (`status`, `breakers`, `ledger`, `review`, `dlq`, `replay`,
-//! `audit`, `settlement` (in [`settlement`]), and the credential lifecycle: `accounts keys …`, `operators list|disable|enable|rotate-token`):
+//! `audit`, `settlement` (in [`settlement`]), `accounts fund` (in [`credits`]), and the credential lifecycle: `accounts keys …`, `operators list|disable|enable|rotate-token`):
 //! thin clients of `/ops/v1`, so roles and the audit log apply exactly as they do over HTTP.
 //! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
 //! for scripts. The credential commands also take `--direct`: the same ops routes run in this
@@ -8,6 +8,7 @@
 //! Requests are built from, and answers read into, the DTOs of [`crate::ops::types`]: the tables
 //! print typed fields, and `--json` prints the answer exactly as the API wrote it.
 
+mod credits;
 mod settlement;
 
 use std::fmt::Display;
@@ -31,6 +32,7 @@ use crate::ops::types::{
     WithdrawalQuery,
 };
 
+pub use credits::fund;
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
 
 #[derive(Debug, Args, Clone)]
@@ -193,6 +195,8 @@ enum Transport {
 struct Client {
     transport: Transport,
     token: String,
+    /// Sent as `Idempotency-Key` on every request (`accounts fund`).
+    idempotency_key: Option<String>,
 }
 
 /// An answer of the API: read into its DTO, and kept as the API wrote it for `--json`.
@@ -228,7 +232,7 @@ impl Client {
         let token = conn.token.clone().context("WITHDRAWALS_TOKEN (or --token) is required")?;
         let transport =
             Transport::Http { http: reqwest::Client::new(), base: conn.url.trim_end_matches('/').to_owned() };
-        Ok(Self { transport, token })
+        Ok(Self { transport, token, idempotency_key: None })
     }
 
     /// Over HTTP, or with `--direct` in process on `database_url` (migrated first, like every
@@ -254,6 +258,9 @@ impl Client {
         let (status, bytes) = match &self.transport {
             Transport::Http { http, base } => {
                 let mut request = http.request(method, format!("{base}{uri}")).bearer_auth(&self.token);
+                if let Some(key) = &self.idempotency_key {
+                    request = request.header("idempotency-key", key);
+                }
                 if let Some(body) = body {
                     request = request.header(header::CONTENT_TYPE, "application/json").body(body);
                 }
@@ -262,12 +269,15 @@ impl Client {
                 (status, response.bytes().await.unwrap_or_default())
             }
             Transport::Local(state) => {
-                let request = axum::http::Request::builder()
+                let mut request = axum::http::Request::builder()
                     .method(method)
                     .uri(uri)
                     .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(body.map(axum::body::Body::from).unwrap_or_else(axum::body::Body::empty))?;
+                    .header(header::CONTENT_TYPE, "application/json");
+                if let Some(key) = &self.idempotency_key {
+                    request = request.header("idempotency-key", key);
+                }
+                let request = request.body(body.map(axum::body::Body::from).unwrap_or_else(axum::body::Body::empty))?;
                 let response = crate::http::ops::router().with_state(state.clone()).oneshot(request).await?;
                 let status = response.status();
                 (status, axum::body::to_bytes(response.into_body(), MAX_LOCAL_RESPONSE_BYTES).await?)

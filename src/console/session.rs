@@ -63,7 +63,7 @@ impl Session {
     }
 
     pub fn can(&self, role: Role) -> bool {
-        self.operator.role >= role
+        self.operator.role.includes(role)
     }
 }
 

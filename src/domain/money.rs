@@ -156,6 +156,11 @@ impl Amount {
         }
         let mut value = value;
         value.rescale(exponent);
+        // Storage keeps integer minor units in 64 bits: an amount past that is over every limit
+        // (refused here, so [`Amount::to_minor`] can never fail).
+        if i64::try_from(value.mantissa()).is_err() {
+            return Err(AmountError::OverLimit(Decimal::new(i64::MAX, exponent)));
+        }
         Ok(Self { value, currency })
     }
 
@@ -168,7 +173,7 @@ impl Amount {
     pub fn to_minor(&self) -> i64 {
         let mut v = self.value;
         v.rescale(self.currency.minor_units());
-        i64::try_from(v.mantissa()).expect("amount limits keep minor units within i64")
+        i64::try_from(v.mantissa()).expect("Amount::new keeps minor units within i64")
     }
 
     pub fn value(&self) -> Decimal {
@@ -285,6 +290,18 @@ mod tests {
                 proptest::prop_assert_eq!(format_minor(amount.to_minor(), currency), amount.value().to_string());
             }
         }
+    }
+
+    /// Issue 27: `accounts fund --amount 1e20` panicked in `to_minor`. An amount whose minor units
+    /// do not fit storage's 64 bits is over the limit, whatever the configured maximum.
+    #[test]
+    fn an_amount_past_64_bit_minor_units_is_over_the_limit_not_a_panic() {
+        let huge = Decimal::from_str("100000000000000000000").unwrap();
+        assert!(matches!(Amount::new(huge, usd()), Err(AmountError::OverLimit(_))));
+        let limits = AmountLimits { default_max: Decimal::MAX, ..AmountLimits::default() };
+        assert!(matches!(Amount::parse("100000000000000000000", usd(), &limits), Err(AmountError::OverLimit(_))));
+        assert!(matches!(Amount::parse("92233720368547758.08", usd(), &limits), Err(AmountError::OverLimit(_))));
+        assert_eq!(Amount::parse("92233720368547758.07", usd(), &limits).map(|a| a.to_minor()), Ok(i64::MAX));
     }
 
     #[test]

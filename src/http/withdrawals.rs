@@ -178,7 +178,9 @@ fn fingerprint(amount: &Amount, destination: &Destination, reference: Option<&st
     Sha256::digest(canonical.to_string().as_bytes()).to_vec()
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
+/// The `Idempotency-Key` header (SPEC §3): 400 `idempotency_key_missing` or `idempotency_key_invalid`.
+/// Shared by every route that takes one (withdrawals, credits).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
     let raw = headers.get("idempotency-key").ok_or_else(|| {
         ApiError::new(StatusCode::BAD_REQUEST, "idempotency_key_missing", "the Idempotency-Key header is required")
             .with_field("Idempotency-Key")

@@ -19,7 +19,7 @@ pub struct Operator {
 impl Operator {
     /// 403 unless the operator has at least `role`.
     pub fn require(&self, role: Role) -> OpsResult<()> {
-        if self.role >= role {
+        if self.role.includes(role) {
             Ok(())
         } else {
             Err(OpsError::forbidden(

@@ -9,18 +9,20 @@ use crate::domain::{format_minor, Currency};
 use crate::storage::accounts::{self, LedgerViolation};
 use crate::storage::settlement;
 
-fn amount(minor: i64, currency: &str) -> String {
-    match Currency::parse(currency) {
-        Ok(c) => format_minor(minor, c),
-        Err(_) => format!("{minor} (minor units)"),
+fn amount(minor: i128, currency: &str) -> String {
+    match (Currency::parse(currency), i64::try_from(minor)) {
+        (Ok(c), Ok(minor)) => format_minor(minor, c),
+        _ => format!("{minor} (minor units)"),
     }
 }
 
-/// One difference in words: the balance row, the ledger's sums and what was funded.
+/// One difference in words: the balance row, the ledger's sums and what was funded, and first
+/// any stored value that is not money (a corrupt row is a finding, never a 500).
 fn describe(v: &LedgerViolation) -> String {
     let a = |minor| amount(minor, &v.currency);
+    let corrupt = if v.corrupt.is_empty() { String::new() } else { format!(" corrupt: {};", v.corrupt.join(", ")) };
     format!(
-        "account {} {}: balance available {} held {} paid_out {} (total {}); ledger available {} held {} paid_out {}; funded {}",
+        "account {} {}:{corrupt} balance available {} held {} paid_out {} (total {}); ledger available {} held {} paid_out {}; funded {}",
         v.account_id,
         v.currency,
         a(v.available),
@@ -64,7 +66,7 @@ pub async fn verify(ops: &Ops<'_>, operator: &Operator, q: LedgerQuery) -> OpsRe
     let mut views = Vec::new();
     for currency in currencies {
         let t = &totals[currency];
-        let a = |minor| amount(minor, currency);
+        let a = |minor: i64| amount(i128::from(minor), currency);
         if t.ours_paid != t.report_paid {
             differences.push(format!("{currency} paid out: ours {} report {}", a(t.ours_paid), a(t.report_paid)));
         }

@@ -1,5 +1,5 @@
 //! The operator core (SPEC §8): every operator action — review, two-person decisions, dead-letter
-//! triage, replays, audit, overview, credentials — as typed service functions shared by the ops
+//! triage, replays, audit, overview, credentials, credits — as typed service functions shared by the ops
 //! API (`http::ops`, thin handlers), the console (which calls them directly, as the signed-in
 //! operator) and the CLI (which reads the same [`types`] over HTTP).
 //!
@@ -11,6 +11,7 @@
 pub mod audit;
 mod auth;
 pub mod credentials;
+pub mod credits;
 pub mod dead_letters;
 pub mod decisions;
 pub mod error;
@@ -90,6 +91,8 @@ actions! {
     ReplayCancel => "replay.cancel", "replay", Operator, "";
     /// A second person, and an admin: large runs (SPEC §8.3).
     ReplayApprove => "replay.approve", "replay", Admin, "";
+    /// Money entering an account (issue 27): treasury or admin.
+    AccountCredit => "account.credit", "account", Treasury, "";
     ApiKeyList => "api_key.list", "account", Admin, "";
     ApiKeyCreate => "api_key.create", "account", Admin, "";
     ApiKeyRevoke => "api_key.revoke", "api_key", Admin, "";

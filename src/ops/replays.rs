@@ -207,7 +207,7 @@ async fn start_checked(
         ));
     }
     // Operators replay within limits; faster or wider runs are an admin's call (SPEC §8).
-    if operator.role < Role::Admin
+    if !operator.role.includes(Role::Admin)
         && (rate > settings.operator_max_rate || concurrency > settings.operator_max_concurrency)
     {
         return Err(OpsError::forbidden(

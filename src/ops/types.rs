@@ -752,6 +752,31 @@ pub struct OptionalReason {
     pub reason: Option<String>,
 }
 
+/// `POST /ops/v1/accounts/{id}/credits` (with an `Idempotency-Key`): money entering an account.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreditRequest {
+    /// A decimal string in the customer API's grammar (`"1000.00"`), within the credit limit.
+    pub amount: String,
+    pub currency: String,
+    pub reason: String,
+}
+
+/// A credit done: the answer of the request that made it, and of every replay of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditView {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub amount: String,
+    pub currency: String,
+    pub reason: String,
+    /// `operator:<id>` or `local:<os user>`: on the ledger entry too.
+    pub actor: String,
+    pub ledger_entry_id: Uuid,
+    pub idempotency_key: String,
+    pub created_at: DateTime<Utc>,
+}
+
 /// `GET /ops/v1/ledger/verify[?date=D]` when the ledger holds (a difference is a 409
 /// `ledger_violation`, or `settlement_totals_differ` for a day's totals).
 #[derive(Debug, Clone, Serialize, Deserialize)]

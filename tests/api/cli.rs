@@ -4,11 +4,15 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use withdrawals::storage::audit::{self, AuditFilter};
+
 use crate::both_backends;
 use crate::harness::TestApp;
+use crate::ops::cli as ops_cli;
 
 both_backends!(
     accounts_and_operators_are_created_from_the_cli,
+    accounts_fund_credits_through_the_ops_route_once_per_key_and_refuses_bad_amounts_in_one_line,
     cli_errors_are_one_line_with_a_non_zero_exit,
     a_worker_process_pays_out_and_serves_its_own_metrics,
     a_fresh_serve_process_exports_every_metric_family_at_zero,
@@ -32,19 +36,82 @@ async fn accounts_and_operators_are_created_from_the_cli(app: TestApp) {
     assert_eq!(keys, ["account_id", "api_key"]);
     let account = created["account_id"].as_str().unwrap();
     let key = created["api_key"].as_str().unwrap();
+    // Issue 27: the funding is a credit by the local actor, on the ledger and in the audit log.
+    let account_id: withdrawals::domain::AccountId = account.parse().unwrap();
+    let entries = withdrawals::storage::accounts::funding_entries(&app.db, account_id).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].amount, 100_000);
+    let actor = entries[0].actor.clone().unwrap();
+    assert!(actor.starts_with("local:"), "{actor}");
+    let filter = AuditFilter { action: Some("account.credit".into()), limit: 10, ..Default::default() };
+    let rows = audit::list(&app.db, &filter).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].target_id.as_str(), rows[0].operator_name.as_str(), rows[0].result.as_str()),
+        (account, actor.as_str(), "ok")
+    );
 
-    let fund = withdrawals(&app, &["accounts", "fund", account, "--amount", "5.25", "--currency", "USD"]);
+    let out = withdrawals(&app, &["operators", "create", "--name", "Grace", "--role", "treasury", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let operator: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(operator["operator_id"].as_str().is_some());
+    let token = operator["token"].as_str().unwrap();
+    assert!(token.starts_with("wdo_"));
+
+    let fund = ops_cli(
+        &app,
+        token,
+        &["accounts", "fund", account, "--amount", "5.25", "--currency", "USD", "--reason", "wire"],
+    );
     assert!(fund.status.success(), "{}", String::from_utf8_lossy(&fund.stderr));
 
     let balances: Value =
         app.client.get(app.url("/v1/balances")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
     assert_eq!(balances["data"][0]["available"], "1005.25");
+    app.assert_ledger_invariant().await;
+}
 
-    let out = withdrawals(&app, &["operators", "create", "--name", "Grace", "--role", "admin", "--json"]);
+/// Issue 27: `accounts fund` needed only DATABASE_URL, wrote no audit row, had no idempotency,
+/// took `1e3` and panicked on `1e20`. Now it calls `POST /ops/v1/accounts/{id}/credits`.
+async fn accounts_fund_credits_through_the_ops_route_once_per_key_and_refuses_bad_amounts_in_one_line(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let account = alice.account_id.to_string();
+    let treasury = app.operator("treasury").await;
+    let fund = |token: &str, amount: &str, extra: &[&str]| {
+        let mut args =
+            vec!["accounts", "fund", account.as_str(), "--amount", amount, "--currency", "USD", "--reason", "wire"];
+        args.extend_from_slice(extra);
+        ops_cli(&app, token, &args)
+    };
+
+    let out = fund(&treasury, "5.25", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let operator: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(operator["operator_id"].as_str().is_some());
-    assert!(operator["token"].as_str().unwrap().starts_with("wdo_"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("credited") && stdout.contains("idempotency key fund-"), "{stdout}");
+    for _ in 0..2 {
+        let out = fund(&treasury, "10.00", &["--idempotency-key", "ticket-17"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(app.usd_balance(&alice).await.0, "115.25", "the key credits once");
+
+    for bad in ["1e3", "1_000", "+5", "5.", ".5", "1e-2", "1e20", "100000000000000000000"] {
+        let out = fund(&treasury, bad, &[]);
+        assert!(!out.status.success(), "{bad}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        let code = if bad.starts_with("1000") { "amount_over_limit" } else { "invalid_amount" };
+        assert!(stderr.starts_with("error: ") && stderr.contains(code), "{bad}: {stderr}");
+    }
+    let out = withdrawals(&app, &["accounts", "create", "--name", "Ada", "--fund", "1e3"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("invalid_amount"), "{stderr}");
+
+    let operator = app.operator("operator").await;
+    let out = fund(&operator, "1.00", &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403 forbidden"), "an operator may not credit");
+    assert_eq!(app.usd_balance(&alice).await.0, "115.25");
     app.assert_ledger_invariant().await;
 }
 
@@ -52,8 +119,19 @@ async fn cli_errors_are_one_line_with_a_non_zero_exit(app: TestApp) {
     for args in [
         &["accounts", "create", "--name", "Ada", "--currency", "ZZZ", "--fund", "10"][..],
         &["accounts", "create", "--name", "Ada", "--currency", "USD", "--fund", "1.001"][..],
-        &["accounts", "fund", "not-a-uuid", "--amount", "1", "--currency", "USD"][..],
-        &["accounts", "fund", "00000000-0000-0000-0000-000000000000", "--amount", "1", "--currency", "USD"][..],
+        &["accounts", "fund", "not-a-uuid", "--amount", "1", "--currency", "USD", "--reason", "r"][..],
+        &[
+            "accounts",
+            "fund",
+            "00000000-0000-0000-0000-000000000000",
+            "--amount",
+            "1",
+            "--currency",
+            "USD",
+            "--reason",
+            "r",
+        ][..],
+        &["accounts", "create", "--name", "Ada", "--currency", "USD", "--fund", "1e20"][..],
     ] {
         let out = withdrawals(&app, args);
         assert!(!out.status.success(), "{args:?}");

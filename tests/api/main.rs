@@ -10,6 +10,7 @@ mod chaos;
 mod cli;
 mod console;
 mod credentials;
+mod credits;
 mod dead_letter_summary;
 mod dead_letters;
 mod funds;

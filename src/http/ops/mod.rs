@@ -10,6 +10,7 @@
 
 mod audit;
 mod credentials;
+mod credits;
 mod dead_letters;
 mod decisions;
 mod ledger;
@@ -39,6 +40,7 @@ pub fn router() -> Router<AppState> {
         .merge(audit::router())
         .merge(overview::router())
         .merge(credentials::router())
+        .merge(credits::router())
         .merge(ledger::router())
         .merge(settlement::router())
 }
