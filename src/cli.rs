@@ -400,7 +400,9 @@ pub enum AccountsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum OperatorsCommand {
-    /// Create an operator and print its id and a new bearer token.
+    /// Create an operator and print its id and a new bearer token. Needs only DATABASE_URL: runs
+    /// as the local actor `local:<$USER>` (audited as `operator.create`). The token cannot approve
+    /// a two-person decision until its holder rotates it (`operators rotate-token <own id>`).
     Create {
         #[arg(long)]
         name: String,
@@ -478,8 +480,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", json!({"operator_id": created.operator_id.to_string(), "token": created.token}));
             } else {
                 println!(
-                    "operator_id: {}\nrole:        {role}\ntoken:       {}\n(the token is shown once; store it now)",
-                    created.operator_id, created.token
+                    "operator_id: {}\nrole:        {role}\ntoken:       {}\n(the token is shown once; store it now. \
+                     Its holder rotates it before approving: operators rotate-token {})",
+                    created.operator_id, created.token, created.operator_id
                 );
             }
             Ok(())

@@ -5,10 +5,11 @@
 use anyhow::{bail, Context};
 
 use crate::config::AppConfig;
-use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
+use crate::credentials::{self, API_KEY_PREFIX};
 use crate::domain::Role;
 use crate::domain::{AccountId, Amount, IdempotencyKey, OperatorId};
-use crate::ops::{self, types::CreditRequest, Ops};
+use crate::ops::types::{CreditRequest, OptionalReason};
+use crate::ops::{self, credentials::LocalActor, Ops};
 use crate::storage::{accounts, credentials as stored, Db};
 
 /// A new account's id and its API key (shown once).
@@ -71,12 +72,9 @@ async fn credit_locally(
         reason: reason.to_owned(),
     };
     let context = Ops::new(db, config, None);
-    ops::credits::credit(&context, &ops::credits::local_actor(), account, &key, request).await.map_err(
-        |e| match e {
-            ops::OpsError::Internal(cause) => cause,
-            refused => anyhow::anyhow!("{refused}"),
-        },
-    )?;
+    ops::credits::credit(&context, &LocalActor::from_env().as_operator(), account, &key, request)
+        .await
+        .map_err(ops_error)?;
     Ok(())
 }
 
@@ -85,15 +83,43 @@ pub struct NewOperator {
     pub token: String,
 }
 
+/// `operators create`: a new operator, created by `actor` (only `DATABASE_URL`) through
+/// [`ops::credentials::create_locally`] — audited, and the token marked as issued by the local
+/// actor, so it cannot approve a two-person decision until its holder rotates it.
+pub async fn create_operator_as(db: &Db, actor: &LocalActor, name: &str, role: Role) -> anyhow::Result<NewOperator> {
+    let config = AppConfig::default();
+    let ops = Ops::new(db, &config, None);
+    let (operator_id, token) = ops::credentials::create_locally(&ops, actor, name, role).await.map_err(ops_error)?;
+    Ok(NewOperator { operator_id, token })
+}
+
+/// [`create_operator_as`] by the local actor of this process's environment.
 pub async fn create_operator(db: &Db, name: &str, role: Role) -> anyhow::Result<NewOperator> {
-    let name = name.trim();
-    if name.is_empty() {
-        bail!("the operator name must not be empty");
+    create_operator_as(db, &LocalActor::from_env(), name, role).await
+}
+
+/// The reason an enrolment's rotation is audited with.
+pub const ENROLMENT_REASON: &str = "enrolment: the holder makes the token their own";
+
+/// An operator created as [`create_operator`] does, who then rotates their own token — what a new
+/// operator does first, so that their credential is their own and counts as a second person
+/// (tests and chaos runs, whose operators approve each other's decisions).
+pub async fn create_enrolled_operator(db: &Db, name: &str, role: Role) -> anyhow::Result<NewOperator> {
+    let created = create_operator(db, name, role).await?;
+    let config = AppConfig::default();
+    let ops = Ops::new(db, &config, None);
+    let operator = ops::authenticate(db, &created.token).await.map_err(ops_error)?;
+    let reason = OptionalReason { reason: Some(ENROLMENT_REASON.to_owned()) };
+    let rotated =
+        ops::credentials::rotate_token(&ops, &operator, created.operator_id, reason).await.map_err(ops_error)?;
+    let token = rotated.token.context("a rotation answers the new token")?;
+    Ok(NewOperator { operator_id: created.operator_id, token })
+}
+
+/// An operator action's failure for the CLI: a refusal's one line, or the internal cause chain.
+fn ops_error(err: ops::OpsError) -> anyhow::Error {
+    match err {
+        ops::OpsError::Internal(cause) => cause,
+        refused => anyhow::anyhow!("{refused}"),
     }
-    let operator_id = OperatorId::new();
-    let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, operator_id.0);
-    let mut tx = db.begin().await?;
-    stored::insert_operator(&mut tx, operator_id, name, role.as_str(), &issued.secret_hash).await?;
-    tx.commit().await?;
-    Ok(NewOperator { operator_id, token: issued.token })
 }

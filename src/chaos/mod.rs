@@ -202,9 +202,12 @@ async fn run_against(
         ("A", [Button::Fail, Button::Retry, Button::Complete], false),
         ("B", [Button::Retry, Button::Fail, Button::Complete], true),
     ] {
-        let created =
-            crate::provisioning::create_operator(&db, &format!("chaos operator {name}"), crate::domain::Role::Operator)
-                .await?;
+        let created = crate::provisioning::create_enrolled_operator(
+            &db,
+            &format!("chaos operator {name}"),
+            crate::domain::Role::Operator,
+        )
+        .await?;
         operators.push(Operator { name: name.to_owned(), token: created.token, order, newest_first });
     }
     let operator_tokens: Vec<String> = operators.iter().map(|o| o.token.clone()).collect();

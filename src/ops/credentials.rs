@@ -11,23 +11,31 @@
 //! | `GET /ops/v1/operators` | admin |
 //! | `POST /ops/v1/operators/{id}/disable` `{reason}` (not the last enabled admin) | admin |
 //! | `POST /ops/v1/operators/{id}/enable` `{reason}` | admin |
-//! | `POST /ops/v1/operators/{id}/rotate-token` `{reason?}` → the new token once | admin |
+//! | `POST /ops/v1/operators/{id}/rotate-token` `{reason?}` → the new token once | admin; any role for one's own |
 //!
 //! Authentication reads the database on every request (there is no credential cache), so a
 //! revoke, a disable or a rotation takes effect on the next request, on every instance. A disable
 //! or a rotation also ends the operator's console sessions.
+//!
+//! Each operator credential records who issued it (create, rotate, re-enable): the caller, or the
+//! local actor for `operators create` run with only `DATABASE_URL`. [`require_second_person`] is
+//! the two-person rule's check (review decisions and replay runs): the approver must not be the
+//! requester, and their current credential must have been issued by themselves or by an operator
+//! other than the requester — never by the local actor (anyone with database access could have
+//! minted it) nor before the issuer was recorded.
 
 use serde_json::json;
 use uuid::Uuid;
 
 use super::acts::{
-    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateToken,
+    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorCreate, OperatorDisable, OperatorEnable, OperatorList,
+    OperatorRotateOwnToken, OperatorRotateToken,
 };
 use super::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
 use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult};
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
 use crate::domain::{AccountId, ApiKeyId, OperatorId, Role};
-use crate::storage::credentials::{self as stored, ApiKeyRow, Disabled, OperatorRow};
+use crate::storage::credentials::{self as stored, ApiKeyRow, Disabled, Issuer, OperatorRow, LOCAL_ACTOR};
 use crate::storage::{accounts, sessions};
 
 /// Longest key label.
@@ -57,6 +65,8 @@ pub fn operator_view(o: &OperatorRow) -> OperatorView {
         disabled_at: o.disabled_at.map(|t| t.0),
         disabled_reason: o.disabled_reason.clone(),
         token_rotated_at: o.token_rotated_at.map(|t| t.0),
+        credential_issued_by: o.credential_issued_by,
+        credential_issuer_name: o.credential_issuer_name.clone(),
         sessions_ended: None,
         token: None,
         own_token: None,
@@ -206,7 +216,7 @@ pub async fn enable(
             return Err(OpsError::not_found());
         }
         let mut tx = ops.db.begin().await?;
-        let Some(row) = stored::enable_operator(&mut tx, target).await? else {
+        let Some(row) = stored::enable_operator(&mut tx, target, &issuer(operator)).await? else {
             return Err(OpsError::conflict("not_disabled", "this operator is not disabled"));
         };
         audited.record_ok(&mut tx, operator).await?;
@@ -220,25 +230,26 @@ pub async fn enable(
 
 /// A new token, in this answer only; the old one fails from the next request on and the
 /// operator's console sessions end. A disabled operator stays disabled (rotate, then enable,
-/// after a leak).
+/// after a leak). Every role may rotate their own token; another's needs an admin, and the new
+/// token is then marked as issued by that admin, so it cannot approve that admin's requests.
 pub async fn rotate_token(
     ops: &Ops<'_>,
     operator: &Operator,
     target: OperatorId,
     req: OptionalReason,
 ) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorRotateToken::ACT, &target.to_string()).await?;
-    let audited =
-        Audited::new(&OperatorRotateToken::ACT, target.to_string(), req.reason.as_deref().unwrap_or(""), json!({}));
+    let act = authorize_rotation(ops, operator, target).await?;
+    let own = target == operator.id;
+    let audited = Audited::new(&act, target.to_string(), req.reason.as_deref().unwrap_or(""), json!({}));
     let result = async {
         let reason = optional_reason(&req.reason, "token rotated")?;
         let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, target.0);
         let mut tx = ops.db.begin().await?;
-        let Some(row) = stored::rotate_operator_secret(&mut tx, target, &issued.secret_hash).await? else {
+        let Some(row) = stored::rotate_operator_secret(&mut tx, target, &issued.secret_hash, &issuer(operator)).await?
+        else {
             return Err(OpsError::not_found());
         };
         let ended = sessions::end_all_for_operator(&mut tx, target).await?;
-        let own = target == operator.id;
         let done = Audited {
             reason,
             parameters: json!({"sessions_ended": ended, "self_rotation": own}),
@@ -256,4 +267,121 @@ pub async fn rotate_token(
     }
     .await;
     audited.or_refuse(ops, operator, result).await
+}
+
+/// The role a rotation of `target`'s token needs, checked (and a refusal audited): any role for
+/// one's own token, admin for another's. Answers the act the rotation is audited as.
+pub async fn authorize_rotation(ops: &Ops<'_>, operator: &Operator, target: OperatorId) -> OpsResult<super::Act> {
+    let act = if target == operator.id { OperatorRotateOwnToken::ACT } else { OperatorRotateToken::ACT };
+    ops.authorize(operator, &act, &target.to_string()).await?;
+    Ok(act)
+}
+
+/// The operator as the issuer of a credential they write.
+fn issuer(operator: &Operator) -> Issuer {
+    Issuer { id: operator.id, name: operator.name.clone() }
+}
+
+/// Someone who runs a command with only `DATABASE_URL` (no token): `local:<os user>`. Their
+/// actions are audited under the reserved [`LOCAL_ACTOR`] row, with this name and the admin role
+/// (database access is every power). The OS user is what the process was told (`$USER`,
+/// `$LOGNAME`), not proof of a person.
+#[derive(Debug, Clone)]
+pub struct LocalActor {
+    name: String,
+}
+
+impl LocalActor {
+    pub fn from_env() -> Self {
+        let user = ["USER", "LOGNAME", "USERNAME"]
+            .iter()
+            .find_map(|var| std::env::var(var).ok().filter(|u| !u.trim().is_empty()))
+            .unwrap_or_else(|| "unknown".to_owned());
+        Self::named(&user)
+    }
+
+    /// `local:<user>`, the user's control characters dropped.
+    pub fn named(user: &str) -> Self {
+        let user: String = user.trim().chars().filter(|c| !c.is_control()).take(64).collect();
+        LocalActor { name: format!("local:{user}") }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The actor as audit rows and issuers record it.
+    pub fn as_operator(&self) -> Operator {
+        Operator { id: LOCAL_ACTOR, name: self.name.clone(), role: Role::Admin }
+    }
+}
+
+/// A new operator, created by a local actor (`withdrawals operators create`, only
+/// `DATABASE_URL`): audited as `operator.create` with the actor, the credential marked as issued
+/// by them — so it cannot approve a two-person decision until its holder rotates it themselves.
+pub async fn create_locally(
+    ops: &Ops<'_>,
+    actor: &LocalActor,
+    name: &str,
+    role: Role,
+) -> OpsResult<(OperatorId, String)> {
+    let operator = actor.as_operator();
+    let audited = Audited::new(&OperatorCreate::ACT, "new", "", json!({"name": name, "role": role.as_str()}));
+    // The row the audit names, refusals included, must exist before either is written.
+    let mut tx = ops.db.begin().await?;
+    stored::ensure_local_actor(&mut tx).await?;
+    tx.commit().await?;
+    let result = async {
+        let name = name.trim();
+        if name.is_empty() || name.chars().count() > MAX_LABEL_CHARS || name.chars().any(char::is_control) {
+            return Err(OpsError::invalid(
+                "invalid_name",
+                "name",
+                format!("an operator name is 1 to {MAX_LABEL_CHARS} printable characters"),
+            ));
+        }
+        let id = OperatorId::new();
+        let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, id.0);
+        let mut tx = ops.db.begin().await?;
+        stored::insert_operator(&mut tx, id, name, role.as_str(), &issued.secret_hash, &issuer(&operator)).await?;
+        let done = Audited { target_id: id.to_string(), ..audited.clone_shallow() };
+        done.record_ok(&mut tx, &operator).await?;
+        tx.commit().await?;
+        tracing::info!(new_operator = %id, actor = %actor.name(), "operator created locally");
+        Ok((id, issued.token))
+    }
+    .await;
+    audited.or_refuse(ops, &operator, result).await
+}
+
+/// The two-person rule (SPEC §8, §8.1, §8.3): `approver` may approve what `requester` asked for
+/// only if they are another person. Refused (403) when they are the requester
+/// (`second_operator_required`), and `approval_needs_another_person` when the approver's current
+/// credential was issued by the requester, by a local actor, or before issuers were recorded: in
+/// each case the requester may hold that token. Rotating one's own token clears it.
+pub async fn require_second_person(ops: &Ops<'_>, approver: &Operator, requester: OperatorId) -> OpsResult<()> {
+    if approver.id == requester {
+        return Err(OpsError::forbidden(
+            "second_operator_required",
+            "this must be approved by an operator other than the one who requested it",
+        ));
+    }
+    let row = stored::get_operator(ops.db, approver.id).await?.ok_or_else(OpsError::unauthenticated)?;
+    let why = match row.credential_issued_by.map(OperatorId) {
+        Some(issuer) if issuer == requester => "your current token was issued by the operator who requested this",
+        Some(issuer) if issuer == LOCAL_ACTOR => {
+            "your current token was issued with database access only (operators create), which anyone with \
+             DATABASE_URL could do"
+        }
+        None => "your current token was issued before issuers were recorded",
+        Some(_) => return Ok(()),
+    };
+    Err(OpsError::forbidden(
+        "approval_needs_another_person",
+        format!(
+            "{why}, so it cannot stand for a second person. Rotate your own token \
+             (withdrawals operators rotate-token {}) or have an admin other than the requester issue it, then approve",
+            approver.id
+        ),
+    ))
 }

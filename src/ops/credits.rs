@@ -17,9 +17,10 @@ use uuid::Uuid;
 
 use super::acts::AccountCredit;
 use super::types::{CreditRequest, CreditView};
-use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult, Role};
-use crate::domain::{AccountId, Actor, Amount, Currency, IdempotencyKey, OperatorId};
+use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult};
+use crate::domain::{AccountId, Actor, Amount, Currency, IdempotencyKey};
 use crate::storage::accounts::{self, Credit, NewCredit};
+use crate::storage::credentials::{self, LOCAL_ACTOR};
 use crate::storage::DbTime;
 
 /// What a credit request came to.
@@ -30,17 +31,9 @@ pub struct Credited {
     pub replayed: bool,
 }
 
-/// The actor of a command run with only `DATABASE_URL` (`accounts create --fund`): whoever can
-/// open the database can do anything, so it acts as an admin; its audit rows name the reserved
-/// nil operator and `local:<os user>`.
-pub fn local_actor() -> Operator {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".to_owned());
-    Operator { id: OperatorId(Uuid::nil()), name: format!("local:{user}"), role: Role::Admin }
-}
-
 /// How a ledger entry names who put the money in.
 fn actor_of(operator: &Operator) -> String {
-    if operator.id.0.is_nil() {
+    if operator.id == LOCAL_ACTOR {
         operator.name.clone()
     } else {
         Actor::Operator(operator.id.to_string()).to_string()
@@ -86,9 +79,9 @@ pub async fn credit(
         if !accounts::account_exists(&mut tx, account).await? {
             return Err(OpsError::not_found());
         }
-        if operator.id.0.is_nil() {
+        if operator.id == LOCAL_ACTOR {
             // The audit row (a replay's too) names the reserved row.
-            accounts::ensure_local_operator_row(&mut tx).await?;
+            credentials::ensure_local_actor(&mut tx).await?;
         }
         if let Some(done) = replay(&mut tx, account, key, &fingerprint).await? {
             let replayed = Audited { parameters: json!({"credit_id": done.id}), ..audited.clone_shallow() };

@@ -6,7 +6,7 @@
 //! | route | role |
 //! |---|---|
 //! | `GET /ops/v1/review-decisions` (pending, oldest first) | viewer |
-//! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, not the requester |
+//! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, another person ([`super::credentials::require_second_person`]) |
 //! | `POST /ops/v1/withdrawals/{id}/decision/reject` `{reason}` | operator (the requester may withdraw it) |
 
 use serde_json::{json, Value};
@@ -163,12 +163,7 @@ async fn approve_checked(
     pending: &ReviewDecision,
     reason: &str,
 ) -> OpsResult<Decided> {
-    if pending.requested_by == operator.id {
-        return Err(OpsError::forbidden(
-            "second_operator_required",
-            "a decision must be approved by an operator other than the one who requested it",
-        ));
-    }
+    super::credentials::require_second_person(ops, operator, pending.requested_by).await?;
     let action = Decide::parse(&pending.action)?;
     let withdrawal = pending.withdrawal_id;
     let current = in_review(ops, withdrawal, pending.version).await?;

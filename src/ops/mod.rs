@@ -99,7 +99,13 @@ actions! {
     OperatorList => "operator.list", "operator", Admin, "all";
     OperatorDisable => "operator.disable", "operator", Admin, "";
     OperatorEnable => "operator.enable", "operator", Admin, "";
+    /// Another operator's token (marks the new one as issued by the caller: see
+    /// `credentials::require_second_person`).
     OperatorRotateToken => "operator.rotate_token", "operator", Admin, "";
+    /// One's own token: every role, so a person can make their credential their own.
+    OperatorRotateOwnToken => "operator.rotate_token", "operator", Viewer, "";
+    /// `operators create`, run with only DATABASE_URL, as the local actor.
+    OperatorCreate => "operator.create", "operator", Admin, "new";
     SettlementImport => "settlement.import", "settlement_report", Operator, "new";
     SettlementExceptionResolve => "settlement_exception.resolve", "settlement_exception", Operator, "";
     /// The kill switch (SPEC §8): admin only.

@@ -380,12 +380,7 @@ pub async fn control(
                 ok
             }
             ReplayControl::Approve => {
-                if run.started_by == operator.id {
-                    return Err(OpsError::forbidden(
-                        "second_operator_required",
-                        "a run must be approved by a different operator than the one who started it",
-                    ));
-                }
+                super::credentials::require_second_person(ops, operator, run.started_by).await?;
                 replays::set_status(&mut tx, id, ReplayAction::Approve, None, Some(operator.id)).await?
             }
         };

@@ -723,6 +723,13 @@ pub struct OperatorView {
     pub disabled_at: Option<DateTime<Utc>>,
     pub disabled_reason: Option<String>,
     pub token_rotated_at: Option<DateTime<Utc>>,
+    /// Who issued the current token (created, rotated, re-enabled): an operator's id, or the nil
+    /// id for a local actor (`DATABASE_URL` only); `None` if issued before this was recorded.
+    #[serde(default)]
+    pub credential_issued_by: Option<Uuid>,
+    /// The issuer's name then (`local:<os user>` for a local actor).
+    #[serde(default)]
+    pub credential_issuer_name: Option<String>,
     /// Console sessions a disable or rotation ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions_ended: Option<u64>,

@@ -181,26 +181,6 @@ pub async fn stored_credit(tx: &mut Tx, account: AccountId, key: &str) -> Result
     }))
 }
 
-/// The reserved operator row (the nil id) that audit rows name for a command run with only
-/// `DATABASE_URL` (`accounts create --fund`): disabled with an empty hash, so it never signs in.
-/// The same row as the two-person work's `storage::credentials::LOCAL_ACTOR` (issue 27).
-pub async fn ensure_local_operator_row(tx: &mut Tx) -> Result<()> {
-    let now = DbTime::now();
-    with_conn!(tx, |conn| {
-        sqlx::query(
-            "INSERT INTO operators (id, name, role, secret_hash, created_at, disabled_at, disabled_reason) \
-             VALUES ($1, 'local', 'viewer', $2, $3, $3, 'reserved: stands for commands run with only DATABASE_URL') \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(Uuid::nil())
-        .bind(Vec::<u8>::new())
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(())
-}
-
 /// Moves `amount` from available to held if the account has it, as writes of a larger batch:
 /// the conditional balance update (its count is the returned index; zero rows means
 /// insufficient funds, and the caller must then roll back) and the ledger entry. The update

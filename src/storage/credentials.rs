@@ -1,7 +1,8 @@
 //! Stored credentials: customer API keys and operator tokens, hashed (never the secret itself),
 //! and their lifecycle: several labelled keys per account, revoked with a reason; operators
 //! disabled and enabled with a reason, their token's hash replaced on rotation. Rows that list
-//! credentials never carry the hash.
+//! credentials never carry the hash. Every write of an operator's credential (create, rotate,
+//! re-enable) records who issued it ([`Issuer`]), for the two-person rule (SPEC §8).
 
 use uuid::Uuid;
 
@@ -49,10 +50,28 @@ pub struct OperatorRow {
     pub disabled_at: Option<DbTime>,
     pub disabled_reason: Option<String>,
     pub token_rotated_at: Option<DbTime>,
+    /// Who issued the current credential: an operator, or [`LOCAL_ACTOR`]; `None` before 0019.
+    pub credential_issued_by: Option<Uuid>,
+    /// The issuer's name when it was issued (`local:<os user>` for the local actor).
+    pub credential_issuer_name: Option<String>,
+}
+
+/// The reserved operator row that stands for a local actor: someone who ran a command with only
+/// `DATABASE_URL` (no token). Disabled, with an empty hash, so it can never sign in; audit rows
+/// and credential issuers name it (with the OS user) because they must name an operator row.
+pub const LOCAL_ACTOR: OperatorId = OperatorId(Uuid::nil());
+
+/// Who issued a credential: an operator's id, and their name then (for a local actor, the nil id
+/// and `local:<os user>`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issuer {
+    pub id: OperatorId,
+    pub name: String,
 }
 
 const KEY_COLUMNS: &str = "id, account_id, label, created_at, last_used_at, revoked_at, revoked_reason";
-const OPERATOR_COLUMNS: &str = "id, name, role, created_at, disabled_at, disabled_reason, token_rotated_at";
+const OPERATOR_COLUMNS: &str = "id, name, role, created_at, disabled_at, disabled_reason, token_rotated_at, \
+                                credential_issued_by, credential_issuer_name";
 
 pub async fn insert_api_key(
     tx: &mut Tx,
@@ -149,16 +168,49 @@ pub async fn revoke_api_key(tx: &mut Tx, key_id: ApiKeyId, reason: &str) -> Resu
     }))
 }
 
-pub async fn insert_operator(tx: &mut Tx, id: OperatorId, name: &str, role: &str, secret_hash: &[u8]) -> Result<()> {
+pub async fn insert_operator(
+    tx: &mut Tx,
+    id: OperatorId,
+    name: &str,
+    role: &str,
+    secret_hash: &[u8],
+    issuer: &Issuer,
+) -> Result<()> {
+    if issuer.id == LOCAL_ACTOR {
+        ensure_local_actor(tx).await?;
+    }
     with_conn!(tx, |conn| {
-        sqlx::query("INSERT INTO operators (id, name, role, secret_hash, created_at) VALUES ($1, $2, $3, $4, $5)")
-            .bind(id.0)
-            .bind(name)
-            .bind(role)
-            .bind(secret_hash)
-            .bind(DbTime::now())
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO operators (id, name, role, secret_hash, created_at, credential_issued_by, \
+             credential_issuer_name) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(id.0)
+        .bind(name)
+        .bind(role)
+        .bind(secret_hash)
+        .bind(DbTime::now())
+        .bind(issuer.id.0)
+        .bind(&issuer.name)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+/// Creates the [`LOCAL_ACTOR`] row if it is missing (disabled, an empty hash: it never signs in).
+pub async fn ensure_local_actor(tx: &mut Tx) -> Result<()> {
+    let now = DbTime::now();
+    with_conn!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO operators (id, name, role, secret_hash, created_at, disabled_at, disabled_reason) \
+             VALUES ($1, 'local', 'viewer', $2, $3, $3, 'reserved: stands for commands run with only DATABASE_URL') \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(LOCAL_ACTOR.0)
+        .bind(Vec::<u8>::new())
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
     });
     Ok(())
 }
@@ -206,9 +258,12 @@ pub async fn operator_names(
 /// Every operator, oldest first.
 pub async fn list_operators(db: &super::Db) -> Result<Vec<OperatorRow>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, OperatorRow>(&format!("SELECT {OPERATOR_COLUMNS} FROM operators ORDER BY created_at, id"))
-            .fetch_all(&mut *conn)
-            .await?
+        sqlx::query_as::<_, OperatorRow>(&format!(
+            "SELECT {OPERATOR_COLUMNS} FROM operators WHERE id <> $1 ORDER BY created_at, id"
+        ))
+        .bind(LOCAL_ACTOR.0)
+        .fetch_all(&mut *conn)
+        .await?
     }))
 }
 
@@ -259,29 +314,44 @@ pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Resu
     Ok(row.map(Disabled::Done).unwrap_or(Disabled::AlreadyDisabled))
 }
 
-/// Enables a disabled operator (the same token works again). `None` if not disabled or unknown.
-pub async fn enable_operator(tx: &mut Tx, id: OperatorId) -> Result<Option<OperatorRow>> {
+/// Enables a disabled operator (the same token works again): the token is issued anew by
+/// `issuer`, since whoever re-enables it decides that it counts again. `None` if not disabled,
+/// unknown, or the local actor's reserved row.
+pub async fn enable_operator(tx: &mut Tx, id: OperatorId, issuer: &Issuer) -> Result<Option<OperatorRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, OperatorRow>(&format!(
-            "UPDATE operators SET disabled_at = NULL, disabled_reason = NULL WHERE id = $1 AND disabled_at IS NOT NULL
+            "UPDATE operators SET disabled_at = NULL, disabled_reason = NULL, credential_issued_by = $2,
+             credential_issuer_name = $3 WHERE id = $1 AND disabled_at IS NOT NULL AND id <> $4
              RETURNING {OPERATOR_COLUMNS}"
         ))
         .bind(id.0)
+        .bind(issuer.id.0)
+        .bind(&issuer.name)
+        .bind(LOCAL_ACTOR.0)
         .fetch_optional(&mut *conn)
         .await?
     }))
 }
 
-/// Replaces an operator's token hash: the old token stops verifying with this commit. `None` if
-/// the operator is unknown.
-pub async fn rotate_operator_secret(tx: &mut Tx, id: OperatorId, secret_hash: &[u8]) -> Result<Option<OperatorRow>> {
+/// Replaces an operator's token hash, issued by `issuer`: the old token stops verifying with this
+/// commit. `None` if the operator is unknown (or the local actor's reserved row).
+pub async fn rotate_operator_secret(
+    tx: &mut Tx,
+    id: OperatorId,
+    secret_hash: &[u8],
+    issuer: &Issuer,
+) -> Result<Option<OperatorRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, OperatorRow>(&format!(
-            "UPDATE operators SET secret_hash = $2, token_rotated_at = $3 WHERE id = $1 RETURNING {OPERATOR_COLUMNS}"
+            "UPDATE operators SET secret_hash = $2, token_rotated_at = $3, credential_issued_by = $4,
+             credential_issuer_name = $5 WHERE id = $1 AND id <> $6 RETURNING {OPERATOR_COLUMNS}"
         ))
         .bind(id.0)
         .bind(secret_hash)
         .bind(DbTime::now())
+        .bind(issuer.id.0)
+        .bind(&issuer.name)
+        .bind(LOCAL_ACTOR.0)
         .fetch_optional(&mut *conn)
         .await?
     }))

@@ -11,7 +11,7 @@ use withdrawals::storage::accounts;
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
-use crate::harness::{problem_code, Backend, Customer, TestApp};
+use crate::harness::{operator_id, problem_code, Backend, Customer, TestApp};
 
 both_backends!(
     with = app_with_a_large_credit_limit;
@@ -230,9 +230,4 @@ async fn creating_a_funded_account_locally_is_a_credit_by_the_local_actor(app: T
     assert_eq!((rows[0].result.as_str(), rows[0].reason.as_str()), ("ok", "initial funding"));
     assert_eq!(rows[0].parameters.0["idempotency_key"], format!("account-create-{}", alice.account_id));
     app.assert_ledger_invariant().await;
-}
-
-fn operator_id(token: &str) -> uuid::Uuid {
-    use withdrawals::credentials::{parse, OPERATOR_TOKEN_PREFIX};
-    parse(OPERATOR_TOKEN_PREFIX, token).expect("an operator token").0
 }

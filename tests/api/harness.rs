@@ -164,7 +164,10 @@ impl TestApp {
 
     /// A new operator with `role`; returns its bearer token.
     pub async fn operator(&self, role: &str) -> String {
-        provisioning::create_operator(&self.db, &format!("{role} op"), role.parse().unwrap()).await.unwrap().token
+        provisioning::create_enrolled_operator(&self.db, &format!("{role} op"), role.parse().unwrap())
+            .await
+            .unwrap()
+            .token
     }
 
     /// Starts a worker against the app's own provider mock, with the test settings.
@@ -220,6 +223,12 @@ pub fn withdrawal_body(amount: &str) -> Value {
         "destination": {"type": "bank_account", "account_number": "12345678", "bank_code": "021000021"},
         "reference": "payout to savings"
     })
+}
+
+/// The operator id an operator token names (`wdo_<id>_<secret>`).
+pub fn operator_id(token: &str) -> uuid::Uuid {
+    use withdrawals::credentials::{parse, OPERATOR_TOKEN_PREFIX};
+    parse(OPERATOR_TOKEN_PREFIX, token).expect("an operator token").0
 }
 
 /// Reads a problem+json response and returns its `code`, checking the media type.

@@ -34,4 +34,5 @@ mod settlement;
 mod settlement_ui;
 mod text_inputs;
 mod transitions;
+mod two_person;
 mod validation;

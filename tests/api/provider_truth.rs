@@ -517,10 +517,11 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
     let retried =
         resolve(&app, id, &operator, json!({"action": "retry", "reason": "B retries", "version": version})).await;
     assert_eq!(retried.status(), 200);
-    let requester = withdrawals::provisioning::create_operator(&app.db, "A", withdrawals::domain::Role::Operator)
-        .await
-        .unwrap()
-        .operator_id;
+    let requester =
+        withdrawals::provisioning::create_enrolled_operator(&app.db, "A", withdrawals::domain::Role::Operator)
+            .await
+            .unwrap()
+            .operator_id;
     let decision = |version: i64| ReviewDecision {
         id: withdrawals::domain::DecisionId::new(),
         withdrawal_id: id,

@@ -28,6 +28,7 @@ both_backends!(
     a_run_whose_jobs_keep_dead_lettering_pauses_itself,
     two_concurrent_replays_of_one_dead_letter_replay_it_once,
     a_large_run_waits_for_a_second_operators_approval,
+    a_large_run_is_not_approved_with_a_token_its_starter_issued,
     a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cannot_be_upgraded,
     an_operator_replays_within_limits_and_an_admin_beyond_them,
     replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays_each_withdrawal_once,
@@ -329,8 +330,10 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     config.replay.approval_threshold = 2;
     let strict = crate::harness::serve_extra(&app, config).await;
     let admin = withdrawals::domain::Role::Admin;
-    let starter = withdrawals::provisioning::create_operator(&app.db, "Ada Starter", admin).await.unwrap().token;
-    let approver = withdrawals::provisioning::create_operator(&app.db, "Grace Approver", admin).await.unwrap().token;
+    let starter =
+        withdrawals::provisioning::create_enrolled_operator(&app.db, "Ada Starter", admin).await.unwrap().token;
+    let approver =
+        withdrawals::provisioning::create_enrolled_operator(&app.db, "Grace Approver", admin).await.unwrap().token;
 
     let run: Value =
         post_to(&strict, "/ops/v1/replays", &starter, start_body(&letters, 20)).await.json().await.unwrap();
@@ -389,6 +392,50 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
         actions,
         [("replay.approve", "ok"), ("replay.approve", "second_operator_required"), ("replay.start", "ok")]
     );
+}
+
+/// Issue 27: the same two-person rule as review decisions — a token the starter issued (here by
+/// rotating it) is not a second person; an admin who issued nothing is.
+async fn a_large_run_is_not_approved_with_a_token_its_starter_issued(app: TestApp) {
+    let ids = rejected(&app, 3).await;
+    let letters = letters_of(&app, &ids).await;
+    let mut config = AppConfig::default();
+    config.replay.approval_threshold = 2;
+    let strict = crate::harness::serve_extra(&app, config).await;
+    let (a, b, c) = (app.operator("admin").await, app.operator("admin").await, app.operator("admin").await);
+    let run: Value = post_to(&strict, "/ops/v1/replays", &a, start_body(&letters, 20)).await.json().await.unwrap();
+    assert_eq!(run["status"], "awaiting_approval");
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let b_id = crate::harness::operator_id(&b);
+    let rotated: Value =
+        post_to(&strict, &format!("/ops/v1/operators/{b_id}/rotate-token"), &a, json!({})).await.json().await.unwrap();
+    let b_by_a = rotated["token"].as_str().unwrap();
+
+    let refused =
+        post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), b_by_a, json!({"reason": "looks fine"})).await;
+
+    let (status, code, _) = problem_code(refused).await;
+    assert_eq!((status, code.as_str()), (403, "approval_needs_another_person"));
+    let shown = run_status(&app, &run_id, &c).await;
+    assert_eq!(
+        (shown["status"].as_str(), shown["progress"]["released"].as_i64()),
+        (Some("awaiting_approval"), Some(0))
+    );
+    let approved =
+        post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), &c, json!({"reason": "checked"})).await;
+    assert_eq!(approved.status(), 200);
+    wait_run(&app, &run_id, &c, "completed").await;
+    let actions: Vec<(String, String)> =
+        run_audit(&app, &run_id).await.into_iter().map(|(action, _, result)| (action, result)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("replay.approve".to_owned(), "ok".to_owned()),
+            ("replay.approve".to_owned(), "approval_needs_another_person".to_owned()),
+            ("replay.start".to_owned(), "ok".to_owned()),
+        ]
+    );
+    app.assert_ledger_invariant().await;
 }
 
 async fn post_to(base: &str, path: &str, token: &str, body: Value) -> reqwest::Response {

@@ -74,7 +74,8 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
 async fn operator(app: &TestApp) -> OperatorId {
     let id = OperatorId::new();
     let mut tx = app.db.begin().await.unwrap();
-    credentials::insert_operator(&mut tx, id, &format!("op-{id}"), "admin", b"hash").await.unwrap();
+    let issuer = credentials::Issuer { id, name: format!("op-{id}") };
+    credentials::insert_operator(&mut tx, id, &format!("op-{id}"), "admin", b"hash", &issuer).await.unwrap();
     tx.commit().await.unwrap();
     id
 }

@@ -1,6 +1,8 @@
-//! The credential routes (admin only): API keys per account, operators and their tokens.
+//! The credential routes (admin only, but any role may rotate its own token): API keys per account,
+//! operators and their tokens. The rotation route lets every role in; `ops::credentials::rotate_token`
+//! refuses another's token below admin.
 
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -10,7 +12,7 @@ use crate::domain::{AccountId, OperatorId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{
-    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateToken,
+    ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateOwnToken,
 };
 use crate::ops::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
 use crate::ops::{self};
@@ -77,11 +79,17 @@ async fn enable(
     Ok(Json(ops::credentials::enable(&state.ops(), &operator, OperatorId(target), req).await?))
 }
 
+/// Every role gets in (one's own token); whether the path names the caller decides the role
+/// needed, so it is checked here, after the path and before the body.
 async fn rotate_token(
     State(state): State<AppState>,
-    Authorized(operator, _): Authorized<OperatorRotateToken>,
+    Authorized(operator, _): Authorized<OperatorRotateOwnToken>,
     PathId(target): PathId,
-    OpsJson(req): OpsJson<OptionalReason>,
+    request: Request,
 ) -> Result<Json<OperatorView>, ApiError> {
-    Ok(Json(ops::credentials::rotate_token(&state.ops(), &operator, OperatorId(target), req).await?))
+    let (ops, target) = (state.ops(), OperatorId(target));
+    ops::credentials::authorize_rotation(&ops, &operator, target).await?;
+    // The body is read only now: a caller refused for the role never has it judged (or audited).
+    let OpsJson(req) = OpsJson::<OptionalReason>::from_request(request, &state).await?;
+    Ok(Json(ops::credentials::rotate_token(&ops, &operator, target, req).await?))
 }
