@@ -228,6 +228,8 @@ pub struct ServeArgs {
     pub tuning: WorkerTuning,
     #[command(flatten)]
     pub server: crate::http::limits::ServerLimits,
+    #[command(flatten)]
+    pub auth_failures: crate::config::AuthFailureSettings,
 }
 
 /// The worker's clocks. The defaults suit production; tests and the chaos run shorten them.
@@ -503,6 +505,7 @@ impl ServeArgs {
         config.replay.approval_threshold = self.replay_approval_threshold.max(1);
         config.console.session_ttl = chrono::TimeDelta::hours(self.console_session_hours.clamp(1, 24 * 7));
         config.console.secure_cookie = self.console_secure_cookie;
+        config.auth_failures = self.auth_failures;
         config.review.approval_thresholds =
             AmountLimits::parse(&self.review_approval_threshold, self.review_approval_default)
                 .map_err(|e| anyhow::anyhow!("REVIEW_APPROVAL_THRESHOLD: {e}"))?;

@@ -66,6 +66,46 @@ pub struct AppConfig {
     /// How often every process obeys the stored breaker overrides and reports its breaker
     /// (`BREAKER_SYNC_MS`, default 5 s); a report older than three of these is a stopped process.
     pub breaker_sync: std::time::Duration,
+    /// How failed authentications are slowed per source (issue 27).
+    pub auth_failures: AuthFailureSettings,
+}
+
+/// Failed authentications one source may make at once before it is slowed.
+pub const DEFAULT_AUTH_FAILURE_BURST: u32 = 10;
+/// After the burst, how many more failures a minute a source may make.
+pub const DEFAULT_AUTH_FAILURES_PER_MINUTE: u32 = 6;
+
+/// The per-source limit on failed authentication (an API key, an operator token, a console
+/// sign-in): a source that fails `burst` times is answered 429 `too_many_auth_failures` with
+/// `Retry-After`, before its credential is checked, until it earns another try (`per_minute`).
+/// Successful authentications cost nothing. The source is the peer address (an IPv6 address by
+/// its /64), or the last `X-Forwarded-For` entry when `trust_forwarded_for` says a proxy that
+/// appends it is in front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct AuthFailureSettings {
+    /// Failed authentications one client address may make at once before it is answered 429.
+    #[arg(long = "auth-failure-burst", env = "AUTH_FAILURE_BURST", default_value_t = DEFAULT_AUTH_FAILURE_BURST,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub burst: u32,
+    /// After the burst, failed authentications a minute one client address may make.
+    #[arg(long = "auth-failures-per-minute", env = "AUTH_FAILURES_PER_MINUTE",
+          default_value_t = DEFAULT_AUTH_FAILURES_PER_MINUTE, value_parser = clap::value_parser!(u32).range(1..))]
+    pub per_minute: u32,
+    /// Take the client address from the last `X-Forwarded-For` entry: only behind a proxy that
+    /// appends the address it saw (otherwise a client chooses its own address).
+    #[arg(long = "auth-trust-forwarded-for", env = "AUTH_TRUST_FORWARDED_FOR", default_value_t = false,
+          action = clap::ArgAction::Set)]
+    pub trust_forwarded_for: bool,
+}
+
+impl Default for AuthFailureSettings {
+    fn default() -> Self {
+        Self {
+            burst: DEFAULT_AUTH_FAILURE_BURST,
+            per_minute: DEFAULT_AUTH_FAILURES_PER_MINUTE,
+            trust_forwarded_for: false,
+        }
+    }
 }
 
 /// Settlement reconciliation: the grace days before a completed withdrawal no report shows paid
@@ -141,6 +181,7 @@ impl Default for AppConfig {
             settlement: SettlementSettings::default(),
             job_retention: TimeDelta::days(7),
             breaker_sync: std::time::Duration::from_secs(5),
+            auth_failures: AuthFailureSettings::default(),
         }
     }
 }

@@ -259,7 +259,17 @@ impl Application {
                 tracing::info!(addr = %listener.local_addr()?, "metrics listening");
                 Some(listener)
             }
-            None => None,
+            None => {
+                // A worker's metrics (its breaker, job attempts and retries, dead letters,
+                // provider latency) live only in its own process: without a listener nobody sees
+                // them, and no page about its work can fire.
+                if settings.role == Role::Worker {
+                    tracing::warn!(
+                        "METRICS_BIND is not set: this worker process serves no /metrics, so its breaker, jobs, dead letters and provider latency cannot be scraped; set METRICS_BIND (e.g. 0.0.0.0:9091)"
+                    );
+                }
+                None
+            }
         };
         let mut api = None;
         if settings.role != Role::Worker {

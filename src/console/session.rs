@@ -8,7 +8,7 @@
 
 use axum::extract::{FromRequest, FromRequestParts, Query, RawForm, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use axum_extra::extract::cookie::{Cookie, CookieJar, SameSite};
@@ -26,8 +26,9 @@ use super::views::{self, page_without_nav, Banner};
 use crate::credentials;
 use crate::domain::input_text;
 use crate::domain::OperatorId;
-use crate::http::AppState;
-use crate::ops::{authenticate, Audited, Operator, Role};
+use crate::http::{public_prefix, AppState};
+use crate::metrics::AuthSurface;
+use crate::ops::{check_token, Audited, Operator, Role};
 use crate::storage::{sessions, DbTime};
 
 pub const SESSION_COOKIE: &str = "wd_console";
@@ -256,6 +257,7 @@ pub struct SignInForm {
 pub async fn sign_in(
     State(state): State<AppState>,
     headers: HeaderMap,
+    extensions: Extensions,
     jar: CookieJar,
     Form(form): Form<SignInForm>,
 ) -> Response {
@@ -265,11 +267,34 @@ pub async fn sign_in(
         let banner = Banner::error("The sign-in form had expired or did not come from this console. Try again.");
         return sign_in_page(&state, &headers, form.next.as_deref(), Some(banner), StatusCode::FORBIDDEN);
     }
-    let operator = match authenticate(state.db(), form.token.as_deref().unwrap_or("").trim()).await {
+    // Failed sign-ins are counted and slowed per source like failed API credentials (issue 27);
+    // an empty form guesses nothing and is only refused.
+    let token = form.token.as_deref().unwrap_or("").trim();
+    let guard = state.auth_guard();
+    let source = guard.source(&headers, &extensions);
+    if let Err(wait) = guard.admit(source) {
+        return too_many_failures(wait);
+    }
+    let refused = match check_token(state.db(), token).await {
+        Ok(Ok(operator)) => Ok(operator),
+        Ok(Err(reason)) if !token.is_empty() => {
+            let prefix = public_prefix(credentials::OPERATOR_TOKEN_PREFIX, token);
+            guard.failed(AuthSurface::Console, source, prefix.as_deref(), reason);
+            Err(StatusCode::UNAUTHORIZED)
+        }
+        Ok(Err(_)) => Err(StatusCode::UNAUTHORIZED),
+        Err(err) => {
+            if let crate::ops::OpsError::Internal(err) = err {
+                tracing::error!(error = format!("{err:#}"), "cannot check a console sign-in");
+            }
+            Err(StatusCode::SERVICE_UNAVAILABLE)
+        }
+    };
+    let operator = match refused {
         Ok(operator) => operator,
-        Err(_) => {
+        Err(status) => {
             let banner = Banner::error("That token is not a valid, enabled operator token.");
-            return sign_in_page(&state, &headers, form.next.as_deref(), Some(banner), StatusCode::UNAUTHORIZED);
+            return sign_in_page(&state, &headers, form.next.as_deref(), Some(banner), status);
         }
     };
     let ttl = state.config().console.session_ttl;
@@ -309,6 +334,18 @@ pub async fn sign_in(
     let jar =
         jar.remove(Cookie::build(SIGN_IN_COOKIE).path("/ops")).add(cookie(SESSION_COOKIE, issued.token, secure, ttl));
     (jar, Redirect::to(&safe_next(form.next.as_deref()))).into_response()
+}
+
+/// 429 with `Retry-After`: this address failed to sign in too often and is not heard until then.
+fn too_many_failures(wait: std::time::Duration) -> Response {
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+    let mut response = views::refused(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too many failed sign-ins",
+        &format!("Too many failed sign-ins came from this address. Try again in {secs} seconds."),
+    );
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+    response
 }
 
 /// A form with no fields of its own (only the token).

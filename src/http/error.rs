@@ -29,6 +29,9 @@ pub struct Problem {
     /// The request field at fault, as a dotted path, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// Sent as `Retry-After` (seconds), not in the body: when the caller may try again.
+    #[serde(skip)]
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -40,6 +43,7 @@ impl ApiError {
             detail: detail.into(),
             code: code.to_owned(),
             field: None,
+            retry_after_secs: None,
         }))
     }
 
@@ -60,6 +64,21 @@ impl ApiError {
 
     pub fn unauthorized() -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer credential is required")
+    }
+
+    /// 429 `too_many_auth_failures` with `Retry-After`: this source failed to authenticate too
+    /// often, and is not heard until then (its credential is not even checked).
+    pub fn too_many_auth_failures(retry_after: std::time::Duration) -> Self {
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut error = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_auth_failures",
+            format!("too many failed authentications from this address; try again in {secs} s"),
+        );
+        if let ApiError::Problem(p) = &mut error {
+            p.retry_after_secs = Some(secs.max(1));
+        }
+        error
     }
 }
 
@@ -106,6 +125,9 @@ pub fn problem_response(problem: &Problem) -> Response {
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    if let Some(secs) = problem.retry_after_secs {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }

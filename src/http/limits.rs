@@ -207,7 +207,16 @@ pub async fn serve_router(
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let (conn, slot) = accepted.serve(TowerToHyperService::new(router.clone()));
+        // The peer's address reaches the handlers as `ConnectInfo` (the failed-authentication
+        // limit is per source).
+        let peer = axum::extract::ConnectInfo(accepted.remote_addr());
+        let service = tower::ServiceBuilder::new()
+            .map_request(move |mut request: axum::extract::Request<_>| {
+                request.extensions_mut().insert(peer);
+                request
+            })
+            .service(router.clone());
+        let (conn, slot) = accepted.serve(TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(err) = conn.await {

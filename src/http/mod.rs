@@ -9,7 +9,7 @@
 //! root ([`crate::startup`]) merges it, the customer API and the operator API.
 
 mod auth;
-pub use auth::bearer;
+pub use auth::{bearer, public_prefix, AuthGuard};
 mod balances;
 pub mod correlation;
 pub mod error;
@@ -45,15 +45,23 @@ struct Inner {
     /// The provider and breaker, when this process has them (operators check provider
     /// references against it and read breaker state).
     gateway: Option<crate::provider::Gateway>,
+    /// Failed authentication, counted and slowed per source (one budget for every surface).
+    auth: AuthGuard,
 }
 
 impl AppState {
     pub fn new(db: Db, config: AppConfig) -> Self {
-        Self(Arc::new(Inner { db, config, gateway: None }))
+        let auth = AuthGuard::new(config.auth_failures);
+        Self(Arc::new(Inner { db, config, gateway: None, auth }))
     }
 
     pub fn with_gateway(db: Db, config: AppConfig, gateway: crate::provider::Gateway) -> Self {
-        Self(Arc::new(Inner { db, config, gateway: Some(gateway) }))
+        let auth = AuthGuard::new(config.auth_failures);
+        Self(Arc::new(Inner { db, config, gateway: Some(gateway), auth }))
+    }
+
+    pub fn auth_guard(&self) -> &AuthGuard {
+        &self.0.auth
     }
 
     pub fn gateway(&self) -> Option<&crate::provider::Gateway> {

@@ -30,15 +30,54 @@ impl Operator {
     }
 }
 
+/// Why a presented credential was refused: logged and counted (issue 27), never told to the
+/// caller, who gets the same 401 for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialRefusal {
+    /// Not `<prefix>_<id>_<secret>` (another kind of credential, a typo, a guess).
+    Malformed,
+    /// No credential has that id.
+    Unknown,
+    /// An API key that was revoked.
+    Revoked,
+    /// An operator who was disabled (or whose stored role is not one we know).
+    Disabled,
+    /// The id exists and the secret is wrong.
+    WrongSecret,
+}
+
+impl CredentialRefusal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialRefusal::Malformed => "malformed",
+            CredentialRefusal::Unknown => "unknown",
+            CredentialRefusal::Revoked => "revoked",
+            CredentialRefusal::Disabled => "disabled",
+            CredentialRefusal::WrongSecret => "wrong_secret",
+        }
+    }
+}
+
 /// Checks an operator token (`wdo_<id>_<secret>`): hashed, compared in constant time, disabled
 /// operators refused.
 pub async fn authenticate(db: &Db, token: &str) -> OpsResult<Operator> {
-    let (id, secret) =
-        credentials::parse(credentials::OPERATOR_TOKEN_PREFIX, token).ok_or_else(OpsError::unauthenticated)?;
-    let stored = find_operator(db, OperatorId(id)).await?.ok_or_else(OpsError::unauthenticated)?;
-    if stored.disabled_at.is_some() || !credentials::verify(secret, &stored.secret_hash) {
-        return Err(OpsError::unauthenticated());
+    check_token(db, token).await?.map_err(|_| OpsError::unauthenticated())
+}
+
+/// [`authenticate`], saying why a token is refused (the outer error is the database's).
+pub async fn check_token(db: &Db, token: &str) -> OpsResult<Result<Operator, CredentialRefusal>> {
+    let Some((id, secret)) = credentials::parse(credentials::OPERATOR_TOKEN_PREFIX, token) else {
+        return Ok(Err(CredentialRefusal::Malformed));
+    };
+    let Some(stored) = find_operator(db, OperatorId(id)).await? else {
+        return Ok(Err(CredentialRefusal::Unknown));
+    };
+    if !credentials::verify(secret, &stored.secret_hash) {
+        return Ok(Err(CredentialRefusal::WrongSecret));
     }
-    let role = Role::parse(&stored.role).ok_or_else(OpsError::unauthenticated)?;
-    Ok(Operator { id: OperatorId(stored.id), name: stored.name, role })
+    let role = Role::parse(&stored.role);
+    Ok(match (stored.disabled_at, role) {
+        (None, Some(role)) => Ok(Operator { id: OperatorId(stored.id), name: stored.name, role }),
+        _ => Err(CredentialRefusal::Disabled),
+    })
 }

@@ -27,7 +27,7 @@ pub use crate::config::ReplaySettings;
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use auth::{authenticate, Operator, Role};
+pub use auth::{authenticate, check_token, CredentialRefusal, Operator, Role};
 pub use error::{OpsError, OpsResult, Refusal, RefusalKind};
 
 use crate::config::AppConfig;

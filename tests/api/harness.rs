@@ -116,9 +116,18 @@ pub async fn fresh_database(backend: Backend) -> (String, Option<tempfile::TempD
     }
 }
 
+/// The default settings, but a failed-authentication budget no scenario spends: every request of a
+/// test comes from 127.0.0.1, and the role tables make dozens of refused requests on purpose. The
+/// limiter's own scenarios set theirs (`tests/api/auth_failures.rs`).
+pub fn test_config() -> AppConfig {
+    let mut config = AppConfig::default();
+    config.auth_failures.burst = 100_000;
+    config
+}
+
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
-        Self::spawn_with(backend, AppConfig::default()).await
+        Self::spawn_with(backend, test_config()).await
     }
 
     pub async fn spawn_with(backend: Backend, config: AppConfig) -> TestApp {

@@ -5,6 +5,7 @@ mod browser;
 mod harness;
 
 mod access;
+mod auth_failures;
 mod breakers;
 mod chaos;
 mod cli;

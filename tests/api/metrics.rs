@@ -1,11 +1,18 @@
 //! `/metrics` (SPEC §9): what happened is a metric before it is an incident.
+//!
+//! The recorder is process-wide and every test of this binary writes it at once: a refresh from
+//! another test's database sets the same gauges a moment later. So these scenarios never read a
+//! database gauge back from `/metrics` (issue 27, "process-global metric gauges race"): a refresh
+//! returns what it read from *this* test's database ([`DatabaseGauges`]), and its export is
+//! rendered through a recorder of the test's own ([`rendered`]). Counters are read from `/metrics`
+//! only as "grew by at least this test's events", which holds whatever runs beside it.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use withdrawals::domain::settlement::ExceptionKind;
 use withdrawals::domain::WithdrawalStatus;
+use withdrawals::metrics::{DatabaseGauges, LedgerCheck};
 use withdrawals::storage::settlement::{self as settlement_store, NewException};
 
 use crate::both_backends;
@@ -15,7 +22,18 @@ both_backends!(
     payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text,
     every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show,
     the_every_tick_state_counts_read_only_the_moving_states_and_agree_with_the_full_count,
+    a_ledger_check_that_cannot_run_exports_ledger_check_failing_not_zero_violations,
+    a_worker_started_without_metrics_bind_says_so_at_start,
 );
+
+/// The Prometheus text of what `export` records, through a recorder of this test's own (no other
+/// test writes it).
+fn rendered(export: impl FnOnce()) -> String {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, export);
+    handle.render()
+}
 
 /// The value of the first sample whose line starts with `prefix` (metric name plus labels).
 fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -33,10 +51,10 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     let rejected = app.create_withdrawal(&alice, "rejected", "10.00").await;
     app.wait_for_status(rejected, WithdrawalStatus::RequiresReview, std::time::Duration::from_secs(20)).await;
 
-    let _gauges = database_gauges_exclusive().await;
-    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    let gauges = withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
     let text = app.metrics().send().await.unwrap().text().await.unwrap();
 
+    // Counters only grow: at least this test's events, whatever else runs.
     for (prefix, what) in [
         ("withdrawals_created_total{currency=\"USD\"}", "creations"),
         ("withdrawal_transitions_total{from=\"processing\",to=\"completed\"}", "transitions by from/to"),
@@ -48,52 +66,50 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
             "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"dependency_rejected\",error_code=\"invalid_account\"}",
             "dead-letter arrivals",
         ),
-        ("withdrawals_by_state{state=\"completed\"}", "withdrawals by state"),
-        ("withdrawals_by_state{state=\"requires_review\"}", "the review queue"),
-        ("dead_letters_open", "open dead-letter depth"),
     ] {
         let value = sample(&text, prefix).unwrap_or_else(|| panic!("{what}: no `{prefix}` in\n{text}"));
         assert!(value >= 1.0, "{what}: {prefix} = {value}");
     }
-    assert!(sample(&text, "withdrawals_oldest_in_state_seconds{state=\"requires_review\"}").is_some());
-    assert!(sample(&text, "dead_letters_oldest_open_seconds").is_some());
-}
-
-/// Database gauges are process-wide and each scenario here sets them from its own database: one
-/// refresh-and-read at a time, so one app's zeros are not read as another's counts (and one
-/// backend's open exception not as the other's). Tests elsewhere that refresh only ever write
-/// zeros to the settlement gauges, which the polling below rides over.
-async fn database_gauges_exclusive() -> tokio::sync::MutexGuard<'static, ()> {
-    static LOCK: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::Mutex::new(())).lock().await
-}
-
-/// Refreshes the database gauges and scrapes until `prefix` reads a value `accept`s.
-async fn refreshed_until(app: &TestApp, prefix: &str, accept: impl Fn(f64) -> bool) -> f64 {
-    app.eventually(&format!("`{prefix}` to change"), Duration::from_secs(10), || async {
-        withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
-        let text = app.metrics().send().await.unwrap().text().await.unwrap();
-        sample(&text, prefix).filter(|v| accept(*v))
-    })
-    .await
+    // The database gauges: this database's answer, exactly, and how it is exported.
+    let count = |state: WithdrawalStatus| gauges.withdrawals.iter().find(|(s, _, _)| *s == state).map(|(_, c, _)| *c);
+    assert_eq!(count(WithdrawalStatus::Completed), Some(1));
+    assert_eq!(count(WithdrawalStatus::RequiresReview), Some(1));
+    assert_eq!(gauges.dead_letters_open, 1);
+    let exported = rendered(|| gauges.export());
+    for line in [
+        "withdrawals_by_state{state=\"completed\"} 1",
+        "withdrawals_by_state{state=\"requires_review\"} 1",
+        "withdrawals_by_state{state=\"pending\"} 0",
+        "dead_letters_open 1",
+        "jobs_due{queue=\"reconciliation\"} 0",
+    ] {
+        assert!(exported.lines().any(|l| l == line), "no `{line}` in\n{exported}");
+    }
+    assert!(sample(&exported, "withdrawals_oldest_in_state_seconds{state=\"requires_review\"}").is_some());
+    assert!(sample(&exported, "dead_letters_oldest_open_seconds").is_some());
+    // And the process-wide families exist on `/metrics`.
+    for family in ["withdrawals_by_state{", "dead_letters_open ", "ledger_check_failing ", "auth_failures_total{"] {
+        assert!(text.lines().any(|l| l.starts_with(family)), "no `{family}` on /metrics:\n{text}");
+    }
 }
 
 fn open_gauge(kind: ExceptionKind) -> String {
     format!("settlement_exceptions_open{{kind=\"{}\"}}", kind.as_str())
 }
 
-async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show(app: TestApp) {
-    let _one_at_a_time = database_gauges_exclusive().await;
-    // The app installs the recorder in its own task; a gauge set before that would be lost.
-    withdrawals::metrics::install();
+fn age_gauge(kind: ExceptionKind) -> String {
+    format!("settlement_exception_oldest_open_age_seconds{{kind=\"{}\"}}", kind.as_str())
+}
 
-    // A fresh service: every kind exists, at zero, and so does the oldest age.
-    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
-    let text = app.metrics().send().await.unwrap().text().await.unwrap();
+async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its_count_and_age_show(app: TestApp) {
+    // A fresh service: every kind exists, at zero, with a zero age.
+    let gauges = DatabaseGauges::read(&app.db, false).await.unwrap();
+    assert_eq!(gauges.settlement_exceptions.len(), ExceptionKind::ALL.len());
+    let text = rendered(|| gauges.export());
     for kind in ExceptionKind::ALL {
         assert_eq!(sample(&text, &open_gauge(kind)), Some(0.0), "{kind}: no zero sample in\n{text}");
+        assert_eq!(sample(&text, &age_gauge(kind)), Some(0.0), "{kind}: no zero age in\n{text}");
     }
-    assert_eq!(sample(&text, "settlement_exception_oldest_open_age_seconds "), Some(0.0));
 
     // One unknown transfer opens, two days ago.
     let evidence = serde_json::json!({"source": "test"});
@@ -122,13 +138,14 @@ async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its
     ))
     .await;
 
-    let open = refreshed_until(&app, &open_gauge(ExceptionKind::UnknownTransfer), |v| v == 1.0).await;
-    assert_eq!(open, 1.0);
-    let age = refreshed_until(&app, "settlement_exception_oldest_open_age_seconds ", |v| v > 0.0).await;
+    let gauges = DatabaseGauges::read(&app.db, false).await.unwrap();
+    let text = rendered(|| gauges.export());
+    assert_eq!(sample(&text, &open_gauge(ExceptionKind::UnknownTransfer)), Some(1.0));
+    let age = sample(&text, &age_gauge(ExceptionKind::UnknownTransfer)).unwrap();
     assert!((2.0 * 86_400.0..3.0 * 86_400.0).contains(&age), "oldest open age {age} s, opened two days ago");
-    let text = app.metrics().send().await.unwrap().text().await.unwrap();
     for kind in ExceptionKind::ALL.into_iter().filter(|k| *k != ExceptionKind::UnknownTransfer) {
         assert_eq!(sample(&text, &open_gauge(kind)), Some(0.0), "{kind} stays at zero");
+        assert_eq!(sample(&text, &age_gauge(kind)), Some(0.0), "{kind}'s age stays at zero: the page reads it by kind");
     }
 }
 
@@ -167,4 +184,70 @@ async fn the_every_tick_state_counts_read_only_the_moving_states_and_agree_with_
         [("pending", 2), ("requires_review", 1)],
         "only the moving states, counted"
     );
+}
+
+/// Issue 27: a ledger check whose query fails is exported as `ledger_check_failing 1`, and leaves
+/// `ledger_invariant_violations` unwritten (its last answer), never "0 violations".
+async fn a_ledger_check_that_cannot_run_exports_ledger_check_failing_not_zero_violations(app: TestApp) {
+    let alice = app.customer("10.00").await;
+    app.create_withdrawal(&alice, "held", "1.00").await;
+    let checked = LedgerCheck::run(&app.db).await;
+    assert!(matches!(checked, LedgerCheck::Checked { differences: 0 }), "{checked:?}");
+    let text = rendered(|| checked.export());
+    assert_eq!(sample(&text, "ledger_check_failing "), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "ledger_invariant_violations "), Some(0.0), "{text}");
+
+    // The ledger cannot be read any more (here: its table is gone).
+    app.execute_raw("ALTER TABLE ledger_entries RENAME TO ledger_entries_gone").await;
+    let failed = LedgerCheck::run(&app.db).await;
+    assert!(matches!(failed, LedgerCheck::Failed(_)), "{failed:?}");
+    let text = rendered(|| failed.export());
+    assert_eq!(sample(&text, "ledger_check_failing "), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "ledger_invariant_violations "), None, "no answer is not 0 violations:\n{text}");
+    assert!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.is_err(), "the refresher's check says it failed");
+    app.execute_raw("ALTER TABLE ledger_entries_gone RENAME TO ledger_entries").await;
+    app.assert_ledger_invariant().await;
+}
+
+/// Issue 27: a worker-only process without `METRICS_BIND` serves no `/metrics` at all; it says so
+/// in a warn line when it starts.
+async fn a_worker_started_without_metrics_bind_says_so_at_start(app: TestApp) {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(["worker", "--log-format", "json"])
+        .env("DATABASE_URL", &app.database_url)
+        .env("PROVIDER_URL", app.provider.mock.url())
+        .env("PROVIDER_API_KEY", "test-provider-key")
+        .env_remove("METRICS_BIND")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = worker.stderr.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut warned = None;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match seen.recv_timeout(left) {
+            Ok(line) if line.contains("METRICS_BIND is not set") => {
+                warned = Some(line);
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    let line: serde_json::Value = serde_json::from_str(&warned.expect("a warn line about METRICS_BIND")).unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
 }

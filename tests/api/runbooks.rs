@@ -180,9 +180,13 @@ fn metric_names(expr: &str) -> Vec<String> {
             i += 1;
         }
         let word: String = chars[start..i].iter().collect();
+        // The unit of a duration (`offset 10m`, `4 * 3600`) follows a digit.
+        if start > 0 && chars[start - 1].is_ascii_digit() {
+            continue;
+        }
         let next = chars[i..].iter().find(|c| !c.is_whitespace());
         let is_call = next == Some(&'(');
-        let keyword = matches!(word.as_str(), "and" | "or" | "unless" | "bool")
+        let keyword = matches!(word.as_str(), "and" | "or" | "unless" | "bool" | "offset")
             || matches!(
                 word.as_str(),
                 "sum" | "min" | "max" | "avg" | "count" | "group" | "topk" | "bottomk" | "quantile"
@@ -234,6 +238,8 @@ fn every_alert_has_a_severity_a_summary_a_runbook_page_and_known_metrics() {
         "jobs_due",
         "ledger_invariant_violations",
         "settlement_exception_oldest_open_age_seconds",
+        "ledger_check_failing",
+        "auth_failures_total",
     ];
     for subject in subjects {
         assert!(rules.iter().any(|r| r.expr.contains(subject)), "no alert reads {subject}");
@@ -348,6 +354,56 @@ fn the_on_call_pages_show_the_kill_switch_reconcile_now_and_the_archive() {
         let commands = shown(name);
         for command in wanted {
             assert!(commands.contains(command), "{name} does not show `{command}`:\n{commands}");
+        }
+    }
+}
+
+/// The triage table of `dead-letter-triage.md` has one row per dead-letter category the domain
+/// knows, and no other: a category added without its next action fails here (issue 27 found
+/// `provider_mismatch` and `infrastructure` missing).
+#[test]
+fn the_triage_table_has_a_row_for_every_dead_letter_category() {
+    use withdrawals::domain::Category;
+
+    let text = std::fs::read_to_string(runbooks_dir().join("dead-letter-triage.md")).unwrap();
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| category |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .collect();
+    let mut listed: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            row.trim_start_matches('|').split('|').next().unwrap_or_default().trim().trim_matches('`').to_owned()
+        })
+        .collect();
+    listed.sort();
+    let mut known: Vec<String> = Category::ALL.iter().map(|c| c.as_str().to_owned()).collect();
+    known.sort();
+    assert_eq!(listed, known, "the triage table's categories against the domain's");
+}
+
+/// Every counter page reads a series' first sample (issue 27): an `increase()` of a counter in a
+/// `page` rule comes with the `unless last_over_time(… offset …)` half that sees a new series.
+#[test]
+fn every_counter_page_also_counts_a_new_series_first_sample() {
+    let rules = rules();
+    let counter_pages: Vec<&Rule> =
+        rules.iter().filter(|r| r.severity.as_deref() == Some("page") && r.expr.contains("increase(")).collect();
+    assert!(counter_pages.len() >= 7, "{counter_pages:#?}");
+    for rule in counter_pages {
+        for counter in metric_names(&rule.expr).into_iter().filter(|n| n.ends_with("_total")) {
+            // `withdrawal_transitions_total` is the ratio's denominator: every allowed transition
+            // is pre-created at 0, and missing its first sample only lowers the ratio's base.
+            if counter == "withdrawal_transitions_total" {
+                continue;
+            }
+            assert!(
+                rule.expr.contains(&format!("unless last_over_time({counter}")),
+                "{}: `{counter}` is read with increase() only, which misses a new series' first sample",
+                rule.name
+            );
         }
     }
 }

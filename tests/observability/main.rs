@@ -24,6 +24,7 @@ both_backends!(
     dead_letters_and_breaker_transitions_show_exact_values_in_metrics,
     a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every_log_line,
     a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id,
+    a_failed_authentication_is_logged_at_warn_with_its_source_and_key_prefix_never_the_secret,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -280,4 +281,52 @@ async fn a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id(app
     let line = app.eventually("the worker's stale move to be logged", WAIT, || async { stale_line() }).await;
     assert!(line.to_string().contains(&correlation), "the stale move's line without its job's correlation id: {line}");
     app.assert_ledger_invariant().await;
+}
+
+/// Issue 27: each failed authentication is a warn line naming the surface, the source address and
+/// the credential's public prefix (`wdk_<id>` / `wdo_<id>`), and never its secret.
+async fn a_failed_authentication_is_logged_at_warn_with_its_source_and_key_prefix_never_the_secret(app: TestApp) {
+    let logs = captured_logs();
+    let _one_at_a_time = exclusive().await;
+    let alice = app.customer("10.00").await;
+    let viewer = app.operator("viewer").await;
+    let secret = format!("{:064x}", rand_secret());
+    let (key_public, _) = alice.api_key.rsplit_once('_').unwrap();
+    let (token_public, _) = viewer.rsplit_once('_').unwrap();
+
+    let customer = app.client.get(app.url("/v1/balances")).bearer_auth(format!("{key_public}_{secret}")).send();
+    assert_eq!(customer.await.unwrap().status(), 401);
+    let ops = app.client.get(app.url("/ops/v1/overview")).bearer_auth(format!("{token_public}_{secret}")).send();
+    assert_eq!(ops.await.unwrap().status(), 401);
+
+    let failed_lines = |public: &str| {
+        let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("one JSON object per line"))
+            .filter(|l| l["message"] == "authentication failed" && l.to_string().contains(public))
+            .collect::<Vec<_>>()
+    };
+    for (public, surface) in [(key_public, "customer_api"), (token_public, "ops_api")] {
+        let lines = app
+            .eventually("the failure's warn line", WAIT, || async {
+                Some(failed_lines(public)).filter(|l| !l.is_empty())
+            })
+            .await;
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let line = &lines[0];
+        assert_eq!(line["level"], "WARN");
+        assert_eq!(line["surface"], surface);
+        assert_eq!(line["key_prefix"], public, "the public prefix, whole");
+        assert_eq!(line["reason"], "wrong_secret");
+        assert_eq!(line["source"], "127.0.0.1");
+    }
+    let text = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains(&secret), "the presented secret is never logged");
+    let (_, real_secret) = alice.api_key.rsplit_once('_').unwrap();
+    assert!(!text.contains(real_secret), "nor the key's real one");
+}
+
+/// 256 random bits, so the secret searched for in the logs is this test's alone.
+fn rand_secret() -> u128 {
+    uuid::Uuid::new_v4().as_u128()
 }

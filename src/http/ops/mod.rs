@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::error::ApiError;
-use super::{bearer, input, AppState};
+use super::{input, AppState};
 use crate::ops::{Act, Action, Audited, Operator, OpsError};
 
 pub fn router() -> Router<AppState> {
@@ -49,8 +49,7 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let token = bearer(parts).ok_or_else(ApiError::unauthorized)?;
-        Ok(crate::ops::authenticate(state.db(), token).await?)
+        super::auth::operator(parts, state).await
     }
 }
 
