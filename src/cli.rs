@@ -221,6 +221,12 @@ pub struct ServeArgs {
     /// The hour (UTC) from which yesterday's report is fetched.
     #[arg(long, env = "SETTLEMENT_IMPORT_HOUR", default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..24))]
     pub settlement_import_hour: u32,
+    /// The largest settlement report accepted, in bytes (an upload's CSV, or a provider's report).
+    #[arg(long, env = "SETTLEMENT_MAX_REPORT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub settlement_max_report_bytes: usize,
+    /// The most lines a settlement report may have.
+    #[arg(long, env = "SETTLEMENT_MAX_REPORT_LINES", default_value_t = 100_000)]
+    pub settlement_max_report_lines: usize,
     /// Database pool size.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
     pub max_connections: u32,
@@ -514,6 +520,8 @@ impl ServeArgs {
             grace_days: self.settlement_grace_days.max(0),
             daily_import: self.settlement_daily_import,
             import_hour: self.settlement_import_hour,
+            max_report_bytes: self.settlement_max_report_bytes.max(1),
+            max_report_lines: self.settlement_max_report_lines.max(1),
         };
         let mut worker = WorkerConfig::new(startup::worker_id());
         worker.settlement = config.settlement;

@@ -119,11 +119,22 @@ pub struct SettlementSettings {
     pub daily_import: bool,
     /// Yesterday's report is fetched from this hour (UTC) on (`SETTLEMENT_IMPORT_HOUR`, default 6).
     pub import_hour: u32,
+    /// The largest report accepted, in bytes (`SETTLEMENT_MAX_REPORT_BYTES`, default 16 MiB): an
+    /// upload over it is refused with 413 before its body is read.
+    pub max_report_bytes: usize,
+    /// The most lines a report may have (`SETTLEMENT_MAX_REPORT_LINES`, default 100 000).
+    pub max_report_lines: usize,
 }
 
 impl Default for SettlementSettings {
     fn default() -> Self {
-        Self { grace_days: 3, daily_import: false, import_hour: 6 }
+        Self {
+            grace_days: 3,
+            daily_import: false,
+            import_hour: 6,
+            max_report_bytes: 16 * 1024 * 1024,
+            max_report_lines: 100_000,
+        }
     }
 }
 

@@ -504,19 +504,43 @@ async fn set_report_faults(api: &Api<'_>, rules: Vec<ReportFault>) -> anyhow::Re
     Ok(())
 }
 
-/// `POST /ops/v1/settlement/imports {date}`: its status and body.
+/// `POST /ops/v1/settlement/imports {date}`, then its progress (`GET …/imports/{id}`) polled until
+/// the workers' job finishes it: `(200, the summary)` once done, the refusal's status and body
+/// when refused at once, `(422, the import)` when the job refused it.
 async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> {
     let response = api
         .http
         .post(format!("{}/ops/v1/settlement/imports", api.base_url))
         .bearer_auth(api.operator_token)
-        .timeout(Duration::from_secs(300))
+        .timeout(Duration::from_secs(60))
         .json(&json!({ "date": date }))
         .send()
         .await
         .with_context(|| format!("import the report of {date}"))?;
     let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or(Value::Null)))
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status != 202 {
+        return Ok((status, body));
+    }
+    let id = body["id"].as_str().unwrap_or_default().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let view: Value = api
+            .http
+            .get(format!("{}/ops/v1/settlement/imports/{id}", api.base_url))
+            .bearer_auth(api.operator_token)
+            .send()
+            .await
+            .with_context(|| format!("read the import of {date}"))?
+            .json()
+            .await?;
+        match view["state"].as_str() {
+            Some("done") => return Ok((200, view["summary"].clone())),
+            Some("failed") => return Ok((422, view)),
+            _ if std::time::Instant::now() > deadline => bail!("the import of {date} did not finish in 300 s: {view}"),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// How many report versions are stored, as `GET /ops/v1/settlement/reports` lists them.

@@ -204,6 +204,15 @@ pub async fn settlement_reports(
     Ok(ops::settlement::reports(&state.ops(), &session.operator, query.clone()).await?)
 }
 
+/// The latest settlement imports with their progress, newest first.
+pub async fn settlement_imports(
+    state: &AppState,
+    session: &Session,
+    query: &crate::ops::types::ImportListQuery,
+) -> Result<List<crate::ops::types::ImportView>, Refusal> {
+    Ok(ops::settlement::imports(&state.ops(), &session.operator, query.clone()).await?)
+}
+
 /// Settlement exceptions by kind and status (open by default), oldest first.
 pub async fn settlement_exceptions(
     state: &AppState,

@@ -59,6 +59,15 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
             List { data: Vec::new() }
         }
     };
+    let latest_imports = crate::ops::types::ImportListQuery { limit: Some(LATEST_REPORTS) };
+    let imports = match api::settlement_imports(&state_, &session, &latest_imports).await {
+        Ok(imports) => imports,
+        Err(r) => {
+            code = r.status;
+            banner = Some(Banner::error(r.to_string()));
+            List { data: Vec::new() }
+        }
+    };
     let mut pairs = q.pairs(q.cursor.as_deref());
     pairs.push(("limit", Some("50")));
     let listed = async {
@@ -78,6 +87,33 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
     let rows = &listed.data;
     let body = html! {
         h1 { "Settlement" }
+        section aria-labelledby="h-imports" {
+            h2 #h-imports { "Latest imports" }
+            table #settlement-imports {
+                thead { tr {
+                    th scope="col" { "Day" } th scope="col" { "Source" } th scope="col" { "State" }
+                    th.num scope="col" { "Lines done" } th.num scope="col" { "Matched" }
+                    th.num scope="col" { "Exceptions" } th scope="col" { "Queued" } th scope="col" { "Import" }
+                } }
+                tbody {
+                    @for i in &imports.data {
+                        tr {
+                            td { (i.date) }
+                            td { (i.source) }
+                            td { (i.state) @if let Some(e) = &i.error { " — " (e) } }
+                            td.num { (i.lines_done) " / " (i.lines) }
+                            td.num { (i.matched) }
+                            td.num { (i.exceptions) }
+                            td { (when(i.created_at)) }
+                            td { code { (i.id) } }
+                        }
+                    }
+                    @if imports.data.is_empty() {
+                        tr { td colspan="8" { "No import yet." } }
+                    }
+                }
+            }
+        }
         section aria-labelledby="h-reports" {
             h2 #h-reports { "Latest reports" }
             table #settlement-reports {

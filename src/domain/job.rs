@@ -87,10 +87,14 @@ impl ReconcilePayout {
 pub struct ImportSettlement {
     /// The report's day (UTC).
     pub date: chrono::NaiveDate,
+    /// v2: the operator's import (`settlement_imports`) whose stored report this job imports;
+    /// none for the daily job, which fetches the day's report from the provider.
+    #[serde(default)]
+    pub import_id: Option<uuid::Uuid>,
 }
 
 impl ImportSettlement {
-    pub const VERSION: i64 = 1;
+    pub const VERSION: i64 = 2;
 }
 
 #[cfg(test)]

@@ -192,6 +192,13 @@ fn refuse(line: u64, reason: impl Into<String>) -> ReportError {
 
 /// Parses and checks a report; the first problem refuses it whole.
 pub fn parse_report(bytes: &[u8]) -> Result<SettlementReport, ReportError> {
+    parse_report_within(bytes, usize::MAX)
+}
+
+/// [`parse_report`] refusing a report of more than `max_lines` lines as soon as the reader
+/// reaches line `max_lines + 1` (`SETTLEMENT_MAX_REPORT_LINES`), and any cell holding NUL or
+/// another control character (a tab aside): text no column may store (PostgreSQL refuses NUL).
+pub fn parse_report_within(bytes: &[u8], max_lines: usize) -> Result<SettlementReport, ReportError> {
     let digest = hex::encode(Sha256::digest(bytes));
     let mut reader = csv::ReaderBuilder::new().has_headers(true).flexible(false).from_reader(bytes);
     let header = reader.headers().map_err(|e| refuse(1, format!("unreadable header: {e}")))?;
@@ -206,6 +213,12 @@ pub fn parse_report(bytes: &[u8]) -> Result<SettlementReport, ReportError> {
             refuse(line, format!("not a CSV line of {} fields: {e}", REPORT_HEADER.len()))
         })?;
         let line = record.position().map_or(0, |p| p.line());
+        if lines.len() >= max_lines {
+            return Err(refuse(line, format!("the report has more than {max_lines} lines")));
+        }
+        if let Some(i) = record.iter().position(|cell| cell.chars().any(|c| c.is_control() && c != '\t')) {
+            return Err(refuse(line, format!("`{}` holds a NUL or control character", REPORT_HEADER[i])));
+        }
         let field = |i: usize| record.get(i).unwrap_or_default().trim();
         let non_empty = |i: usize| {
             let value = field(i);

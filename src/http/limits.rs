@@ -8,9 +8,10 @@
 //! - A request that takes longer than `HTTP_REQUEST_TIMEOUT_MS` (reading its body included) is
 //!   abandoned and answered **503** `request_timeout` (problem+json). Not 408: 408 says the
 //!   *client* was too slow to send its request; here the server did not finish in time, and its
-//!   outcome is unknown, so the client should retry with the same `Idempotency-Key` (a replay is
-//!   answered from the stored response; an abandoned request rolled back or committed, never
-//!   half). Abandoning a handler is like a crash at that point, which every path already survives.
+//!   outcome is unknown. A withdrawal's creation is told to retry with the same `Idempotency-Key`
+//!   (a replay is answered from the stored response; an abandoned request rolled back or
+//!   committed, never half); any other route, which takes no key, is told to read the state it
+//!   meant to change before repeating ([`timeout_advice`]). Abandoning a handler is like a crash at that point, which every path already survives.
 //!   30 s is above the provider client's 10 s timeout, so routes that call the provider answer
 //!   with their own error first.
 //! - Over the connection cap, new connections wait in the listen backlog (not refused): a burst
@@ -24,7 +25,7 @@
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -170,23 +171,34 @@ pub(crate) fn with_request_timeout<S: Clone + Send + Sync + 'static>(
 ) -> Router<S> {
     router.layer(
         tower::ServiceBuilder::new()
-            .layer(HandleErrorLayer::new(move |err: tower::BoxError| async move { timed_out(err, timeout) }))
+            .layer(HandleErrorLayer::new(move |method: Method, uri: Uri, err: tower::BoxError| async move {
+                timed_out(err, timeout, &method, uri.path())
+            }))
             .layer(tower::timeout::TimeoutLayer::new(timeout)),
     )
 }
 
-fn timed_out(err: tower::BoxError, timeout: Duration) -> Response {
+/// What a caller whose request timed out can do: only a withdrawal's creation takes an
+/// `Idempotency-Key`; any other route's caller reads the state it meant to change first.
+pub(crate) fn timeout_advice(method: &Method, path: &str) -> &'static str {
+    if method == Method::POST && path == "/v1/withdrawals" {
+        "the request did not complete in time and its outcome is unknown; retry it with the same Idempotency-Key"
+    } else if path.starts_with("/ops/") {
+        "the request did not complete in time and its outcome is unknown; read the state it meant to change (or the audit log) before repeating it"
+    } else {
+        "the request did not complete in time and its outcome is unknown; read the state it meant to change before repeating it"
+    }
+}
+
+fn timed_out(err: tower::BoxError, timeout: Duration, method: &Method, path: &str) -> Response {
     if err.is::<tower::timeout::error::Elapsed>() {
         tracing::warn!(
             timeout_ms = timeout.as_millis() as u64,
+            path,
             "request abandoned: it took longer than the request timeout"
         );
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "request_timeout",
-            "the request did not complete in time and its outcome is unknown; retry it with the same Idempotency-Key",
-        )
-        .into_response();
+        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "request_timeout", timeout_advice(method, path))
+            .into_response();
     }
     ApiError::Internal(anyhow::anyhow!("request failed: {err}")).into_response()
 }
@@ -228,4 +240,24 @@ pub async fn serve_router(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_text_names_the_idempotency_key_only_where_the_route_takes_one() {
+        assert!(timeout_advice(&Method::POST, "/v1/withdrawals").contains("Idempotency-Key"));
+        for (method, path) in [
+            (Method::POST, "/ops/v1/settlement/imports"),
+            (Method::POST, "/ops/v1/withdrawals/w_1/complete"),
+            (Method::GET, "/v1/withdrawals"),
+            (Method::GET, "/ops/v1/settlement/reports"),
+        ] {
+            let text = timeout_advice(&method, path);
+            assert!(!text.contains("Idempotency-Key"), "{method} {path}: {text}");
+            assert!(text.contains("outcome is unknown"), "{text}");
+        }
+    }
 }

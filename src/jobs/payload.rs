@@ -41,7 +41,15 @@ pub fn current_version(kind: &str) -> Option<i64> {
 /// One registered migration: `kind` from `from` to `from + 1`.
 type Migration = fn(Value) -> Result<Value, String>;
 
-const MIGRATIONS: &[(&str, i64, Migration)] = &[(SUBMIT_PAYOUT, 1, submit_v1_to_v2)];
+const MIGRATIONS: &[(&str, i64, Migration)] =
+    &[(SUBMIT_PAYOUT, 1, submit_v1_to_v2), (IMPORT_SETTLEMENT, 1, import_settlement_v1_to_v2)];
+
+/// v2 may name an operator's stored import; a v1 job is the daily fetch, which names none.
+fn import_settlement_v1_to_v2(mut v: Value) -> Result<Value, String> {
+    v.get("date").and_then(Value::as_str).ok_or("date is missing")?;
+    v["import_id"] = Value::Null;
+    Ok(v)
+}
 
 /// v2 makes the provider operation key explicit (it was implied by `withdrawal_id`).
 fn submit_v1_to_v2(mut v: Value) -> Result<Value, String> {

@@ -33,14 +33,14 @@ use super::worker::JobContext;
 use crate::config::SettlementSettings;
 use crate::dead_letter::Failure;
 use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT, SETTLEMENT_QUEUE};
-use crate::domain::settlement::{parse_report, ExceptionKind, LineResult, ReportError, SettlementReport};
+use crate::domain::settlement::{parse_report_within, ExceptionKind, LineResult, ReportError, SettlementReport};
 use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::{Gateway, ReportFetch, Transfer, TransferStatus, Verdict};
 use crate::storage::batch::Writes;
 use crate::storage::jobs::{self as job_store, Finish, NewJob};
 use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException, NewLine, ReportRow};
 use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
-use crate::storage::{returns, Db, DbTime, Tx};
+use crate::storage::{audit, returns, Db, DbTime, Tx};
 
 /// Where a report came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Origin::Provider => "provider",
             Origin::File => "file",
@@ -123,19 +123,25 @@ pub async fn fetch(gateway: &Gateway, date: NaiveDate) -> Result<Vec<u8>, Report
     gateway.settlement_report(date, &format!("settlement-import:{date}")).await
 }
 
-/// Imports one report: stores it (or finds it stored), matches its lines and sweeps for
-/// completed withdrawals missing from the reports. `date` is the report's day; a file may leave
-/// it to its lines. `gateway` confirms safe outcomes; without one they wait.
-pub async fn import(
-    db: &Db,
-    gateway: Option<&Gateway>,
+/// Checks a report before anything of it is stored: its size and line count within the limits
+/// (`SETTLEMENT_MAX_REPORT_BYTES`, `SETTLEMENT_MAX_REPORT_LINES`), well-formed, of one day (the
+/// one asked, if any), and that day no later than tomorrow (UTC). Returns the day and the report.
+pub fn check(
     settings: &SettlementSettings,
     date: Option<NaiveDate>,
     bytes: &[u8],
-    origin: Origin,
-    imported_by: &str,
-) -> Result<ImportSummary, ImportError> {
-    let report = parse_report(bytes).map_err(ImportError::Refused)?;
+) -> Result<(NaiveDate, SettlementReport), ImportError> {
+    if bytes.len() > settings.max_report_bytes {
+        return Err(ImportError::Refused(ReportError {
+            line: 0,
+            reason: format!(
+                "the report has {} bytes, more than the {} allowed",
+                bytes.len(),
+                settings.max_report_bytes
+            ),
+        }));
+    }
+    let report = parse_report_within(bytes, settings.max_report_lines).map_err(ImportError::Refused)?;
     let date = match (date, report.day().map_err(ImportError::Refused)?) {
         (Some(asked), Some(lines)) if asked != lines => {
             let first = report.lines.iter().find(|l| l.event_at.date_naive() != asked).map_or(2, |l| l.line);
@@ -148,6 +154,30 @@ pub async fn import(
         (None, Some(lines)) => lines,
         (None, None) => return Err(ImportError::NoDay),
     };
+    // A report of a day that has not begun anywhere yet is not the provider's: refused.
+    let tomorrow = Utc::now().date_naive() + TimeDelta::days(1);
+    if date > tomorrow {
+        return Err(ImportError::Refused(ReportError {
+            line: 0,
+            reason: format!("the report's day {date} is after tomorrow ({tomorrow}, UTC)"),
+        }));
+    }
+    Ok((date, report))
+}
+
+/// Imports one report: stores it (or finds it stored), matches its lines and sweeps for
+/// completed withdrawals missing from the reports. `date` is the report's day; a file may leave
+/// it to its lines. `gateway` confirms safe outcomes; without one they wait.
+pub async fn import(
+    db: &Db,
+    gateway: Option<&Gateway>,
+    settings: &SettlementSettings,
+    date: Option<NaiveDate>,
+    bytes: &[u8],
+    origin: Origin,
+    imported_by: &str,
+) -> Result<ImportSummary, ImportError> {
+    let (date, report) = check(settings, date, bytes)?;
     let (stored, already, seen_before, differences) = match store::report_by_digest(db, &report.digest).await? {
         Some(existing) => (existing, true, 0, Differences::default()),
         None => match store_version(db, &report, date, origin, imported_by).await? {
@@ -746,7 +776,7 @@ pub async fn enqueue_import(
     correlation_id: &str,
     run_at: DbTime,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    let payload = ImportSettlement { date: day };
+    let payload = ImportSettlement { date: day, import_id: None };
     job_store::enqueue(
         tx,
         &NewJob {
@@ -762,8 +792,35 @@ pub async fn enqueue_import(
     .await
 }
 
-/// The `import_settlement` job: fetch the day's report, import and match it.
+/// Enqueues the import of an operator's stored report (`settlement_imports` row `import_id`), in
+/// the transaction that stores it.
+pub async fn enqueue_stored_import(
+    tx: &mut Tx,
+    import_id: uuid::Uuid,
+    day: NaiveDate,
+) -> crate::storage::Result<crate::domain::JobId> {
+    let payload = ImportSettlement { date: day, import_id: Some(import_id) };
+    job_store::enqueue(
+        tx,
+        &NewJob {
+            queue: SETTLEMENT_QUEUE,
+            kind: IMPORT_SETTLEMENT,
+            payload: serde_json::to_vec(&payload).expect("payload serialises"),
+            payload_version: ImportSettlement::VERSION,
+            run_at: DbTime::now(),
+            correlation_id: format!("settlement-import:{import_id}"),
+            withdrawal_id: None,
+        },
+    )
+    .await
+}
+
+/// The `import_settlement` job: fetch the day's report (or read the operator's stored one),
+/// import and match it.
 pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Result<()> {
+    if let Some(import_id) = payload.import_id {
+        return handle_stored(ctx, import_id, payload.date).await;
+    }
     let settings = &ctx.config().settlement;
     let bytes = match fetch(ctx.gateway(), payload.date).await {
         Ok(bytes) => bytes,
@@ -808,6 +865,71 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         Err(ImportError::NoDay) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
         Err(ImportError::Storage(err)) => Err(err.into()),
     }
+}
+
+/// Imports an operator's stored report. Every step before the last is idempotent (the report is
+/// stored once per digest, each line decided once), so a run that crashed or failed part-way is
+/// simply run again; the last transaction marks the import `done` (or `failed`, for a report
+/// refused since it was accepted), inserts the `settlement.import` audit row the request prepared,
+/// and finishes the job, together. An import already finished finishes its job and changes
+/// nothing else.
+async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate) -> anyhow::Result<()> {
+    let db = ctx.db();
+    let Some(row) = store::get_import(db, import_id).await? else {
+        let failure = Failure::poison("settlement_import_missing", format!("no settlement import {import_id}"));
+        return ctx.dead_letter(db.begin().await?, &failure).await;
+    };
+    if matches!(row.state.as_str(), "done" | "failed") {
+        return ctx.finish_in_own_tx(&Finish::Succeeded).await;
+    }
+    store::start_import(db, import_id).await?;
+    let bytes = store::import_bytes(db, import_id).await?.unwrap_or_default();
+    let origin = if row.source == Origin::Provider.as_str() { Origin::Provider } else { Origin::File };
+    let by = format!("operator:{}", row.requested_by.0);
+    let settings = &ctx.config().settlement;
+    let outcome = import(db, Some(ctx.gateway()), settings, Some(date), &bytes, origin, &by).await;
+    let (state, summary, error, result) = match outcome {
+        Ok(summary) => ("done", Some(serde_json::to_value(&summary)?), None, "ok".to_owned()),
+        Err(ImportError::Refused(err)) => {
+            ("failed", None, Some(format!("report refused: {err}")), "report_refused".into())
+        }
+        Err(ImportError::NoDay) => ("failed", None, Some(ImportError::NoDay.to_string()), "date_required".into()),
+        // Retried by the worker; what was done stays done.
+        Err(ImportError::Storage(err)) => return Err(err.into()),
+    };
+    let mut tx = db.begin().await?;
+    if store::finish_import(&mut tx, import_id, state, summary.as_ref(), error.as_deref()).await? {
+        audit::insert(&mut tx, &import_audit(&row, summary.as_ref(), &result)?).await?;
+    }
+    tracing::info!(%import_id, state, "settlement import finished");
+    ctx.finish_or_rollback(tx, &Finish::Succeeded).await
+}
+
+/// The `settlement.import` audit row the request prepared, with the outcome filled in.
+fn import_audit(row: &store::ImportRow, summary: Option<&Value>, result: &str) -> anyhow::Result<audit::AuditRow> {
+    let a = &row.audit.0;
+    let text = |key: &str| a.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let mut parameters = a.get("parameters").cloned().unwrap_or_else(|| json!({}));
+    parameters["import_id"] = json!(row.id);
+    if let Some(s) = summary {
+        for key in ["version", "digest", "already_imported", "lines"] {
+            parameters[key] = s.get(key).cloned().unwrap_or(Value::Null);
+        }
+        parameters["exceptions_opened"] = s["matching"]["exceptions_opened"].clone();
+    }
+    Ok(audit::AuditRow {
+        id: uuid::Uuid::now_v7(),
+        operator_id: row.requested_by.0,
+        operator_name: text("operator_name"),
+        role: text("role"),
+        action: text("action"),
+        target_type: text("target_type"),
+        target_id: row.report_date.clone(),
+        reason: text("reason"),
+        parameters: sqlx::types::Json(parameters),
+        result: result.to_owned(),
+        at: DbTime::now(),
+    })
 }
 
 #[cfg(test)]

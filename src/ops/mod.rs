@@ -108,6 +108,8 @@ actions! {
     OperatorCreate => "operator.create", "operator", Admin, "new";
     SettlementImport => "settlement.import", "settlement_report", Operator, "new";
     SettlementExceptionResolve => "settlement_exception.resolve", "settlement_exception", Operator, "";
+    /// Credit the return a `returned` exception holds, once the provider's record shows it.
+    SettlementReturnCredit => "settlement_exception.credit_return", "settlement_exception", Operator, "";
     /// The kill switch (SPEC §8): admin only.
     BreakerForceOpen => "breaker.force_open", "breaker", Admin, "";
     BreakerForceClosed => "breaker.force_closed", "breaker", Admin, "";

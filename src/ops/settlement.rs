@@ -1,23 +1,25 @@
 //! Settlement reconciliation for operators (SPEC §14): import a day's report (fetched from the
-//! provider, or a file's CSV), list the imported versions, list and show settlement exceptions,
-//! and resolve one with a reason and a note. Importing and resolving are audited; resolving
-//! records a finding and moves no money (money moves only through review, checked live).
+//! provider, or a file's CSV) as a job and follow its progress, list the imported versions, list
+//! and show settlement exceptions, resolve one with a reason and a note, and credit a refused
+//! return once the provider's record shows it (checked live). Importing, resolving and crediting
+//! are audited; resolving records a finding and moves no money.
 
 use chrono::{NaiveDate, Utc};
 
-use super::acts::{SettlementExceptionResolve, SettlementImport};
+use super::acts::{SettlementExceptionResolve, SettlementImport, SettlementReturnCredit};
 use super::types::{
-    ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, List, Page, ReportQuery, ReportView,
-    ResolveExceptionRequest,
+    CreditReturnRequest, ExceptionQuery, ExceptionView, ImportListQuery, ImportRequest, ImportSummary, ImportView,
+    List, Page, ReportQuery, ReportView, ResolveExceptionRequest,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
-use crate::domain::settlement::{ExceptionKind, ExceptionStatus};
-use crate::domain::SettlementExceptionId;
+use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
+use crate::domain::{Amount, Currency, SettlementExceptionId};
 use crate::jobs::settlement::{self as settlement, ImportError, Origin};
-use crate::provider::ReportFetch;
+use crate::provider::{ReportFetch, Verdict};
 use crate::storage::settlement::{self as store, ExceptionFilter, ExceptionRow};
+use crate::storage::{returns, withdrawals, DbTime};
 
 /// A `YYYY-MM-DD` day an operator typed.
 pub fn parse_day(raw: &str, field: &str) -> OpsResult<NaiveDate> {
@@ -25,8 +27,13 @@ pub fn parse_day(raw: &str, field: &str) -> OpsResult<NaiveDate> {
         .map_err(|_| OpsError::invalid("invalid_date", field, "a day is YYYY-MM-DD"))
 }
 
-/// Imports a report: the CSV given, or the day's report fetched from the provider.
-pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> OpsResult<ImportSummary> {
+/// Accepts a report for import: the CSV given, or the day's report fetched from the provider. The
+/// report is checked whole first (size, lines, form, day; a refusal is 422 `report_refused` and
+/// stores nothing), then stored with its job in one transaction: the answer is the queued import
+/// (202), and the settlement job imports and matches it (`jobs::settlement`). Every import goes
+/// this one way, small or large. The `settlement.import` audit row is prepared here and inserted
+/// by the job's final transaction, with the import's outcome; a refused request is audited here.
+pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> OpsResult<ImportView> {
     ops.authorize(operator, &SettlementImport::ACT, "").await?;
     let target = req.date.map(|d| d.to_string()).unwrap_or_else(|| "file".to_owned());
     let parameters = serde_json::json!({
@@ -35,8 +42,8 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
     });
     let audited = Audited::new(&SettlementImport::ACT, target, "", parameters);
     let done = async {
-        let (bytes, origin) = match (&req.csv, req.date) {
-            (Some(csv), _) => (csv.clone().into_bytes(), Origin::File),
+        let (bytes, origin) = match (req.csv, req.date) {
+            (Some(csv), _) => (csv.into_bytes(), Origin::File),
             (None, Some(date)) => {
                 let gateway = ops.gateway.ok_or_else(|| {
                     OpsError::unavailable("provider_unavailable", "this process cannot reach the provider")
@@ -55,29 +62,88 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
                 return Err(OpsError::invalid("date_or_csv_required", "date", "give the report's date or its CSV"))
             }
         };
-        let by = format!("operator:{}", operator.id);
-        let settings = &ops.config.settlement;
-        settlement::import(ops.db, ops.gateway, settings, req.date, &bytes, origin, &by).await.map_err(|e| match e {
-            ImportError::Refused(err) => OpsError::invalid("report_refused", "csv", format!("report refused: {err}")),
-            ImportError::NoDay => OpsError::invalid("date_required", "date", "the report has no lines: give its date"),
-            ImportError::Storage(err) => err.into(),
-        })
+        let (date, report) = settlement::check(&ops.config.settlement, req.date, &bytes).map_err(refusal)?;
+        let row = store::ImportRow {
+            id: uuid::Uuid::now_v7(),
+            state: "queued".into(),
+            report_date: date.to_string(),
+            source: origin.as_str().to_owned(),
+            digest: report.digest.clone(),
+            line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
+            requested_by: operator.id,
+            audit: sqlx::types::Json(prepared_audit(&audited, operator)),
+            summary: None,
+            error: None,
+            created_at: DbTime::now(),
+            finished_at: None,
+        };
+        drop(report);
+        let mut tx = ops.db.begin().await?;
+        store::insert_import(&mut tx, &row, &bytes).await?;
+        settlement::enqueue_stored_import(&mut tx, row.id, date).await?;
+        tx.commit().await?;
+        tracing::info!(import_id = %row.id, %date, lines = row.line_count, "settlement import queued");
+        import_view(ops.db, row).await
     };
     match done.await {
-        Ok(summary) => {
-            let mut audited = audited;
-            audited.target_id = summary.date.to_string();
-            audited.parameters["version"] = summary.version.into();
-            audited.parameters["digest"] = summary.digest.clone().into();
-            audited.parameters["already_imported"] = summary.already_imported.into();
-            audited.parameters["exceptions_opened"] = summary.matching.exceptions_opened.into();
-            let mut tx = ops.db.begin().await?;
-            audited.record_ok(&mut tx, operator).await?;
-            tx.commit().await?;
-            Ok(summary)
-        }
+        Ok(view) => Ok(view),
         Err(err) => Err(audited.refuse(ops, operator, err).await),
     }
+}
+
+fn refusal(e: ImportError) -> OpsError {
+    match e {
+        ImportError::Refused(err) => OpsError::invalid("report_refused", "csv", format!("report refused: {err}")),
+        ImportError::NoDay => OpsError::invalid("date_required", "date", "the report has no lines: give its date"),
+        ImportError::Storage(err) => err.into(),
+    }
+}
+
+/// The audit row's fields the job cannot know (who asked, as what), kept with the import.
+fn prepared_audit(audited: &Audited<'_>, operator: &Operator) -> serde_json::Value {
+    let row = audited.row(operator, "ok");
+    serde_json::json!({
+        "operator_name": row.operator_name, "role": row.role, "action": row.action,
+        "target_type": row.target_type, "reason": row.reason, "parameters": row.parameters.0,
+    })
+}
+
+async fn import_view(db: &crate::storage::Db, row: store::ImportRow) -> OpsResult<ImportView> {
+    let (_, done, exceptions) = store::import_progress(db, &row.digest).await?;
+    Ok(ImportView {
+        id: row.id,
+        state: row.state,
+        date: row.report_date,
+        source: row.source,
+        digest: row.digest,
+        lines: i64::from(row.line_count),
+        lines_done: done,
+        matched: (done - exceptions).max(0),
+        exceptions,
+        requested_by: row.requested_by.0,
+        created_at: row.created_at.0,
+        finished_at: row.finished_at.map(|t| t.0),
+        summary: row.summary.and_then(|s| serde_json::from_value::<ImportSummary>(s.0).ok()),
+        error: row.error,
+    })
+}
+
+/// One import with its progress.
+pub async fn import_status(ops: &Ops<'_>, operator: &Operator, id: uuid::Uuid) -> OpsResult<ImportView> {
+    operator.require(Role::Viewer)?;
+    let row = store::get_import(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+    import_view(ops.db, row).await
+}
+
+/// The latest imports with their progress, newest first.
+pub async fn imports(ops: &Ops<'_>, operator: &Operator, q: ImportListQuery) -> OpsResult<List<ImportView>> {
+    operator.require(Role::Viewer)?;
+    let rows = store::list_imports(ops.db, page_limit(q.limit)?).await?;
+    let mut data = Vec::with_capacity(rows.len());
+    for row in rows {
+        data.push(import_view(ops.db, row).await?);
+    }
+    Ok(List { data })
 }
 
 /// Imported report versions, newest first.
@@ -181,6 +247,109 @@ pub async fn resolve(
             return Err(OpsError::conflict("already_resolved", "this settlement exception is already resolved"));
         }
         audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        Ok(view(&row))
+    };
+    audited.or_refuse(ops, operator, done.await).await
+}
+
+/// Credits the return a `returned` exception refused (the provider's record did not show it
+/// then), once the provider's own record shows it: the record is asked now, and only a `returned`
+/// transfer of the withdrawal's own amount and currency credits (SPEC §1.2: every money decision
+/// is checked against the provider's record at the moment it is taken). The credit
+/// (`storage::returns::apply`: one `payout_returns` row and one `return` ledger entry, with the
+/// live record as its evidence), the exception's resolution (`resolved_in_review`) and the audit
+/// row commit in one transaction. A return already applied resolves the exception and credits
+/// nothing again.
+pub async fn credit_return(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: SettlementExceptionId,
+    req: CreditReturnRequest,
+) -> OpsResult<ExceptionView> {
+    ops.authorize(operator, &SettlementReturnCredit::ACT, &id.to_string()).await?;
+    let note = req.note.trim();
+    let audited = Audited::new(&SettlementReturnCredit::ACT, id.to_string(), note, serde_json::json!({}));
+    let done = async {
+        if note.is_empty() || note.chars().count() > 1000 || note.contains('\0') {
+            return Err(OpsError::invalid("note_required", "note", "a note of 1 to 1000 characters is required"));
+        }
+        let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        if row.kind != ExceptionKind::Returned {
+            return Err(OpsError::conflict("not_a_return", format!("this exception is {}, not returned", row.kind)));
+        }
+        if row.status != ExceptionStatus::Open {
+            return Err(OpsError::conflict("already_resolved", "this settlement exception is already resolved"));
+        }
+        let withdrawal_id = row
+            .withdrawal_id
+            .ok_or_else(|| OpsError::conflict("no_withdrawal", "this return names no withdrawal of ours"))?;
+        let w = withdrawals::get(ops.db, None, withdrawal_id).await?.ok_or_else(OpsError::not_found)?;
+        let gateway = ops
+            .gateway
+            .ok_or_else(|| OpsError::unavailable("provider_unavailable", "this process cannot reach the provider"))?;
+        let answer = gateway
+            .lookup(&w.id.to_string(), &format!("ops-credit-return-{id}"))
+            .await
+            .map_err(|_| OpsError::unavailable("provider_unavailable", "the provider breaker is open; try later"))?;
+        let live = Verdict::of_lookup(&w, &answer, false);
+        let mut evidence = live.evidence(&w, chrono::Utc::now());
+        evidence["source"] = "operator_credit_return".into();
+        evidence["exception_id"] = id.0.to_string().into();
+        let transfer = match &live {
+            Verdict::Returned(t) => t.clone(),
+            Verdict::Unavailable(_) => {
+                return Err(OpsError::unavailable("provider_unavailable", "the provider did not answer; try later"))
+            }
+            Verdict::Mismatch(_, m) => {
+                return Err(OpsError::conflict(
+                    "provider_mismatch",
+                    format!(
+                        "the provider's record differs from the withdrawal in {}: not credited",
+                        m.fields.join(", ")
+                    ),
+                ))
+            }
+            other => {
+                return Err(OpsError::conflict(
+                    "return_not_at_provider",
+                    format!("the provider's record says {}, not returned: not credited", other.name()),
+                ))
+            }
+        };
+        let reported =
+            Currency::parse(&transfer.currency).ok().and_then(|c| Amount::new(transfer.amount, c).ok()).ok_or_else(
+                || OpsError::conflict("provider_mismatch", "the provider's return names an amount we cannot read"),
+            )?;
+        let code = transfer.return_code.clone().unwrap_or_else(|| "unspecified".into());
+        let returned_at = transfer.updated_at.map_or_else(DbTime::now, DbTime);
+        let mut tx = ops.db.begin().await?;
+        let current = withdrawals::get_in_tx(&mut tx, w.id).await?.ok_or_else(OpsError::not_found)?;
+        let credited = match returns::apply(&mut tx, &current, reported, &code, returned_at, &evidence).await? {
+            returns::Applied::Credited => true,
+            returns::Applied::AlreadyApplied => false,
+            returns::Applied::NotCompleted => {
+                return Err(OpsError::conflict(
+                    "not_completed",
+                    format!("the withdrawal is {}, not completed: nothing to return", current.status),
+                ))
+            }
+            returns::Applied::AmountMismatch => {
+                return Err(OpsError::conflict(
+                    "provider_mismatch",
+                    "the provider returns another amount or currency than was paid out: not credited",
+                ))
+            }
+        };
+        if !store::resolve_exception(&mut tx, id, operator.id, Resolution::ResolvedInReview, note).await? {
+            return Err(OpsError::conflict("already_resolved", "this settlement exception is already resolved"));
+        }
+        let parameters = serde_json::json!({
+            "withdrawal_id": w.id, "credited": credited, "return_code": code, "provider_record": evidence,
+        });
+        let ok = Audited::new(&SettlementReturnCredit::ACT, id.to_string(), note, parameters);
+        ok.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         Ok(view(&row))

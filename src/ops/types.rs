@@ -838,6 +838,42 @@ pub struct ReportQuery {
     pub limit: Option<i64>,
 }
 
+/// `POST /ops/v1/settlement/imports` (202) and `GET /ops/v1/settlement/imports/{id}`: an import
+/// run by the settlement job. `state` is `queued`, `running`, `done` or `failed`; the progress is
+/// the report's lines decided so far (`lines_done` of `lines`: `matched` plus `exceptions`;
+/// lines waiting for the provider's confirmation are not done). `summary` is the job's answer
+/// once done; `error` why a report was refused once it ran.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportView {
+    pub id: Uuid,
+    pub state: String,
+    pub date: String,
+    pub source: String,
+    pub digest: String,
+    pub lines: i64,
+    pub lines_done: i64,
+    pub matched: i64,
+    pub exceptions: i64,
+    pub requested_by: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub summary: Option<ImportSummary>,
+    pub error: Option<String>,
+}
+
+impl ImportView {
+    /// The job has finished with it (`done` or `failed`).
+    pub fn finished(&self) -> bool {
+        matches!(self.state.as_str(), "done" | "failed")
+    }
+}
+
+/// `GET /ops/v1/settlement/imports`: the latest imports, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ImportListQuery {
+    pub limit: Option<i64>,
+}
+
 /// One imported version of a day's report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportView {
@@ -893,5 +929,13 @@ pub struct ExceptionView {
 #[serde(deny_unknown_fields)]
 pub struct ResolveExceptionRequest {
     pub reason: Resolution,
+    pub note: String,
+}
+
+/// `POST /ops/v1/settlement/exceptions/{id}/credit-return`: credit the return a `returned`
+/// exception refused, now that the provider's record shows it (checked live), with a note.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreditReturnRequest {
     pub note: String,
 }

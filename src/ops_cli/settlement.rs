@@ -1,7 +1,9 @@
-//! `withdrawals settlement import|reports|exceptions|show|resolve` (SPEC §14): thin clients of
-//! `/ops/v1/settlement`, like the other operator commands. An import sends either only the day
-//! (the API fetches the report from the provider) or a file's text; a refused report is the API's
-//! `report_refused` naming the line, and the command exits non-zero.
+//! `withdrawals settlement import|import-status|reports|exceptions|show|resolve|credit-return`
+//! (SPEC §14): thin clients of `/ops/v1/settlement`, like the other operator commands. An import
+//! sends either only the day (the API fetches the report from the provider) or a file's text; the
+//! API answers 202 with the queued import, and the command follows its progress until the job has
+//! finished it (`--no-wait` prints the id instead; `import-status ID` reads it later). A refused
+//! report is the API's `report_refused` naming the line, and the command exits non-zero.
 
 use std::path::PathBuf;
 
@@ -12,8 +14,8 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use super::{age, at, at_or_dash, o, Client, Connection};
 use crate::ops::types::{
-    ExceptionKind, ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, List, Page, ReportQuery, ReportView,
-    Resolution, ResolveExceptionRequest,
+    CreditReturnRequest, ExceptionKind, ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, ImportView, List,
+    Page, ReportQuery, ReportView, Resolution, ResolveExceptionRequest,
 };
 
 // The names are the API's own (`text_enum!`), so the CLI offers exactly what the API accepts.
@@ -42,7 +44,14 @@ pub enum SettlementCommand {
     /// Import a day's settlement report: `--date D` asks the API to fetch it from the provider;
     /// `--file PATH` sends a report file's text (with `--date D`, the day its lines must be).
     /// The same report twice changes nothing; a malformed one is refused whole, naming its line.
-    Import(ImportArgs),
+    Import {
+        #[command(flatten)]
+        source: ImportArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// An import's state and progress (lines done of all, matched, exceptions).
+    ImportStatus { id: String },
     /// Imported report versions, newest first.
     Reports {
         /// Only this day's versions (YYYY-MM-DD).
@@ -74,6 +83,14 @@ pub enum SettlementCommand {
         #[arg(long)]
         note: String,
     },
+    /// Credit the return a `returned` exception refused, now that the provider's record shows it:
+    /// the API asks the provider at once and credits only a return of the withdrawal's own
+    /// amount and currency, resolving the exception.
+    CreditReturn {
+        id: String,
+        #[arg(long)]
+        note: String,
+    },
 }
 
 /// Where the report comes from: the provider (`--date` alone) or a file (`--file`, `--date`
@@ -89,8 +106,19 @@ pub struct ImportArgs {
     file: Option<PathBuf>,
 }
 
+/// How the command follows the import's job.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Print the queued import's id and return, without waiting for the job.
+    #[arg(long)]
+    no_wait: bool,
+    /// How long to wait for the job to finish the import, in seconds.
+    #[arg(long, default_value_t = 600)]
+    wait_secs: u64,
+}
+
 impl ImportArgs {
-    fn request(self) -> anyhow::Result<ImportRequest> {
+    fn request(&self) -> anyhow::Result<ImportRequest> {
         let csv = match &self.file {
             Some(path) => {
                 Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?)
@@ -104,11 +132,61 @@ impl ImportArgs {
 pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     match command {
-        SettlementCommand::Import(args) => {
-            let request = args.request()?;
-            let answer = client.post::<_, ImportSummary>("/ops/v1/settlement/imports", &request).await?;
-            if let Some(summary) = answer.unless_json(conn.json) {
-                print_summary(&summary);
+        SettlementCommand::Import { source, wait: args } => {
+            let request = source.request()?;
+            let queued = client.post::<_, ImportView>("/ops/v1/settlement/imports", &request).await?;
+            if args.no_wait {
+                if let Some(view) = queued.unless_json(conn.json) {
+                    println!(
+                        "import {} queued: follow it with `withdrawals settlement import-status {}`",
+                        view.id, view.id
+                    );
+                }
+                return Ok(());
+            }
+            let path = format!("/ops/v1/settlement/imports/{}", queued.typed.id);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait_secs);
+            let mut shown = -1;
+            let answer = loop {
+                let answer = client.get::<ImportView>(&path, &()).await?;
+                let view = &answer.typed;
+                if view.finished() {
+                    break answer;
+                }
+                if std::time::Instant::now() > deadline {
+                    anyhow::bail!(
+                        "import {} is still {} after {} s: see `withdrawals settlement import-status {}`",
+                        view.id,
+                        view.state,
+                        args.wait_secs,
+                        view.id
+                    );
+                }
+                if !conn.json && view.lines_done != shown {
+                    eprintln!("import {}: {} — {} of {} lines done", view.id, view.state, view.lines_done, view.lines);
+                    shown = view.lines_done;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            };
+            let failed = answer.typed.error.clone().filter(|_| answer.typed.state == "failed");
+            if let Some(view) = answer.unless_json(conn.json) {
+                print_import(&view);
+            }
+            if let Some(error) = failed {
+                anyhow::bail!("{error}");
+            }
+        }
+        SettlementCommand::ImportStatus { id } => {
+            let answer = client.get::<ImportView>(&format!("/ops/v1/settlement/imports/{id}"), &()).await?;
+            if let Some(view) = answer.unless_json(conn.json) {
+                print_import(&view);
+            }
+        }
+        SettlementCommand::CreditReturn { id, note } => {
+            let path = format!("/ops/v1/settlement/exceptions/{id}/credit-return");
+            let answer = client.post::<_, ExceptionView>(&path, &CreditReturnRequest { note }).await?;
+            if let Some(e) = answer.unless_json(conn.json) {
+                println!("return credited; exception {} resolved as {}", e.id, o(&e.resolution));
             }
         }
         SettlementCommand::Reports { date, limit } => {
@@ -183,6 +261,19 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
 /// The first 12 hex digits of a digest: enough to tell versions apart in a table.
 fn short(digest: &str) -> &str {
     digest.get(..12).unwrap_or(digest)
+}
+
+fn print_import(v: &ImportView) {
+    println!(
+        "import {} of {} ({}): {} — {} of {} lines done, {} matched, {} exceptions",
+        v.id, v.date, v.source, v.state, v.lines_done, v.lines, v.matched, v.exceptions
+    );
+    if let Some(error) = &v.error {
+        println!("error: {error}");
+    }
+    if let Some(summary) = &v.summary {
+        print_summary(summary);
+    }
 }
 
 fn print_summary(s: &ImportSummary) {

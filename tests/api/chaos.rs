@@ -292,6 +292,7 @@ async fn the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_
     mock.set_clock_offset(chrono::TimeDelta::days(1));
     ids.extend(completed(&app, &alice, 3..6).await);
     stop.cancel();
+    let _importer = app.settlement_worker();
     let ops_url = settlement_ops(&app).await;
     let token = app.operator("operator").await;
     let api = settlement::Api { http: &app.client, base_url: &ops_url, mock_url: &mock.url(), operator_token: &token };
@@ -357,6 +358,7 @@ async fn the_chaos_settlement_phase_with_few_completions_injects_only_the_unknow
     let alice = app.customer("100.00").await;
     completed(&app, &alice, 0..2).await;
     stop.cancel();
+    let _importer = app.settlement_worker();
     let ops_url = settlement_ops(&app).await;
     let token = app.operator("operator").await;
     let mock_url = app.provider.mock.url();

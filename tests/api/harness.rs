@@ -322,6 +322,16 @@ impl TestApp {
         stop
     }
 
+    /// A worker on the settlement queue only, with no grace days (a completed withdrawal missing
+    /// from an imported day is an exception at once): what runs an import's `import_settlement`
+    /// job (SPEC §14) while nothing else moves. Stops when the guard drops.
+    pub fn settlement_worker(&self) -> tokio_util::sync::DropGuard {
+        let mut config = worker_config("w-settlement-import");
+        config.queues = vec![withdrawals::domain::job::SETTLEMENT_QUEUE];
+        config.settlement.grace_days = 0;
+        self.start_worker(self.gateway.clone(), config).drop_guard()
+    }
+
     pub async fn create_withdrawal(
         &self,
         customer: &Customer,

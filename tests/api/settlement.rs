@@ -12,6 +12,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, ReportFault, ReportFau
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
+use withdrawals::domain::job::SETTLEMENT_QUEUE;
 use withdrawals::domain::settlement::{parse_report, LineResult, LineStatus};
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::settlement::{self as settlement_job, ImportSummary};
@@ -38,7 +39,29 @@ both_backends!(with = app;
     a_corrected_report_is_a_new_version_with_its_differences,
     a_malformed_report_is_refused_whole_and_applies_nothing,
     the_daily_job_imports_the_report_and_dead_letters_a_refused_one,
+    a_refused_return_is_credited_later_once_the_providers_record_shows_it,
+    a_large_report_imports_as_a_job_to_done_with_its_progress_and_one_audit_row,
+    an_interrupted_import_run_again_finishes_exactly_once,
 );
+
+/// The app with small report limits: 4 KiB and 5 lines.
+async fn limited(backend: Backend) -> TestApp {
+    let mut config = AppConfig::default();
+    config.settlement.grace_days = 0;
+    config.settlement.max_report_bytes = 4096;
+    config.settlement.max_report_lines = 5;
+    TestApp::spawn_with(backend, config).await
+}
+
+/// The tests of the report limits, on their own app.
+mod limits {
+    use super::*;
+
+    both_backends!(with = limited;
+        a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored,
+        a_report_dated_after_tomorrow_or_holding_a_nul_is_refused_and_nothing_is_stored,
+    );
+}
 
 const WAIT: Duration = Duration::from_secs(25);
 const HEADER: &str = "transfer_id,idempotency_key,reference,amount,currency,fee,status,event_at\n";
@@ -51,10 +74,36 @@ async fn import(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn imported(app: &TestApp, token: &str, body: Value) -> ImportSummary {
+/// An import through the API as an operator: 202 and the queued import, then its progress polled
+/// (with a deadline) while a worker on the settlement queue, with no grace days like the app, runs
+/// its job; the import once finished.
+pub(crate) async fn import_job(app: &TestApp, token: &str, body: Value) -> Value {
     let (status, answer) = import(app, token, body).await;
-    assert_eq!(status, 200, "{answer}");
-    serde_json::from_value(answer).unwrap()
+    assert_eq!((status, answer["state"].as_str()), (202, Some("queued")), "{answer}");
+    let id = answer["id"].as_str().unwrap().to_owned();
+    let _importer = app.settlement_worker();
+    import_state(app, token, &id, |v| v["state"] == "done" || v["state"] == "failed").await
+}
+
+/// Polls `GET /ops/v1/settlement/imports/{id}` until `until` holds (or fails at the deadline).
+async fn import_state(app: &TestApp, token: &str, id: &str, until: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let url = app.url(&format!("/ops/v1/settlement/imports/{id}"));
+        let view: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+        if until(&view) {
+            return view;
+        }
+        assert!(std::time::Instant::now() < deadline, "the import did not get there in time: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`import_job`] done: its summary.
+pub(crate) async fn imported(app: &TestApp, token: &str, body: Value) -> ImportSummary {
+    let view = import_job(app, token, body).await;
+    assert_eq!(view["state"], "done", "{view}");
+    serde_json::from_value(view["summary"].clone()).unwrap()
 }
 
 async fn exceptions(app: &TestApp, token: &str, query: &str) -> Vec<Value> {
@@ -636,5 +685,262 @@ async fn a_withdrawal_whose_line_awaits_confirmation_is_not_missing_from_the_rep
     let again = imported(&app, &operator, json!({"date": today})).await;
     assert_eq!((again.matching.matched, again.matching.completed, again.missing_opened), (1, 0, 0), "{again:?}");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty());
+    app.assert_ledger_invariant().await;
+}
+
+/// A report of `n` paid lines of `day`, of transfers that are not ours.
+fn report_of(day: NaiveDate, n: usize) -> String {
+    let mut csv = HEADER.to_owned();
+    for i in 0..n {
+        csv += &format!("tr_{i},key-{i},r{i},1.00,USD,0.00,paid,{day}T10:00:00Z\n");
+    }
+    csv
+}
+
+async fn a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let today = chrono::Utc::now().date_naive();
+    let padded = format!("{HEADER}tr_1,k1,{},1.00,USD,0.00,paid,{today}T10:00:00Z\n", "r".repeat(5000));
+    let (status, answer) = import(&app, &operator, json!({"csv": padded})).await;
+    assert_eq!((status, answer["code"].as_str()), (413, Some("report_too_large")), "{answer}");
+    // A body far over the limit is refused from its length, before it is read.
+    let response = app
+        .client
+        .post(app.url("/ops/v1/settlement/imports"))
+        .bearer_auth(&operator)
+        .header("content-type", "application/json")
+        .body(vec![b' '; 400_000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["code"], "report_too_large", "{answer}");
+    let (status, answer) = import(&app, &operator, json!({"csv": report_of(today, 6)})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("more than 5 lines"), "{answer}");
+    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
+
+    // At the limits, the report imports.
+    let summary = imported(&app, &operator, json!({"csv": report_of(today, 5)})).await;
+    assert_eq!((summary.lines, summary.matching.exceptions_opened), (5, 5), "{summary:?}");
+}
+
+async fn a_report_dated_after_tomorrow_or_holding_a_nul_is_refused_and_nothing_is_stored(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let today = chrono::Utc::now().date_naive();
+    let after_tomorrow = today + chrono::TimeDelta::days(2);
+    let (status, answer) = import(&app, &operator, json!({"csv": report_of(after_tomorrow, 1)})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert!(answer["detail"].as_str().unwrap().contains("after tomorrow"), "{answer}");
+    let far = NaiveDate::from_ymd_opt(2030, 1, 2).unwrap();
+    let (status, answer) = import(&app, &operator, json!({"csv": report_of(far, 1), "date": far})).await;
+    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    for (column, line) in [
+        ("reference", format!("tr_1,k1,r\u{0}1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
+        ("transfer_id", format!("tr_\u{0},k1,r1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
+        ("idempotency_key", format!("tr_1,k\u{1b}1,r1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
+    ] {
+        let (status, answer) = import(&app, &operator, json!({"csv": format!("{HEADER}{line}")})).await;
+        assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{column}: {answer}");
+        assert!(answer["detail"].as_str().unwrap().contains(column), "{answer}");
+    }
+    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
+
+    // Tomorrow's report (a provider ahead of UTC) is accepted.
+    let tomorrow = today + chrono::TimeDelta::days(1);
+    let summary = imported(&app, &operator, json!({"csv": report_of(tomorrow, 1)})).await;
+    assert_eq!(summary.date, tomorrow);
+}
+
+async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let viewer = app.operator("viewer").await;
+    let mock = &app.provider.mock;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let id = completed(&app, &alice, &["a"], "10.00").await[0];
+    stop.cancel();
+
+    // The report shows a return the provider's record does not: refused, an exception.
+    let at = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let csv = format!("{HEADER}{}{}", line(id, "10.00", "paid", &at), line(id, "10.00", "returned", &at));
+    let summary = imported(&app, &operator, json!({"csv": csv})).await;
+    assert_eq!(summary.matching.exceptions_opened, 1, "{summary:?}");
+    let open = exceptions(&app, &operator, "kind=returned").await;
+    assert_eq!(open.len(), 1, "{open:?}");
+    let exception = open[0]["id"].as_str().unwrap().to_owned();
+    let before = app.usd_balance(&alice).await;
+    assert_eq!((before.0.as_str(), before.2.as_str()), ("90.00", "10.00"), "{before:?}");
+
+    let credit = |token: String, note: &'static str| {
+        let url = app.url(&format!("/ops/v1/settlement/exceptions/{exception}/credit-return"));
+        let request = app.client.post(url).bearer_auth(token).json(&json!({"note": note}));
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // Still not returned at the provider: refused, nothing credited.
+    let (status, answer) = credit(operator.clone(), "bank says returned").await;
+    assert_eq!((status, answer["code"].as_str()), (409, Some("return_not_at_provider")), "{answer}");
+    assert_eq!(app.usd_balance(&alice).await, before);
+    let (status, _) = credit(viewer, "a viewer").await;
+    assert_eq!(status, 403);
+
+    // The provider's record now shows the return: credited once, the exception resolved.
+    assert!(mock.return_transfer_at(&id.to_string(), "R03", mock.now()));
+    let (status, answer) = credit(operator.clone(), "provider confirmed the return").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (answer["status"].as_str(), answer["resolution"].as_str()),
+        (Some("resolved"), Some("resolved_in_review"))
+    );
+    let after = app.usd_balance(&alice).await;
+    assert_eq!((after.0.as_str(), after.2.as_str()), ("100.00", "0.00"), "{after:?}");
+    let stored = returns::for_withdrawal(&app.db, id).await.unwrap().expect("the return is stored");
+    assert_eq!((stored.return_code.as_str(), stored.amount_minor), ("R03", 1000));
+    assert_eq!(stored.evidence.0["source"], "operator_credit_return", "{:?}", stored.evidence);
+
+    // Never twice.
+    let (status, answer) = credit(operator.clone(), "again").await;
+    assert_eq!((status, answer["code"].as_str()), (409, Some("already_resolved")), "{answer}");
+    assert_eq!(app.usd_balance(&alice).await, after);
+    app.assert_ledger_invariant().await;
+}
+
+/// The `settlement.import` audit rows.
+async fn import_audit_rows(app: &TestApp) -> Vec<withdrawals::storage::audit::AuditRow> {
+    let filter = withdrawals::storage::audit::AuditFilter {
+        action: Some("settlement.import".into()),
+        limit: 100,
+        ..Default::default()
+    };
+    withdrawals::storage::audit::list(&app.db, &filter).await.unwrap()
+}
+
+async fn a_large_report_imports_as_a_job_to_done_with_its_progress_and_one_audit_row(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let ours = completed(&app, &alice, &["a", "b", "c"], "10.00").await;
+    stop.cancel();
+    let today = chrono::Utc::now().date_naive();
+    let at = format!("{today}T10:00:00Z");
+    let mut csv = ours.iter().map(|id| line(*id, "10.00", "paid", &at)).collect::<String>();
+    const LINES: usize = 3_000;
+    for i in ours.len()..LINES {
+        csv += &format!("tr_x{i},not-ours-{i},r{i},1.00,USD,0.00,paid,{at}\n");
+    }
+    let view = import_job(&app, &operator, json!({"csv": format!("{HEADER}{csv}")})).await;
+    assert_eq!(view["state"], "done", "{view}");
+    assert_eq!((view["lines"].as_i64(), view["lines_done"].as_i64()), (Some(3_000), Some(3_000)), "{view}");
+    assert_eq!((view["matched"].as_i64(), view["exceptions"].as_i64()), (Some(3), Some(2_997)), "{view}");
+    let summary: ImportSummary = serde_json::from_value(view["summary"].clone()).unwrap();
+    assert_eq!((summary.lines, summary.matching.matched, summary.matching.exceptions_opened), (3_000, 3, 2_997));
+    let audit = import_audit_rows(&app).await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!((audit[0].result.as_str(), audit[0].target_id.as_str()), ("ok", today.to_string().as_str()));
+    assert_eq!(audit[0].parameters.0["import_id"], view["id"], "{:?}", audit[0].parameters);
+    // Listed, and read by a viewer.
+    let viewer = app.operator("viewer").await;
+    let listed: Value = app
+        .client
+        .get(app.url("/ops/v1/settlement/imports"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["data"][0]["id"], view["id"], "{listed}");
+    app.assert_ledger_invariant().await;
+}
+
+async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
+    let operator = app.operator("operator").await;
+    let mock = &app.provider.mock;
+    let stop = app.start_default_worker();
+    let alice = app.customer("100.00").await;
+    let [paid, returned] = completed(&app, &alice, &["p", "r"], "10.00").await[..] else { unreachable!() };
+    stop.cancel();
+    assert!(mock.return_transfer_at(&returned.to_string(), "R01", mock.now()));
+    let today = chrono::Utc::now().date_naive();
+    let at = format!("{today}T10:00:00Z");
+    let mut csv = format!(
+        "{HEADER}{}{}{}",
+        line(paid, "10.00", "paid", &at),
+        line(returned, "10.00", "paid", &at),
+        line(returned, "10.00", "returned", &at)
+    );
+    for i in 0..200 {
+        csv += &format!("tr_x{i},not-ours-{i},r{i},1.00,USD,0.00,paid,{at}\n");
+    }
+    let (status, queued) = import(&app, &operator, json!({"csv": csv})).await;
+    assert_eq!(status, 202, "{queued}");
+    let id = queued["id"].as_str().unwrap().to_owned();
+
+    // A first run stopped part-way: the report stored and the lines the report alone decides
+    // recorded, but the return (which needs the provider's confirmation) not applied, the import
+    // not finished and no audit row.
+    let settings = withdrawals::config::SettlementSettings { grace_days: 0, ..Default::default() };
+    let partial = settlement_job::import(
+        &app.db,
+        None,
+        &settings,
+        Some(today),
+        csv.as_bytes(),
+        settlement_job::Origin::File,
+        "interrupted-run",
+    )
+    .await
+    .unwrap();
+    assert_eq!(partial.matching.awaiting_confirmation, 1, "{partial:?}");
+    let midway = import_state(&app, &operator, &id, |_| true).await;
+    assert_eq!((midway["state"].as_str(), midway["lines_done"].as_i64()), (Some("queued"), Some(202)), "{midway}");
+    assert!(import_audit_rows(&app).await.is_empty());
+    let before = app.usd_balance(&alice).await;
+
+    // Run again by the job: it finishes the rest, once.
+    let mut config = worker_config("w-settlement-import");
+    config.queues = vec![SETTLEMENT_QUEUE];
+    config.settlement.grace_days = 0;
+    let stop = app.start_worker(app.gateway.clone(), config.clone());
+    let done = import_state(&app, &operator, &id, |v| v["state"] == "done").await;
+    stop.cancel();
+    assert_eq!((done["lines"].as_i64(), done["lines_done"].as_i64()), (Some(203), Some(203)), "{done}");
+    assert_eq!(
+        done["matched"].as_i64().unwrap() + done["exceptions"].as_i64().unwrap(),
+        203,
+        "matched + exceptions = lines: {done}"
+    );
+    assert_eq!(import_audit_rows(&app).await.len(), 1);
+    let after = app.usd_balance(&alice).await;
+    assert_eq!(after.0, "90.00", "the return credited once: {before:?} → {after:?}");
+
+    // The same job delivered again (a retry after its commit was lost): nothing changes.
+    let mut tx = app.db.begin().await.unwrap();
+    let again =
+        settlement_job::enqueue_stored_import(&mut tx, uuid::Uuid::parse_str(&id).unwrap(), today).await.unwrap();
+    tx.commit().await.unwrap();
+    let stop = app.start_worker(app.gateway.clone(), config);
+    app.eventually("the repeated job to finish", WAIT, || async {
+        let status = withdrawals::storage::jobs::job_status(&app.db, again).await.unwrap();
+        (status == Some(withdrawals::domain::JobStatus::Succeeded)).then_some(())
+    })
+    .await;
+    stop.cancel();
+    assert_eq!(import_audit_rows(&app).await.len(), 1, "one audit row");
+    assert_eq!(app.usd_balance(&alice).await, after, "no money moved twice");
+    let reports = store::list_reports(&app.db, None, 10).await.unwrap();
+    assert_eq!(reports.len(), 1, "the report stored once");
+    assert_eq!(reports[0].line_count, 203);
+    let lines = store::lines_for_withdrawal(&app.db, returned).await.unwrap();
+    assert_eq!(lines.len(), 2, "no line duplicated: {lines:?}");
+    assert!(returns::for_withdrawal(&app.db, returned).await.unwrap().is_some());
     app.assert_ledger_invariant().await;
 }

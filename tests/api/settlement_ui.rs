@@ -58,6 +58,7 @@ fn refusal(out: &std::process::Output) -> String {
 
 async fn the_cli_imports_a_day_and_lists_shows_and_resolves_its_exception_once(app: TestApp) {
     let (id, day) = a_day_with_a_wrong_amount(&app).await;
+    let _importer = app.settlement_worker();
     let (operator, viewer) = (app.operator("operator").await, app.operator("viewer").await);
     let day_text = day.to_string();
 
@@ -141,6 +142,7 @@ async fn the_cli_imports_a_day_and_lists_shows_and_resolves_its_exception_once(a
 
 async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_line(app: TestApp) {
     let id = a_paid_withdrawal(&app).await;
+    let _importer = app.settlement_worker();
     let day = app.provider.mock.now().date_naive();
     let operator = app.operator("operator").await;
     let dir = tempfile::tempdir().unwrap();
@@ -190,15 +192,7 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
 /// Imports the day through the API as an operator; returns the one open exception's id.
 async fn import_and_find_the_exception(app: &TestApp, day: NaiveDate) -> String {
     let operator = app.operator("operator").await;
-    let imported = app
-        .client
-        .post(app.url("/ops/v1/settlement/imports"))
-        .bearer_auth(&operator)
-        .json(&json!({"date": day}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(imported.status(), 200);
+    crate::settlement::imported(app, &operator, json!({"date": day})).await;
     let listed: Value = app
         .client
         .get(app.url("/ops/v1/settlement/exceptions"))

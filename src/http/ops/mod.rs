@@ -111,23 +111,6 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for OpsJson<T> {
     }
 }
 
-/// A settlement report's JSON body: as [`OpsJson`], except that its `csv` is left to the report
-/// parser, which judges each cell's text itself and names the line and column at fault
-/// (`report_refused`).
-pub struct ReportJson<T>(pub T);
-
-impl<T: DeserializeOwned + Send> FromRequest<AppState> for ReportJson<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let acting = req.extensions().get::<Acting>().cloned();
-        match input::json_body_except(req, state, &["csv"]).await {
-            Ok(value) => Ok(ReportJson(value)),
-            Err(error) => Err(refused(state, acting, "body", error).await),
-        }
-    }
-}
-
 /// Query parameters, or a 422 `invalid_query` naming the parameter at fault (see
 /// [`input::query`]). On an action's route the refusal is audited.
 pub struct OpsQuery<T>(pub T);

@@ -1,39 +1,95 @@
-//! `/ops/v1/settlement`: import a report, the imported versions, the exceptions and their
-//! resolution (SPEC §14).
+//! `/ops/v1/settlement`: import a report (202 and a job; its progress under
+//! `/imports/{id}`), the imported versions, the exceptions, their resolution and the later credit
+//! of a refused return (SPEC §14).
 
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use super::{Authorized, OpsJson, OpsQuery, PathId, ReportJson};
+use super::{Authorized, OpsJson, OpsQuery, PathId};
 use crate::domain::SettlementExceptionId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
-use crate::ops::acts::{SettlementExceptionResolve, SettlementImport};
+use crate::ops::acts::{SettlementExceptionResolve, SettlementImport, SettlementReturnCredit};
 use crate::ops::types::{
-    ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, List, Page, ReportQuery, ReportView,
-    ResolveExceptionRequest,
+    CreditReturnRequest, ExceptionQuery, ExceptionView, ImportListQuery, ImportRequest, ImportView, List, Page,
+    ReportQuery, ReportView, ResolveExceptionRequest,
 };
 use crate::ops::{self, Operator};
 
-/// The largest report accepted as a request body (a day's CSV of a busy provider fits easily).
-pub const MAX_REPORT_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// The JSON around a report's CSV: the body may be this much larger than the CSV it carries
+/// (each of the CSV's newlines and quotes is escaped in JSON, so the body is allowed twice the
+/// report's limit plus this; the CSV itself is then held to the limit exactly).
+const ENVELOPE_BYTES: usize = 64 * 1024;
+
+/// The most bytes an import's body may have under `SETTLEMENT_MAX_REPORT_BYTES`.
+fn body_limit(max_report_bytes: usize) -> usize {
+    max_report_bytes.saturating_mul(2).saturating_add(ENVELOPE_BYTES)
+}
+
+fn too_large(max_report_bytes: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "report_too_large",
+        format!("a settlement report may have at most {max_report_bytes} bytes (SETTLEMENT_MAX_REPORT_BYTES)"),
+    )
+    .with_field("csv")
+}
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/settlement/imports", post(import).layer(DefaultBodyLimit::max(MAX_REPORT_BODY_BYTES)))
+        .route("/ops/v1/settlement/imports", post(import).layer(DefaultBodyLimit::disable()).get(imports))
+        .route("/ops/v1/settlement/imports/{id}", get(import_status))
         .route("/ops/v1/settlement/reports", get(reports))
         .route("/ops/v1/settlement/exceptions", get(exceptions))
         .route("/ops/v1/settlement/exceptions/{id}", get(exception))
         .route("/ops/v1/settlement/exceptions/{id}/resolve", post(resolve))
+        .route("/ops/v1/settlement/exceptions/{id}/credit-return", post(credit_return))
 }
 
+/// The body is refused with 413 from its `Content-Length` before a byte of it is read, and read
+/// only up to the limit otherwise (a chunked body); the CSV it carries is then held to
+/// `SETTLEMENT_MAX_REPORT_BYTES` exactly.
 async fn import(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<SettlementImport>,
-    ReportJson(req): ReportJson<ImportRequest>,
-) -> Result<Json<ImportSummary>, ApiError> {
-    Ok(Json(ops::settlement::import(&state.ops(), &operator, req).await?))
+    headers: HeaderMap,
+    body: Body,
+) -> Result<(StatusCode, Json<ImportView>), ApiError> {
+    let max = state.config().settlement.max_report_bytes;
+    let limit = body_limit(max);
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(max));
+    }
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large(max))?;
+    let req: ImportRequest = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::unprocessable("invalid_body", "body", format!("the body is not an import request: {e}"))
+    })?;
+    drop(bytes);
+    if req.csv.as_ref().is_some_and(|csv| csv.len() > max) {
+        return Err(too_large(max));
+    }
+    Ok((StatusCode::ACCEPTED, Json(ops::settlement::import(&state.ops(), &operator, req).await?)))
+}
+
+async fn import_status(
+    State(state): State<AppState>,
+    operator: Operator,
+    PathId(id): PathId,
+) -> Result<Json<ImportView>, ApiError> {
+    Ok(Json(ops::settlement::import_status(&state.ops(), &operator, id).await?))
+}
+
+async fn imports(
+    State(state): State<AppState>,
+    operator: Operator,
+    OpsQuery(q): OpsQuery<ImportListQuery>,
+) -> Result<Json<List<ImportView>>, ApiError> {
+    Ok(Json(ops::settlement::imports(&state.ops(), &operator, q).await?))
 }
 
 async fn reports(
@@ -67,4 +123,13 @@ async fn resolve(
     OpsJson(req): OpsJson<ResolveExceptionRequest>,
 ) -> Result<Json<ExceptionView>, ApiError> {
     Ok(Json(ops::settlement::resolve(&state.ops(), &operator, SettlementExceptionId(id), req).await?))
+}
+
+async fn credit_return(
+    State(state): State<AppState>,
+    Authorized(operator, _): Authorized<SettlementReturnCredit>,
+    PathId(id): PathId,
+    OpsJson(req): OpsJson<CreditReturnRequest>,
+) -> Result<Json<ExceptionView>, ApiError> {
+    Ok(Json(ops::settlement::credit_return(&state.ops(), &operator, SettlementExceptionId(id), req).await?))
 }
