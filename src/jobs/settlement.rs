@@ -769,27 +769,14 @@ pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::R
     Ok(enqueued.len())
 }
 
-/// Enqueues an import of `day`'s report.
+/// Enqueues an import of `day`'s report (fetched from the provider).
 pub async fn enqueue_import(
     tx: &mut Tx,
     day: NaiveDate,
     correlation_id: &str,
     run_at: DbTime,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    let payload = ImportSettlement { date: day, import_id: None };
-    job_store::enqueue(
-        tx,
-        &NewJob {
-            queue: SETTLEMENT_QUEUE,
-            kind: IMPORT_SETTLEMENT,
-            payload: serde_json::to_vec(&payload).expect("payload serialises"),
-            payload_version: ImportSettlement::VERSION,
-            run_at,
-            correlation_id: correlation_id.to_owned(),
-            withdrawal_id: None,
-        },
-    )
-    .await
+    enqueue(tx, ImportSettlement { date: day, import_id: None }, correlation_id.to_owned(), run_at).await
 }
 
 /// Enqueues the import of an operator's stored report (`settlement_imports` row `import_id`), in
@@ -800,6 +787,15 @@ pub async fn enqueue_stored_import(
     day: NaiveDate,
 ) -> crate::storage::Result<crate::domain::JobId> {
     let payload = ImportSettlement { date: day, import_id: Some(import_id) };
+    enqueue(tx, payload, format!("settlement-import:{import_id}"), DbTime::now()).await
+}
+
+async fn enqueue(
+    tx: &mut Tx,
+    payload: ImportSettlement,
+    correlation_id: String,
+    run_at: DbTime,
+) -> crate::storage::Result<crate::domain::JobId> {
     job_store::enqueue(
         tx,
         &NewJob {
@@ -807,8 +803,8 @@ pub async fn enqueue_stored_import(
             kind: IMPORT_SETTLEMENT,
             payload: serde_json::to_vec(&payload).expect("payload serialises"),
             payload_version: ImportSettlement::VERSION,
-            run_at: DbTime::now(),
-            correlation_id: format!("settlement-import:{import_id}"),
+            run_at,
+            correlation_id,
             withdrawal_id: None,
         },
     )
