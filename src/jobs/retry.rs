@@ -86,6 +86,20 @@ impl RetryPolicy {
         }
     }
 
+    /// Default for fetching a day's settlement report (SPEC §14) that the provider could not serve:
+    /// a minute at first, half an hour at most, for up to 12 hours — the report of a day is
+    /// useful all the next day, and an unavailable report endpoint is usually a provider incident.
+    /// Its own policy: tuning reconciliation never changes it.
+    pub fn settlement_import() -> Self {
+        Self {
+            base_delay: Duration::from_secs(60),
+            max_delay: Duration::from_secs(30 * 60),
+            max_attempts: 40,
+            max_elapsed: Duration::from_secs(12 * 60 * 60),
+            max_retry_after: Duration::from_secs(30 * 60),
+        }
+    }
+
     /// Default for a handler that fails instead of deciding (our database down, a bug): a
     /// second at first, a minute at most, ten runs or an hour (SPEC §5: our own faults are
     /// retried with the same backoff and jitter, then dead-lettered). Overridable likewise.

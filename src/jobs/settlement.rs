@@ -821,7 +821,7 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
     let bytes = match fetch(ctx.gateway(), payload.date).await {
         Ok(bytes) => bytes,
         Err(why) => {
-            let policy = &ctx.config().reconcile_policy;
+            let policy = &ctx.config().import_policy;
             let attempts = u32::try_from(ctx.job.attempts + 1).unwrap_or(u32::MAX);
             let elapsed = ctx
                 .job

@@ -63,6 +63,9 @@ pub struct WorkerConfig {
     pub pending_poll: Duration,
     /// Policy of the reconciliation job: its `max_elapsed` is the reconciliation window.
     pub reconcile_policy: RetryPolicy,
+    /// Policy of a settlement import whose report the provider could not serve (its own, not
+    /// reconciliation's).
+    pub import_policy: RetryPolicy,
     /// A withdrawal in `processing` longer than this with no live job is swept into reconciliation.
     pub processing_sla: Duration,
     pub sweep_interval: Duration,
@@ -95,6 +98,7 @@ impl WorkerConfig {
         self.handler_error_policy.validate().map_err(|e| anyhow::anyhow!("handler error policy: {e}"))?;
         self.submit_policy.validate().map_err(|e| anyhow::anyhow!("submit policy: {e}"))?;
         self.reconcile_policy.validate().map_err(|e| anyhow::anyhow!("reconcile policy: {e}"))?;
+        self.import_policy.validate().map_err(|e| anyhow::anyhow!("settlement import policy: {e}"))?;
         Ok(())
     }
 
@@ -115,6 +119,7 @@ impl WorkerConfig {
             breaker_min_defer: Duration::from_secs(1),
             pending_poll: Duration::from_secs(5),
             reconcile_policy: RetryPolicy::reconciliation(),
+            import_policy: RetryPolicy::settlement_import(),
             processing_sla: Duration::from_secs(15 * 60),
             sweep_interval: Duration::from_secs(60),
             in_flight_grace: Duration::from_secs(15),

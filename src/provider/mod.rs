@@ -34,24 +34,14 @@ pub struct TransferRequest {
     pub destination: crate::domain::Destination,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransferStatus {
-    Pending,
-    Paid,
-    Failed,
-    /// Paid, then sent back by the bank: the money did go out (SPEC §4, §14.3).
-    Returned,
-}
-
-impl TransferStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransferStatus::Pending => "pending",
-            TransferStatus::Paid => "paid",
-            TransferStatus::Failed => "failed",
-            TransferStatus::Returned => "returned",
-        }
+crate::text_enum! {
+    /// A transfer's status at the provider (SPEC §4): its name on the wire and in stored evidence.
+    pub enum TransferStatus("transfer status", 4) {
+        Pending = "pending",
+        Paid = "paid",
+        Failed = "failed",
+        /// Paid, then sent back by the bank: the money did go out (SPEC §4, §14.3).
+        Returned = "returned",
     }
 }
 

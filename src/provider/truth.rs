@@ -129,13 +129,14 @@ impl Verdict {
         }
     }
 
-    /// Among several transfers: paid beats pending beats failed.
+    /// Among several transfers: paid beats pending beats failed. Every verdict is named, so a new
+    /// one must be ranked where it is added.
     fn rank(&self) -> u8 {
         match self {
             Verdict::Paid(_) | Verdict::Returned(_) => 3,
             Verdict::Pending(_) => 2,
             Verdict::Failed(_) => 1,
-            _ => 0,
+            Verdict::NoTransfer | Verdict::InFlight | Verdict::Mismatch(..) | Verdict::Unavailable(_) => 0,
         }
     }
 
@@ -204,6 +205,11 @@ mod tests {
     use super::*;
     use crate::domain::{AccountId, Amount, Currency, Destination, WithdrawalId, WithdrawalStatus};
     use rust_decimal::Decimal;
+
+    #[test]
+    fn transfer_statuses_read_and_write_their_wire_names() {
+        crate::assert_text_enum_round_trips!(TransferStatus);
+    }
 
     fn withdrawal(amount: &str) -> Withdrawal {
         let usd = Currency::parse("USD").unwrap();

@@ -249,6 +249,24 @@ pub async fn problem_code(response: Response) -> (u16, String, Value) {
     (status, body["code"].as_str().unwrap_or_default().to_owned(), body)
 }
 
+/// A gateway to the provider at `mock_url` (the mock, or a wiremock server) whose breaker never
+/// opens.
+pub fn gateway_to(mock_url: String, timeout: std::time::Duration) -> withdrawals::provider::Gateway {
+    let provider = withdrawals::provider::HttpProvider::new(withdrawals::provider::ProviderConfig {
+        base_url: mock_url,
+        api_key: secrecy::SecretString::from("test-provider-key"),
+        connect_timeout: std::time::Duration::from_millis(300),
+        request_timeout: timeout,
+    })
+    .unwrap();
+    let never_open = withdrawals::provider::breaker::BreakerConfig {
+        window: withdrawals::provider::breaker::SlidingWindow::Count { size: u32::MAX },
+        minimum_number_of_calls: u32::MAX,
+        ..Default::default()
+    };
+    withdrawals::startup::gateway_with(std::sync::Arc::new(provider), never_open)
+}
+
 /// Fast worker settings for tests: the same code, shorter clocks.
 pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
     use std::time::Duration;
@@ -270,6 +288,13 @@ pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
         base_delay: Duration::from_millis(50),
         max_delay: Duration::from_millis(300),
         max_attempts: 1_000,
+        max_elapsed: Duration::from_secs(30),
+        max_retry_after: Duration::from_secs(1),
+    };
+    config.import_policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        max_attempts: 20,
         max_elapsed: Duration::from_secs(30),
         max_retry_after: Duration::from_secs(1),
     };

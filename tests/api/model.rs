@@ -50,7 +50,6 @@ use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{Withdrawal, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::RECONCILE_PAYOUT;
-use withdrawals::provider::breaker::{BreakerConfig, SlidingWindow};
 use withdrawals::storage::jobs as job_store;
 use withdrawals::storage::{attempts, reconciliations, withdrawals as store};
 
@@ -526,25 +525,6 @@ struct World {
     coverage: Coverage,
 }
 
-fn never_open() -> BreakerConfig {
-    BreakerConfig {
-        window: SlidingWindow::Count { size: u32::MAX },
-        minimum_number_of_calls: u32::MAX,
-        ..BreakerConfig::default()
-    }
-}
-
-fn gateway_to(mock_url: String, timeout: Duration) -> withdrawals::provider::Gateway {
-    let provider = withdrawals::provider::HttpProvider::new(withdrawals::provider::ProviderConfig {
-        base_url: mock_url,
-        api_key: secrecy::SecretString::from("test-provider-key"),
-        connect_timeout: Duration::from_millis(300),
-        request_timeout: timeout,
-    })
-    .unwrap();
-    withdrawals::startup::gateway_with(Arc::new(provider), never_open())
-}
-
 impl World {
     async fn start(backend: Backend) -> World {
         let mut config = AppConfig::default();
@@ -559,11 +539,11 @@ impl World {
         // quick-settling withdrawal in review (two polls come within ~100 ms).
         worker.reconcile_policy.max_attempts = 2;
         worker.in_flight_grace = IN_FLIGHT_GRACE;
-        app.start_worker(gateway_to(app.provider.mock.url(), PROVIDER_TIMEOUT), worker);
+        app.start_worker(crate::harness::gateway_to(app.provider.mock.url(), PROVIDER_TIMEOUT), worker);
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let api = format!("http://{}", listener.local_addr().unwrap());
-        let ops_gateway = gateway_to(app.provider.mock.url(), Duration::from_secs(2));
+        let ops_gateway = crate::harness::gateway_to(app.provider.mock.url(), Duration::from_secs(2));
         let state = withdrawals::http::AppState::with_gateway(app.db.clone(), config, ops_gateway);
         tokio::spawn(withdrawals::startup::serve(listener, state, app.shutdown_token()));
 

@@ -42,6 +42,7 @@ both_backends!(with = app;
     a_refused_return_is_credited_later_once_the_providers_record_shows_it,
     a_large_report_imports_as_a_job_to_done_with_its_progress_and_one_audit_row,
     an_interrupted_import_run_again_finishes_exactly_once,
+    an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconciliations,
 );
 
 /// The app with small report limits: 4 KiB and 5 lines.
@@ -714,6 +715,9 @@ async fn a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored(a
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 413);
+    // The unread body leaves the connection unusable: it is closed, never reused for the next
+    // request (which then failed at random with a broken pipe).
+    assert_eq!(response.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
     let answer: Value = response.json().await.unwrap();
     assert_eq!(answer["code"], "report_too_large", "{answer}");
     let (status, answer) = import(&app, &operator, json!({"csv": report_of(today, 6)})).await;
@@ -943,4 +947,53 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     assert_eq!(lines.len(), 2, "no line duplicated: {lines:?}");
     assert!(returns::for_withdrawal(&app.db, returned).await.unwrap().is_some());
     app.assert_ledger_invariant().await;
+}
+
+/// The import's fetch retries follow its own policy (`import_policy`), not reconciliation's (issue
+/// 28: tuning the reconciliation backoff used to change the settlement import's retries too).
+/// A provider that answers 503 to every report request, an import policy of two attempts and the
+/// production reconciliation policy (300 attempts over a day): the job gives up after exactly two
+/// fetches, as `retries_exhausted` on the settlement queue.
+async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconciliations(app: TestApp) {
+    use wiremock::{matchers::any, Mock, MockServer, ResponseTemplate};
+    let provider = MockServer::start().await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(503)).mount(&provider).await;
+    let mut config = worker_config("w-import-policy");
+    config.queues = vec![SETTLEMENT_QUEUE];
+    config.reconcile_policy = withdrawals::jobs::retry::RetryPolicy::reconciliation();
+    config.import_policy = withdrawals::jobs::retry::RetryPolicy {
+        base_delay: Duration::from_millis(20),
+        max_delay: Duration::from_millis(50),
+        max_attempts: 2,
+        max_elapsed: Duration::from_secs(30),
+        max_retry_after: Duration::ZERO,
+    };
+    let today = app.provider.mock.now().date_naive();
+    let mut tx = app.db.begin().await.unwrap();
+    settlement_job::enqueue_import(&mut tx, today, "test-unavailable", DbTime::now()).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let _worker =
+        app.start_worker(crate::harness::gateway_to(provider.uri(), Duration::from_secs(2)), config).drop_guard();
+
+    let operator = app.operator("viewer").await;
+    let letter = app
+        .eventually("the import's dead letter", WAIT, || async {
+            let body: Value = app
+                .client
+                .get(app.url("/ops/v1/dead-letters?queue=settlement"))
+                .bearer_auth(&operator)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["data"].as_array().and_then(|d| d.first().cloned())
+        })
+        .await;
+    assert_eq!(letter["category"], "retries_exhausted", "{letter:#}");
+    let fetches = provider.received_requests().await.unwrap().len();
+    assert_eq!(fetches, 2, "two attempts by the import's policy, not reconciliation's 300");
+    assert!(store::list_reports(&app.db, Some(&today.to_string()), 10).await.unwrap().is_empty());
 }

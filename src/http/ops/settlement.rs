@@ -4,7 +4,8 @@
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
@@ -49,22 +50,35 @@ pub fn router() -> Router<AppState> {
         .route("/ops/v1/settlement/exceptions/{id}/credit-return", post(credit_return))
 }
 
-/// The body is refused with 413 from its `Content-Length` before a byte of it is read, and read
-/// only up to the limit otherwise (a chunked body); the CSV it carries is then held to
+/// The body is refused with 413 from its `Content-Length` before a byte of it is read — with
+/// `Connection: close`, since the unread body makes the connection unusable for a next request —
+/// and read only up to the limit otherwise (a chunked body); the CSV it carries is then held to
 /// `SETTLEMENT_MAX_REPORT_BYTES` exactly.
 async fn import(
     State(state): State<AppState>,
     Authorized(operator, _): Authorized<SettlementImport>,
     headers: HeaderMap,
     body: Body,
-) -> Result<(StatusCode, Json<ImportView>), ApiError> {
+) -> Response {
     let max = state.config().settlement.max_report_bytes;
     let limit = body_limit(max);
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large(max));
+        let mut refused = too_large(max).into_response();
+        refused.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return refused;
     }
+    read_and_import(&state, &operator, body, max, limit).await.into_response()
+}
+
+async fn read_and_import(
+    state: &AppState,
+    operator: &Operator,
+    body: Body,
+    max: usize,
+    limit: usize,
+) -> Result<(StatusCode, Json<ImportView>), ApiError> {
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large(max))?;
     let req: ImportRequest = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::unprocessable("invalid_body", "body", format!("the body is not an import request: {e}"))
@@ -73,7 +87,7 @@ async fn import(
     if req.csv.as_ref().is_some_and(|csv| csv.len() > max) {
         return Err(too_large(max));
     }
-    Ok((StatusCode::ACCEPTED, Json(ops::settlement::import(&state.ops(), &operator, req).await?)))
+    Ok((StatusCode::ACCEPTED, Json(ops::settlement::import(&state.ops(), operator, req).await?)))
 }
 
 async fn import_status(
