@@ -58,9 +58,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
                 let failure = Failure::side_effect_unknown("reconciliation_breaker_open", message);
                 return ctx.dead_letter(tx, &failure).await;
             }
-            let jitter = rand::random::<u64>() % (ctx.config().breaker_jitter.as_millis() as u64 + 1);
-            let wait = open.retry_in.max(ctx.config().breaker_min_defer) + std::time::Duration::from_millis(jitter);
-            let run_at = DbTime::now().plus(TimeDelta::from_std(wait).unwrap_or(TimeDelta::seconds(1)));
+            let run_at = DbTime::after(ctx.config().breaker_deferral(open.retry_in));
             let mut tx = ctx.db().begin().await?;
             job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
@@ -130,7 +128,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     match decision {
         RetryDecision::RetryAfter(delay) => {
             record(&mut tx, ctx, result, None, None, &detail, None).await?;
-            let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
+            let run_at = DbTime::after(delay);
             ctx.finish_or_rollback(tx, &Finish::Reschedule { run_at, consumed_attempt: true, error: result.as_str() })
                 .await
         }
@@ -204,7 +202,7 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
     let follow_up = if job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await? {
         None
     } else {
-        let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
+        let run_at = DbTime::after(delay);
         let retry = SubmitPayout::new(id, Some(result_id)).job(&job.correlation_id, run_at);
         Some(job_store::enqueue(&mut tx, &retry).await?)
     };

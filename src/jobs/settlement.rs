@@ -833,7 +833,7 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
                 RetryDecision::RetryAfter(delay) => {
                     let mut tx = ctx.db().begin().await?;
                     job_store::mark_first_attempt(&mut tx, ctx.job.id, ctx.job.lease_token).await?;
-                    let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::minutes(1)));
+                    let run_at = DbTime::after(delay);
                     let how = Finish::Reschedule { run_at, consumed_attempt: true, error: why.code() };
                     ctx.finish_or_rollback(tx, &how).await
                 }

@@ -7,11 +7,6 @@
 //! withdrawal and finishes the job; if the lease was lost meanwhile, all of it rolls back and the
 //! unfinished attempt sends the next claimer to reconciliation.
 
-use std::time::Duration;
-
-use chrono::TimeDelta;
-use rand::Rng;
-
 use super::retry::{Exhausted, RetryDecision};
 use super::worker::JobContext;
 use super::{enqueue_reconciliation, SubmitPayout};
@@ -120,10 +115,9 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         }
         Step::Defer(rejected) => {
             // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
-            let jitter = rand::thread_rng().gen_range(0..=ctx.config().breaker_jitter.as_millis() as u64);
-            let wait = rejected.retry_in.max(ctx.config().breaker_min_defer) + Duration::from_millis(jitter);
+            let wait = ctx.config().breaker_deferral(rejected.retry_in);
             tracing::info!(retry_in_ms = wait.as_millis() as u64, "breaker open: submit deferred");
-            let run_at = DbTime::now().plus(TimeDelta::from_std(wait).unwrap_or(TimeDelta::seconds(1)));
+            let run_at = DbTime::after(wait);
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
@@ -232,10 +226,7 @@ impl<'a> Decision<'a> {
         // The provider's answer is the evidence of the move it causes.
         let evidence = verdict.as_ref().map(|v| v.evidence_from("provider_create", withdrawal, chrono::Utc::now()));
         let follow_up = match (outcome, &verdict) {
-            (_, Some(Verdict::Pending(_))) => Some((
-                "pending_transfer",
-                DbTime::now().plus(TimeDelta::from_std(ctx.config().pending_poll).unwrap_or_default()),
-            )),
+            (_, Some(Verdict::Pending(_))) => Some(("pending_transfer", DbTime::after(ctx.config().pending_poll))),
             (SubmitOutcome::Unknown(_), _) => Some(("unknown_outcome", DbTime::now())),
             _ => None,
         };
@@ -353,7 +344,7 @@ fn decide<'a>(
             };
             let next = match policy.next_delay(attempts_made, elapsed, error.retry_after, &mut rand::thread_rng()) {
                 RetryDecision::RetryAfter(delay) => Next::Finish(Finish::Reschedule {
-                    run_at: DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1))),
+                    run_at: DbTime::after(delay),
                     consumed_attempt: true,
                     error: &error.code,
                 }),

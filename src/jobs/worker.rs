@@ -80,6 +80,15 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// How long a job waits when the breaker is open (SPEC §5): until the breaker's next probe
+    /// (`retry_in`), at least `breaker_min_defer`, plus up to `breaker_jitter` at random so the
+    /// deferred jobs do not stampede the probe. The one deferral of submit and reconcile.
+    pub fn breaker_deferral(&self, retry_in: Duration) -> Duration {
+        let jitter_ms = u64::try_from(self.breaker_jitter.as_millis()).unwrap_or(u64::MAX);
+        retry_in.max(self.breaker_min_defer)
+            + Duration::from_millis(rand::Rng::gen_range(&mut rand::thread_rng(), 0..=jitter_ms))
+    }
+
     /// Refuses settings that would break the worker's own guarantees.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.concurrency > 0 && self.batch_size > 0, "concurrency and batch size must be positive");
@@ -485,7 +494,7 @@ impl JobContext {
                     retry_in_ms = delay.as_millis() as u64,
                     "job run failed; rescheduling with backoff"
                 );
-                let run_at = DbTime::now().plus(TimeDelta::from_std(delay).unwrap_or(TimeDelta::seconds(1)));
+                let run_at = DbTime::after(delay);
                 let error = if infrastructure { "infrastructure error" } else { "handler error" };
                 let how = Finish::HandlerError { run_at, error };
                 if let Err(err) = self.finish_in_own_tx(&how).await {
@@ -677,5 +686,25 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_breaker_deferral_waits_for_the_probe_at_least_the_minimum_plus_bounded_jitter() {
+        let mut config = WorkerConfig::new("w");
+        config.breaker_min_defer = Duration::from_millis(500);
+        config.breaker_jitter = Duration::from_millis(100);
+        for _ in 0..200 {
+            let short = config.breaker_deferral(Duration::from_millis(10));
+            assert!(short >= Duration::from_millis(500) && short <= Duration::from_millis(600), "{short:?}");
+            let long = config.breaker_deferral(Duration::from_secs(5));
+            assert!(long >= Duration::from_secs(5) && long <= Duration::from_millis(5_100), "{long:?}");
+        }
+        config.breaker_jitter = Duration::ZERO;
+        assert_eq!(config.breaker_deferral(Duration::from_secs(2)), Duration::from_secs(2));
     }
 }

@@ -27,6 +27,14 @@ impl DbTime {
         Self::from(self.0 + delta)
     }
 
+    /// The instant `delay` from now: when a rescheduled job runs next. A delay too long to
+    /// represent (no policy asks for one) is held to a hundred years, never a panic.
+    pub fn after(delay: std::time::Duration) -> Self {
+        const FAR: TimeDelta = TimeDelta::days(36_525);
+        let delta = TimeDelta::from_std(delay).unwrap_or(FAR).min(FAR);
+        Self::now().plus(delta)
+    }
+
     /// An instant from a client-supplied Unix time in microseconds (page cursors), or None when
     /// it is outside 1970–9999: both backends can store every instant in that range, and nothing
     /// this service wrote lies outside it.
@@ -84,6 +92,15 @@ impl<'r> Decode<'r, Postgres> for DbTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_is_now_plus_the_delay_and_never_panics_on_a_huge_one() {
+        let before = DbTime::now();
+        let soon = DbTime::after(std::time::Duration::from_secs(90));
+        assert!(soon.0 - before.0 >= TimeDelta::seconds(90) && soon.0 - before.0 < TimeDelta::seconds(95));
+        let far = DbTime::after(std::time::Duration::MAX);
+        assert!(far.0 - before.0 >= TimeDelta::days(36_525) - TimeDelta::seconds(5));
+    }
 
     #[test]
     fn sqlite_text_sorts_like_time() {
