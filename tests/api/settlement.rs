@@ -86,6 +86,16 @@ pub(crate) async fn import_job(app: &TestApp, token: &str, body: Value) -> Value
     import_state(app, token, &id, |v| v["state"] == "done" || v["state"] == "failed").await
 }
 
+/// The first dead letter `GET /ops/v1/dead-letters?{filter}` lists, polled until there is one.
+async fn first_dead_letter(app: &TestApp, token: &str, filter: &str) -> Value {
+    app.eventually("a dead letter", WAIT, || async {
+        let url = app.url(&format!("/ops/v1/dead-letters?{filter}"));
+        let body: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+        body["data"].as_array().and_then(|d| d.first().cloned())
+    })
+    .await
+}
+
 /// Polls `GET /ops/v1/settlement/imports/{id}` until `until` holds (or fails at the deadline).
 async fn import_state(app: &TestApp, token: &str, id: &str, until: impl Fn(&Value) -> bool) -> Value {
     let deadline = std::time::Instant::now() + WAIT;
@@ -638,21 +648,7 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     settlement_job::enqueue_import(&mut tx, tomorrow, "test-refused", DbTime::now()).await.unwrap();
     tx.commit().await.unwrap();
     let operator = app.operator("operator").await;
-    let letter = app
-        .eventually("the refused report's dead letter", WAIT, || async {
-            let body: Value = app
-                .client
-                .get(app.url("/ops/v1/dead-letters?error_code=settlement_report_refused"))
-                .bearer_auth(&operator)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            body["data"].as_array().and_then(|d| d.first().cloned())
-        })
-        .await;
+    let letter = first_dead_letter(&app, &operator, "error_code=settlement_report_refused").await;
     stop.cancel();
     assert_eq!(letter["category"], "dependency_rejected", "{letter:#}");
     assert!(letter["error_message"].as_str().unwrap_or_default().contains("line 2"), "{letter:#}");
@@ -977,21 +973,7 @@ async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconcil
         app.start_worker(crate::harness::gateway_to(provider.uri(), Duration::from_secs(2)), config).drop_guard();
 
     let operator = app.operator("viewer").await;
-    let letter = app
-        .eventually("the import's dead letter", WAIT, || async {
-            let body: Value = app
-                .client
-                .get(app.url("/ops/v1/dead-letters?queue=settlement"))
-                .bearer_auth(&operator)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            body["data"].as_array().and_then(|d| d.first().cloned())
-        })
-        .await;
+    let letter = first_dead_letter(&app, &operator, "queue=settlement").await;
     assert_eq!(letter["category"], "retries_exhausted", "{letter:#}");
     let fetches = provider.received_requests().await.unwrap().len();
     assert_eq!(fetches, 2, "two attempts by the import's policy, not reconciliation's 300");
