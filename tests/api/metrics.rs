@@ -52,7 +52,22 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     app.wait_for_status(rejected, WithdrawalStatus::RequiresReview, std::time::Duration::from_secs(20)).await;
 
     let gauges = withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
-    let text = app.metrics().send().await.unwrap().text().await.unwrap();
+    // What a serving process runs (startup.rs): the refresh loop, which puts every database
+    // gauge on `/metrics` at once — without it, `ledger_check_failing` was there only when
+    // another test of this process had run a ledger check first.
+    let refresher = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(withdrawals::metrics::refresh_loop(
+        app.db.clone(),
+        std::time::Duration::from_secs(3600),
+        refresher.clone(),
+    ));
+    let _stop_refresher = refresher.drop_guard();
+    let text = app
+        .eventually("the refresh loop's gauges on /metrics", std::time::Duration::from_secs(10), || async {
+            let text = app.metrics().send().await.unwrap().text().await.unwrap();
+            text.lines().any(|l| l.starts_with("ledger_check_failing ")).then_some(text)
+        })
+        .await;
 
     // Counters only grow: at least this test's events, whatever else runs.
     for (prefix, what) in [
