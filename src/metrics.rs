@@ -15,7 +15,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::job::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE};
+use crate::domain::job::{JobKind, Queue};
 use crate::domain::settlement::ExceptionKind;
 use crate::domain::{JobStatus, ReplayStatus, WithdrawalStatus};
 use crate::storage::{metrics as queries, settlement as settlement_queries, Db, Tx};
@@ -130,11 +130,9 @@ pub fn install() -> &'static PrometheusHandle {
 }
 
 /// The queues and job kinds the service runs: the label sets of the job families.
-const QUEUES_AND_KINDS: [(&str, &str); 3] = [
-    (PAYOUTS_QUEUE, crate::domain::job::SUBMIT_PAYOUT),
-    (RECONCILIATION_QUEUE, crate::domain::job::RECONCILE_PAYOUT),
-    (SETTLEMENT_QUEUE, crate::domain::job::IMPORT_SETTLEMENT),
-];
+fn queues_and_kinds() -> impl Iterator<Item = (&'static str, &'static str)> {
+    JobKind::ALL.into_iter().map(|kind| (kind.queue().as_str(), kind.as_str()))
+}
 
 /// Outcome classes of a provider call (`provider_request_duration_seconds{outcome}`).
 pub const PROVIDER_OUTCOMES: [&str; 6] = ["success", "final_failed", "retryable", "unknown", "permanent", "conflict"];
@@ -146,7 +144,7 @@ pub const PROVIDER_OUTCOMES: [&str; 6] = ["success", "final_failed", "retryable"
 /// refreshed ([`refresh_loop`]).
 fn register_known_series() {
     use crate::domain::{check_transition, Category, ReconciliationResult, ReplayItemStatus};
-    for (queue, kind) in QUEUES_AND_KINDS {
+    for (queue, kind) in queues_and_kinds() {
         let labels = [("queue", queue), ("kind", kind)];
         counter!(JOB_ATTEMPTS, &labels).absolute(0);
         counter!(JOB_RETRIES, &labels).absolute(0);
@@ -188,7 +186,7 @@ fn database_gauges_at_zero() {
     gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(0.0);
     gauge!(LEDGER_INVARIANT_VIOLATIONS).set(0.0);
     gauge!(LEDGER_CHECK_FAILING).set(0.0);
-    for (queue, _) in QUEUES_AND_KINDS {
+    for (queue, _) in queues_and_kinds() {
         for status in [JobStatus::Scheduled, JobStatus::Running] {
             gauge!(JOBS_LIVE, "queue" => queue, "status" => status.as_str()).set(0.0);
         }
@@ -347,7 +345,8 @@ impl DatabaseGauges {
         let open = queries::open_dead_letters(db).await?;
 
         let depths = queries::live_jobs_by_queue(db).await?;
-        let queues = [PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE]
+        let queues = Queue::ALL
+            .map(Queue::as_str)
             .into_iter()
             .map(|queue| {
                 let row = |status| depths.iter().find(|d| d.queue == queue && d.status == status);

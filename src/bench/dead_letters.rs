@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::load::percentile;
 use crate::dead_letter::Category;
-use crate::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SUBMIT_PAYOUT};
+use crate::jobs::JobKind;
 use crate::storage::bench::{self as bench_store, SeedProfile};
 use crate::storage::dead_letters::{self, DeadLetterFilter};
 use crate::storage::{Db, DbTime};
@@ -64,8 +64,8 @@ fn profile(
     attempts: i64,
     message: &'static str,
 ) -> SeedProfile {
-    let (queue, job_type, payload_version) =
-        if retry_queue { (RECONCILIATION_QUEUE, RECONCILE_PAYOUT, 1) } else { (PAYOUTS_QUEUE, SUBMIT_PAYOUT, 2) };
+    let kind = if retry_queue { JobKind::ReconcilePayout } else { JobKind::SubmitPayout };
+    let (queue, job_type, payload_version) = (kind.queue().as_str(), kind.as_str(), kind.current_version());
     let side_effect_state = match category {
         Category::SideEffectUnknown | Category::Crashed => "unknown",
         Category::DependencyRejected => "confirmed",

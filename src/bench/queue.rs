@@ -11,7 +11,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::jobs::worker::{JobContext, Worker, WorkerConfig};
-use crate::jobs::PAYOUTS_QUEUE;
+use crate::jobs::{JobType, Queue};
+
+const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 use crate::provider::BoxFuture;
 use crate::storage::jobs::{self as job_store, Finish, NewJob};
 use crate::storage::{bench as bench_store, verify, Db, DbTime};
@@ -57,8 +59,7 @@ pub async fn run(
         let batch = ENQUEUE_BATCH.min(jobs - enqueued);
         for i in enqueued..enqueued + batch {
             let job = NewJob {
-                queue: PAYOUTS_QUEUE,
-                kind: BENCH_NOOP,
+                kind: JobType::Extension { queue: PAYOUTS_QUEUE, kind: BENCH_NOOP },
                 payload: format!("{{\"n\":{i}}}").into_bytes(),
                 payload_version: 1,
                 run_at: DbTime::now(),

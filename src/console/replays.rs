@@ -15,7 +15,9 @@ use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, csrf_field, opt, rate, role_note, state, when, Banner};
 use crate::dead_letter::Category;
 use crate::http::AppState;
-use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::jobs::Queue;
+
+const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 use crate::ops::types::{
     DryRun, ReasonRequest, ReplayControl, ReplayProgress, ReplayQuery, ReplayRunView, SelectionFilter, StartReplay,
     Started,
@@ -263,7 +265,7 @@ async fn render_index(
                             p {
                                 label for="r-destination" { "Destination queue" } br;
                                 select #r-destination name="destination_queue" {
-                                    @for q in [PAYOUTS_QUEUE, RECONCILIATION_QUEUE] {
+                                    @for q in Queue::REPLAY_DESTINATIONS.map(Queue::as_str) {
                                         option value=(q) selected[non_empty(&f.destination_queue).unwrap_or(PAYOUTS_QUEUE) == q] { (q) }
                                     }
                                 }

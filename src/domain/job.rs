@@ -28,25 +28,90 @@ impl JobStatus {
     }
 }
 
-/// The queue that carries payouts to the provider.
-pub const PAYOUTS_QUEUE: &str = "payouts";
+text_enum! {
+    /// The queues of the built-in job kinds. The `queue` column itself stays open text: a worker
+    /// may be given an extension queue (`Worker::with_handler`, used by the bench and the tests).
+    pub enum Queue("queue", 3) {
+        /// Carries payouts to the provider.
+        Payouts = "payouts",
+        /// Asks the provider what happened (SPEC §7).
+        Reconciliation = "reconciliation",
+        /// The daily settlement import (SPEC §14.1).
+        Settlement = "settlement",
+    }
+}
 
-/// The queue that asks the provider what happened (SPEC §7).
-pub const RECONCILIATION_QUEUE: &str = "reconciliation";
+text_enum! {
+    /// The built-in job kinds. The worker dispatches over them exhaustively; a stored kind that is
+    /// none of these (and no extension handler's) is poison.
+    pub enum JobKind("job kind", 3) {
+        /// Sends a withdrawal to the payout provider ([`SubmitPayout`]).
+        SubmitPayout = "submit_payout",
+        /// Looks a payout up at the provider by its operation key ([`ReconcilePayout`]).
+        ReconcilePayout = "reconcile_payout",
+        /// Fetches, imports and matches a day's settlement report ([`ImportSettlement`]).
+        ImportSettlement = "import_settlement",
+    }
+}
 
-/// The queue of the daily settlement import (SPEC §14.1).
-pub const SETTLEMENT_QUEUE: &str = "settlement";
+impl Queue {
+    /// Where an operator may send a replayed dead letter (SPEC §8), and the queues the overview
+    /// shows.
+    pub const REPLAY_DESTINATIONS: [Queue; 2] = [Queue::Payouts, Queue::Reconciliation];
+}
 
-/// Fetches, imports and matches a day's settlement report.
-pub const IMPORT_SETTLEMENT: &str = "import_settlement";
+impl JobKind {
+    /// The queue a job of this kind runs on.
+    pub fn queue(self) -> Queue {
+        match self {
+            JobKind::SubmitPayout => Queue::Payouts,
+            JobKind::ReconcilePayout => Queue::Reconciliation,
+            JobKind::ImportSettlement => Queue::Settlement,
+        }
+    }
 
-/// Sends a withdrawal to the payout provider.
-pub const SUBMIT_PAYOUT: &str = "submit_payout";
+    /// The payload version its handler runs today.
+    pub fn current_version(self) -> i64 {
+        match self {
+            JobKind::SubmitPayout => SubmitPayout::VERSION,
+            JobKind::ReconcilePayout => ReconcilePayout::VERSION,
+            JobKind::ImportSettlement => ImportSettlement::VERSION,
+        }
+    }
+}
 
-/// Looks a payout up at the provider by its operation key.
-pub const RECONCILE_PAYOUT: &str = "reconcile_payout";
+/// What a job to enqueue is: a built-in kind on a built-in queue (its own, [`JobKind::queue`],
+/// unless a replay routes it to another), or an extension kind on its own queue, run by a handler
+/// plugged into the worker (the bench's no-op, the tests').
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobType {
+    Builtin { kind: JobKind, queue: Queue },
+    Extension { queue: &'static str, kind: &'static str },
+}
 
-/// Payload of [`SUBMIT_PAYOUT`], version [`SubmitPayout::VERSION`] (2). Version 1 had no
+impl JobType {
+    pub fn queue(self) -> &'static str {
+        match self {
+            JobType::Builtin { queue, .. } => queue.as_str(),
+            JobType::Extension { queue, .. } => queue,
+        }
+    }
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            JobType::Builtin { kind, .. } => kind.as_str(),
+            JobType::Extension { kind, .. } => kind,
+        }
+    }
+}
+
+impl From<JobKind> for JobType {
+    fn from(kind: JobKind) -> Self {
+        JobType::Builtin { kind, queue: kind.queue() }
+    }
+}
+
+/// Payload of [`JobKind::SubmitPayout`], version [`SubmitPayout::VERSION`] (2). Version 1 had no
 /// `operation_key`; `jobs::payload` upgrades it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,7 +133,7 @@ impl SubmitPayout {
     }
 }
 
-/// Payload of [`RECONCILE_PAYOUT`], version [`ReconcilePayout::VERSION`].
+/// Payload of [`JobKind::ReconcilePayout`], version [`ReconcilePayout::VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcilePayout {
@@ -81,7 +146,7 @@ impl ReconcilePayout {
     pub const VERSION: i64 = 1;
 }
 
-/// Payload of [`IMPORT_SETTLEMENT`], version [`ImportSettlement::VERSION`].
+/// Payload of [`JobKind::ImportSettlement`], version [`ImportSettlement::VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImportSettlement {
@@ -104,5 +169,7 @@ mod tests {
     #[test]
     fn job_statuses_round_trip_through_their_names() {
         crate::assert_text_enum_round_trips!(JobStatus);
+        crate::assert_text_enum_round_trips!(Queue);
+        crate::assert_text_enum_round_trips!(JobKind);
     }
 }

@@ -29,7 +29,7 @@ macro_rules! text_enum {
         impl $name {
             pub const ALL: [$name; $n] = [$($name::$variant),+];
 
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)+
                 }

@@ -18,13 +18,10 @@ pub mod submit;
 pub mod worker;
 
 use crate::domain::{ReconciliationResult, WithdrawalId};
-use crate::storage::jobs::{self as job_store, NewJob};
+use crate::storage::jobs as job_store;
 use crate::storage::{DbTime, Result, Tx};
 
-pub use crate::domain::job::{
-    ImportSettlement, ReconcilePayout, SubmitPayout, IMPORT_SETTLEMENT, PAYOUTS_QUEUE, RECONCILE_PAYOUT,
-    RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
-};
+pub use crate::domain::job::{ImportSettlement, JobKind, JobType, Queue, ReconcilePayout, SubmitPayout};
 
 /// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.
 /// Returns the job enqueued, if any.
@@ -35,23 +32,11 @@ pub async fn enqueue_reconciliation(
     correlation_id: &str,
     run_at: DbTime,
 ) -> Result<Option<crate::domain::JobId>> {
-    if job_store::has_live_job(tx, withdrawal, RECONCILE_PAYOUT).await? {
+    if job_store::has_live_job(tx, withdrawal, JobKind::ReconcilePayout).await? {
         return Ok(None);
     }
     let payload = ReconcilePayout { withdrawal_id: withdrawal, reason: reason.to_owned() };
-    let job = job_store::enqueue(
-        tx,
-        &NewJob {
-            queue: RECONCILIATION_QUEUE,
-            kind: RECONCILE_PAYOUT,
-            payload: serde_json::to_vec(&payload).expect("payload serialises"),
-            payload_version: ReconcilePayout::VERSION,
-            run_at,
-            correlation_id: correlation_id.to_owned(),
-            withdrawal_id: Some(withdrawal),
-        },
-    )
-    .await?;
+    let job = job_store::enqueue(tx, &payload.job(correlation_id, run_at)).await?;
     tracing::info!(withdrawal_id = %withdrawal, reason, "reconciliation enqueued");
     Ok(Some(job))
 }

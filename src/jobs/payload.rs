@@ -4,8 +4,7 @@
 
 use serde_json::Value;
 
-use super::{ReconcilePayout, SubmitPayout, RECONCILE_PAYOUT, SUBMIT_PAYOUT};
-use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT};
+use super::JobKind;
 
 /// The error code of a payload naming a withdrawal that does not exist: poison, like an
 /// undecodable one (no retry can make the withdrawal exist).
@@ -14,7 +13,7 @@ pub const UNKNOWN_WITHDRAWAL: &str = "unknown_withdrawal";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
     #[error("no handler knows {kind} payload version {version}")]
-    UnknownVersion { kind: String, version: i64 },
+    UnknownVersion { kind: JobKind, version: i64 },
     #[error("payload cannot be upgraded from version {version}: {reason}")]
     NotUpgradable { version: i64, reason: String },
 }
@@ -28,21 +27,11 @@ impl PayloadError {
     }
 }
 
-/// The version handlers of `kind` run today.
-pub fn current_version(kind: &str) -> Option<i64> {
-    match kind {
-        SUBMIT_PAYOUT => Some(SubmitPayout::VERSION),
-        RECONCILE_PAYOUT => Some(ReconcilePayout::VERSION),
-        IMPORT_SETTLEMENT => Some(ImportSettlement::VERSION),
-        _ => None,
-    }
-}
-
 /// One registered migration: `kind` from `from` to `from + 1`.
 type Migration = fn(Value) -> Result<Value, String>;
 
-const MIGRATIONS: &[(&str, i64, Migration)] =
-    &[(SUBMIT_PAYOUT, 1, submit_v1_to_v2), (IMPORT_SETTLEMENT, 1, import_settlement_v1_to_v2)];
+const MIGRATIONS: &[(JobKind, i64, Migration)] =
+    &[(JobKind::SubmitPayout, 1, submit_v1_to_v2), (JobKind::ImportSettlement, 1, import_settlement_v1_to_v2)];
 
 /// v2 may name an operator's stored import; a v1 job is the daily fetch, which names none.
 fn import_settlement_v1_to_v2(mut v: Value) -> Result<Value, String> {
@@ -61,13 +50,13 @@ fn submit_v1_to_v2(mut v: Value) -> Result<Value, String> {
 
 /// Upgrades `payload` of `kind` from `version` to the current version. Returns the bytes to run
 /// and the version they now have.
-pub fn upgrade(kind: &str, version: i64, payload: &[u8]) -> Result<(Vec<u8>, i64), PayloadError> {
-    let current = current_version(kind).ok_or_else(|| PayloadError::UnknownVersion { kind: kind.into(), version })?;
+pub fn upgrade(kind: JobKind, version: i64, payload: &[u8]) -> Result<(Vec<u8>, i64), PayloadError> {
+    let current = kind.current_version();
     if version == current {
         return Ok((payload.to_vec(), version));
     }
     if version > current || version < 1 {
-        return Err(PayloadError::UnknownVersion { kind: kind.into(), version });
+        return Err(PayloadError::UnknownVersion { kind, version });
     }
     let mut value: Value = serde_json::from_slice(payload)
         .map_err(|e| PayloadError::NotUpgradable { version, reason: format!("not JSON: {e}") })?;
@@ -75,7 +64,7 @@ pub fn upgrade(kind: &str, version: i64, payload: &[u8]) -> Result<(Vec<u8>, i64
         let (_, _, migrate) = MIGRATIONS
             .iter()
             .find(|(k, from, _)| *k == kind && *from == step)
-            .ok_or_else(|| PayloadError::UnknownVersion { kind: kind.into(), version })?;
+            .ok_or(PayloadError::UnknownVersion { kind, version })?;
         value = migrate(value).map_err(|reason| PayloadError::NotUpgradable { version, reason })?;
     }
     Ok((serde_json::to_vec(&value).expect("JSON serialises"), current))
@@ -88,16 +77,16 @@ mod tests {
     #[test]
     fn a_v1_submit_payload_is_upgraded_to_v2() {
         let v1 = br#"{"withdrawal_id":"0193a1b2-c3d4-7e5f-8a9b-0f0e0d0c0b0a"}"#;
-        let (bytes, version) = upgrade(SUBMIT_PAYOUT, 1, v1).unwrap();
-        let v2: SubmitPayout = serde_json::from_slice(&bytes).unwrap();
+        let (bytes, version) = upgrade(JobKind::SubmitPayout, 1, v1).unwrap();
+        let v2: crate::jobs::SubmitPayout = serde_json::from_slice(&bytes).unwrap();
         assert_eq!((version, v2.operation_key.as_str()), (2, "0193a1b2-c3d4-7e5f-8a9b-0f0e0d0c0b0a"));
     }
 
     #[test]
     fn unknown_versions_and_broken_payloads_are_refused_with_a_reason() {
-        assert!(matches!(upgrade(SUBMIT_PAYOUT, 3, b"{}"), Err(PayloadError::UnknownVersion { .. })));
-        assert!(matches!(upgrade("mystery", 1, b"{}"), Err(PayloadError::UnknownVersion { .. })));
-        let err = upgrade(SUBMIT_PAYOUT, 1, br#"{"withdrawal_id": 7}"#).unwrap_err();
+        assert!(matches!(upgrade(JobKind::SubmitPayout, 3, b"{}"), Err(PayloadError::UnknownVersion { .. })));
+        assert!(matches!(upgrade(JobKind::ReconcilePayout, 0, b"{}"), Err(PayloadError::UnknownVersion { .. })));
+        let err = upgrade(JobKind::SubmitPayout, 1, br#"{"withdrawal_id": 7}"#).unwrap_err();
         assert_eq!(err.code(), "undecodable_payload");
         assert!(err.to_string().contains("withdrawal_id is missing"));
     }

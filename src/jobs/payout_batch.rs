@@ -33,7 +33,7 @@ use tracing::Instrument;
 
 use super::submit::{self, Decision, Next};
 use super::worker::JobContext;
-use super::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
+use super::{enqueue_reconciliation, JobKind, SubmitPayout};
 use crate::dead_letter::{self, Category};
 use crate::domain::{Actor, AttemptId, Withdrawal, WithdrawalStatus};
 use crate::provider::breaker::Permit;
@@ -53,7 +53,7 @@ pub struct Submit {
 /// payload decodes and names its withdrawal as the operation key. Any other job runs alone (and a
 /// bad payload is dead-lettered there as poison).
 pub fn batchable(job: &ClaimedJob) -> Option<SubmitPayout> {
-    if job.kind != SUBMIT_PAYOUT || job.payload_version != SubmitPayout::VERSION {
+    if job.builtin_kind() != Some(JobKind::SubmitPayout) || job.payload_version != SubmitPayout::VERSION {
         return None;
     }
     serde_json::from_slice::<SubmitPayout>(&job.payload)

@@ -16,7 +16,7 @@ use chrono::TimeDelta;
 
 use super::retry::RetryDecision;
 use super::worker::JobContext;
-use super::{ReconcilePayout, SubmitPayout, SUBMIT_PAYOUT};
+use super::{JobKind, ReconcilePayout, SubmitPayout};
 use crate::dead_letter::Failure;
 use crate::domain::{Actor, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome, WithdrawalStatus};
 use crate::provider::{LookupOutcome, Verdict};
@@ -199,7 +199,7 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
         decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(&evidence)).await?;
     }
     let result_id = ReconciliationId::new();
-    let follow_up = if job_store::has_live_job(&mut tx, id, SUBMIT_PAYOUT).await? {
+    let follow_up = if job_store::has_live_job(&mut tx, id, JobKind::SubmitPayout).await? {
         None
     } else {
         let run_at = DbTime::after(delay);

@@ -18,7 +18,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::payload;
+use super::{payload, JobKind, JobType, Queue};
 use crate::domain::{
     Actor, DeadLetterEventId, DeadLetterId, JobId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
     SideEffect, WithdrawalId, WithdrawalStatus,
@@ -147,7 +147,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     // Replay what the producer wrote (the job row), not the envelope's redacted copy.
     let original = job_store::job_row(db, letter.job_id).await?.map(|job| job.payload);
     let skip = |reason: String| reason;
-    let decision: Result<(Vec<u8>, i64, Option<WithdrawalId>), String> = (|| {
+    let decision: Result<(JobKind, Vec<u8>, i64, Option<WithdrawalId>), String> = (|| {
         if letter.payload_version != run.expected_payload_version {
             return Err(skip(format!(
                 "payload version {} is not the expected {}",
@@ -160,14 +160,17 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
             (None, None, Some(raw)) => raw.clone(),
             (None, None, None) => return Err("no payload stored".to_owned()),
         };
+        let kind: JobKind = letter.job_type.parse().map_err(|_| {
+            skip(format!("no handler knows {} payload version {}", letter.job_type, letter.payload_version))
+        })?;
         let (upgraded, version) =
-            payload::upgrade(&letter.job_type, letter.payload_version, &bytes).map_err(|e| skip(e.to_string()))?;
+            payload::upgrade(kind, letter.payload_version, &bytes).map_err(|e| skip(e.to_string()))?;
         let from_payload = serde_json::from_slice::<serde_json::Value>(&upgraded)
             .ok()
             .and_then(|v| v["withdrawal_id"].as_str().and_then(|s| s.parse().ok()));
-        Ok((upgraded, version, letter.withdrawal_id.or(from_payload)))
+        Ok((kind, upgraded, version, letter.withdrawal_id.or(from_payload)))
     })();
-    let (payload, version, withdrawal) = match decision {
+    let (kind, payload, version, withdrawal) = match decision {
         Ok(ok) => ok,
         Err(reason) => {
             replays::finish_item(
@@ -242,19 +245,12 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         tx.commit().await?;
         return Ok(true);
     }
-    let queue = match run.destination_queue.as_str() {
-        super::RECONCILIATION_QUEUE => super::RECONCILIATION_QUEUE,
-        _ => super::PAYOUTS_QUEUE,
-    };
-    let kind = match letter.job_type.as_str() {
-        super::RECONCILE_PAYOUT => super::RECONCILE_PAYOUT,
-        _ => super::SUBMIT_PAYOUT,
-    };
+    // The run's destination was checked when it started (payouts or reconciliation).
+    let queue = run.destination_queue.parse().unwrap_or(Queue::Payouts);
     let job = job_store::enqueue(
         &mut tx,
         &NewJob {
-            queue,
-            kind,
+            kind: JobType::Builtin { kind, queue },
             payload,
             payload_version: version,
             run_at: DbTime::now(),

@@ -32,12 +32,12 @@ use super::retry::RetryDecision;
 use super::worker::JobContext;
 use crate::config::SettlementSettings;
 use crate::dead_letter::Failure;
-use crate::domain::job::{ImportSettlement, IMPORT_SETTLEMENT, SETTLEMENT_QUEUE};
+use crate::domain::job::{ImportSettlement, JobKind};
 use crate::domain::settlement::{parse_report_within, ExceptionKind, LineResult, ReportError, SettlementReport};
 use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::{Gateway, ReportFetch, Transfer, TransferStatus, Verdict};
 use crate::storage::batch::Writes;
-use crate::storage::jobs::{self as job_store, Finish, NewJob};
+use crate::storage::jobs::{self as job_store, Finish};
 use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException, NewLine, ReportRow};
 use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
 use crate::storage::{audit, returns, Db, DbTime, Tx};
@@ -755,7 +755,7 @@ pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::R
         let day = now.date_naive() - TimeDelta::days(back);
         let correlation = format!("settlement-import:{day}");
         if store::has_report(&mut tx, &day.format("%Y-%m-%d").to_string()).await?
-            || job_store::exists_with_correlation(&mut tx, IMPORT_SETTLEMENT, &correlation).await?
+            || job_store::exists_with_correlation(&mut tx, JobKind::ImportSettlement, &correlation).await?
         {
             continue;
         }
@@ -776,7 +776,7 @@ pub async fn enqueue_import(
     correlation_id: &str,
     run_at: DbTime,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    enqueue(tx, ImportSettlement { date: day, import_id: None }, correlation_id.to_owned(), run_at).await
+    job_store::enqueue(tx, &ImportSettlement { date: day, import_id: None }.job(correlation_id, run_at)).await
 }
 
 /// Enqueues the import of an operator's stored report (`settlement_imports` row `import_id`), in
@@ -787,28 +787,7 @@ pub async fn enqueue_stored_import(
     day: NaiveDate,
 ) -> crate::storage::Result<crate::domain::JobId> {
     let payload = ImportSettlement { date: day, import_id: Some(import_id) };
-    enqueue(tx, payload, format!("settlement-import:{import_id}"), DbTime::now()).await
-}
-
-async fn enqueue(
-    tx: &mut Tx,
-    payload: ImportSettlement,
-    correlation_id: String,
-    run_at: DbTime,
-) -> crate::storage::Result<crate::domain::JobId> {
-    job_store::enqueue(
-        tx,
-        &NewJob {
-            queue: SETTLEMENT_QUEUE,
-            kind: IMPORT_SETTLEMENT,
-            payload: serde_json::to_vec(&payload).expect("payload serialises"),
-            payload_version: ImportSettlement::VERSION,
-            run_at,
-            correlation_id,
-            withdrawal_id: None,
-        },
-    )
-    .await
+    job_store::enqueue(tx, &payload.job(&format!("settlement-import:{import_id}"), DbTime::now())).await
 }
 
 /// The `import_settlement` job: fetch the day's report (or read the operator's stored one),

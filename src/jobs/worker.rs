@@ -20,8 +20,8 @@ use tracing::Instrument;
 
 use super::retry::{Exhausted, RetryDecision, RetryPolicy};
 use super::{
-    enqueue_reconciliation, payout_batch, reconcile, submit, ImportSettlement, ReconcilePayout, SubmitPayout,
-    IMPORT_SETTLEMENT, PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE, SUBMIT_PAYOUT,
+    enqueue_reconciliation, payout_batch, reconcile, submit, ImportSettlement, JobKind, Queue, ReconcilePayout,
+    SubmitPayout,
 };
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobId, LeaseToken, WithdrawalId};
@@ -114,7 +114,7 @@ impl WorkerConfig {
     pub fn new(worker_id: impl Into<String>) -> Self {
         Self {
             worker_id: worker_id.into(),
-            queues: vec![PAYOUTS_QUEUE, RECONCILIATION_QUEUE, SETTLEMENT_QUEUE],
+            queues: Queue::ALL.map(Queue::as_str).to_vec(),
             concurrency: 16,
             batch_size: 16,
             lease: Duration::from_secs(30),
@@ -530,38 +530,38 @@ impl JobContext {
     }
 
     async fn dispatch(&self) -> anyhow::Result<()> {
-        let (kind, version) = (self.job.kind.as_str(), self.job.payload_version);
-        crate::metrics::job_attempt(&self.job.queue, kind);
-        if super::payload::current_version(kind).is_none() {
-            let extra = self.worker.extra.iter().find(|(k, v, _)| *k == kind && *v == version);
+        let version = self.job.payload_version;
+        crate::metrics::job_attempt(&self.job.queue, &self.job.kind);
+        let Ok(kind) = self.job.kind.parse::<JobKind>() else {
+            let name = self.job.kind.as_str();
+            let extra = self.worker.extra.iter().find(|(k, v, _)| *k == name && *v == version);
             return match extra {
                 Some((_, _, handler)) => handler(self).await,
                 None => {
-                    let message = format!("no handler for {kind} payload version {version}");
+                    let message = format!("no handler for {name} payload version {version}");
                     self.poison("unknown_payload_version", &message).await
                 }
             };
-        }
+        };
         // Older producers' payloads are upgraded by the registered migrations first.
         let payload = match super::payload::upgrade(kind, version, &self.job.payload) {
             Ok((payload, _)) => payload,
             Err(err) => return self.poison(err.code(), &err.to_string()).await,
         };
         match kind {
-            SUBMIT_PAYOUT => match serde_json::from_slice::<SubmitPayout>(&payload) {
+            JobKind::SubmitPayout => match serde_json::from_slice::<SubmitPayout>(&payload) {
                 Ok(p) if p.operation_key == p.withdrawal_id.to_string() => submit::handle(self, p).await,
                 Ok(_) => self.poison("undecodable_payload", "operation_key must be the withdrawal id").await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
-            RECONCILE_PAYOUT => match serde_json::from_slice::<ReconcilePayout>(&payload) {
+            JobKind::ReconcilePayout => match serde_json::from_slice::<ReconcilePayout>(&payload) {
                 Ok(p) => reconcile::handle(self, p).await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
-            IMPORT_SETTLEMENT => match serde_json::from_slice::<ImportSettlement>(&payload) {
+            JobKind::ImportSettlement => match serde_json::from_slice::<ImportSettlement>(&payload) {
                 Ok(p) => super::settlement::handle(self, p).await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
-            other => self.poison("unknown_payload_version", &format!("no handler for {other}")).await,
         }
     }
 

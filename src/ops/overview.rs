@@ -13,8 +13,8 @@ use super::types::{
     Overview, QueueDepth, ReasonRequest, ReplayCount, StateCount,
 };
 use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role};
-use crate::domain::WithdrawalStatus;
-use crate::jobs;
+use crate::domain::{JobStatus, WithdrawalStatus};
+use crate::jobs::Queue;
 use crate::provider::cluster;
 use crate::storage::breakers as breaker_store;
 use crate::storage::{dead_letters, metrics as queries, DbTime};
@@ -199,15 +199,15 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
     let open = queries::open_dead_letters(db).await?;
 
     let depths = queries::live_jobs_by_queue(db).await?;
-    let queues = [jobs::PAYOUTS_QUEUE, jobs::RECONCILIATION_QUEUE]
+    let queues = Queue::REPLAY_DESTINATIONS
         .iter()
         .map(|queue| {
-            let of = |status: &str| depths.iter().find(|d| d.queue == *queue && d.status.as_str() == status);
-            let scheduled = of("scheduled");
+            let of = |status: JobStatus| depths.iter().find(|d| d.queue == queue.as_str() && d.status == status);
+            let scheduled = of(JobStatus::Scheduled);
             QueueDepth {
-                queue: (*queue).to_owned(),
+                queue: queue.as_str().to_owned(),
                 scheduled: scheduled.map_or(0, |d| d.count),
-                running: of("running").map_or(0, |d| d.count),
+                running: of(JobStatus::Running).map_or(0, |d| d.count),
                 due: scheduled.map_or(0, |d| d.due),
                 oldest_due_age_seconds: age_seconds(scheduled.and_then(|d| d.oldest_due)),
             }

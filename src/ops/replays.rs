@@ -16,7 +16,7 @@ use super::{
     page_limit, parameters_of, require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
 use crate::domain::{DeadLetterId, ReplayAction, ReplayRunId, ReplayStatus};
-use crate::jobs::{PAYOUTS_QUEUE, RECONCILIATION_QUEUE};
+use crate::jobs::Queue;
 use crate::storage::dead_letters::{self, DeadLetterFilter};
 use crate::storage::replays::{self, ReplayRun};
 use crate::storage::{is_unique_violation, DbTime, StorageError};
@@ -189,7 +189,7 @@ async fn start_checked(
 ) -> OpsResult<Started> {
     let settings = ops.config.replay;
     let reason = require_reason(&req.reason)?;
-    if ![PAYOUTS_QUEUE, RECONCILIATION_QUEUE].contains(&req.destination_queue.as_str()) {
+    if !req.destination_queue.parse().is_ok_and(|q| Queue::REPLAY_DESTINATIONS.contains(&q)) {
         return Err(OpsError::invalid(
             "unknown_queue",
             "destination_queue",

@@ -16,7 +16,7 @@ use super::{
     OpsError, OpsResult, Role,
 };
 use crate::domain::{format_minor, Actor, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
-use crate::jobs::{enqueue_reconciliation, SubmitPayout, SUBMIT_PAYOUT};
+use crate::jobs::{enqueue_reconciliation, JobKind, SubmitPayout};
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::jobs as job_store;
 use crate::storage::review_decisions;
@@ -358,7 +358,7 @@ pub(super) async fn apply(
     correlation: &str,
 ) -> OpsResult<Withdrawal> {
     let id = current.id;
-    if job_store::has_live_job(tx, id, crate::jobs::RECONCILE_PAYOUT).await? {
+    if job_store::has_live_job(tx, id, JobKind::ReconcilePayout).await? {
         return Err(OpsError::conflict(
             "reconciliation_in_progress",
             "a reconciliation of this withdrawal is running; wait for its result",
@@ -388,7 +388,7 @@ pub(super) async fn apply(
     }
     if action == Decide::Retry
         && matches!(outcome, TransitionOutcome::Applied(_))
-        && !job_store::has_live_job(tx, id, SUBMIT_PAYOUT).await?
+        && !job_store::has_live_job(tx, id, JobKind::SubmitPayout).await?
     {
         job_store::enqueue(tx, &SubmitPayout::new(id, None).job(correlation, DbTime::now())).await?;
     }

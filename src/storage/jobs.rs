@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::batch::{Arg, SetUpdate, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
-use crate::domain::job::{SubmitPayout, PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use crate::domain::job::{ImportSettlement, JobKind, JobType, ReconcilePayout, SubmitPayout};
 use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
 use crate::with_conn;
 
@@ -23,8 +23,8 @@ use crate::with_conn;
 /// can still be dead-lettered with exactly what was stored.
 #[derive(Debug, Clone)]
 pub struct NewJob {
-    pub queue: &'static str,
-    pub kind: &'static str,
+    /// Its kind, and through it its queue.
+    pub kind: JobType,
     pub payload: Vec<u8>,
     pub payload_version: i64,
     pub run_at: DbTime,
@@ -32,18 +32,44 @@ pub struct NewJob {
     pub withdrawal_id: Option<WithdrawalId>,
 }
 
+impl NewJob {
+    /// A built-in job carrying `payload` at its kind's current version.
+    fn builtin(
+        kind: JobKind,
+        payload: &impl serde::Serialize,
+        correlation_id: &str,
+        run_at: DbTime,
+        withdrawal: Option<WithdrawalId>,
+    ) -> Self {
+        NewJob {
+            kind: kind.into(),
+            payload: serde_json::to_vec(payload).expect("payload serialises"),
+            payload_version: kind.current_version(),
+            run_at,
+            correlation_id: correlation_id.to_owned(),
+            withdrawal_id: withdrawal,
+        }
+    }
+}
+
 impl SubmitPayout {
     /// The job that pays `withdrawal` out, to enqueue in the caller's transaction.
     pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
-        NewJob {
-            queue: PAYOUTS_QUEUE,
-            kind: SUBMIT_PAYOUT,
-            payload: serde_json::to_vec(&self).expect("payload serialises"),
-            payload_version: Self::VERSION,
-            run_at,
-            correlation_id: correlation_id.to_owned(),
-            withdrawal_id: Some(self.withdrawal_id),
-        }
+        NewJob::builtin(JobKind::SubmitPayout, &self, correlation_id, run_at, Some(self.withdrawal_id))
+    }
+}
+
+impl ReconcilePayout {
+    /// The job that asks the provider about `withdrawal_id`, to enqueue in the caller's transaction.
+    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob::builtin(JobKind::ReconcilePayout, &self, correlation_id, run_at, Some(self.withdrawal_id))
+    }
+}
+
+impl ImportSettlement {
+    /// The job that imports this day's report, to enqueue in the caller's transaction.
+    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob::builtin(JobKind::ImportSettlement, &self, correlation_id, run_at, None)
     }
 }
 
@@ -68,8 +94,8 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
         )
         .binds([
             Arg::Uuid(id.0),
-            job.queue.into(),
-            job.kind.into(),
+            job.kind.queue().into(),
+            job.kind.kind().into(),
             job.payload.as_slice().into(),
             Arg::I64(job.payload_version),
             Arg::Time(job.run_at),
@@ -80,7 +106,7 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
         ])
         .sql(", 'scheduled')"),
     );
-    writes.notify(JOBS_CHANNEL, job.queue);
+    writes.notify(JOBS_CHANNEL, job.kind.queue());
     id
 }
 
@@ -143,6 +169,13 @@ pub struct ClaimedJob {
     pub lease_expiries: i64,
     /// Consecutive runs that ended in a handler error.
     pub handler_errors: i64,
+}
+
+impl ClaimedJob {
+    /// Its built-in kind; none for an extension kind, or a stored name no handler knows.
+    pub fn builtin_kind(&self) -> Option<JobKind> {
+        self.kind.parse().ok()
+    }
 }
 
 const CLAIMED_COLUMNS: &str = "id, queue, kind, payload, payload_version, attempts, receives, first_attempt_at, \
@@ -381,13 +414,13 @@ pub async fn first_run_at(tx: &mut Tx, job: JobId, at: DbTime) -> Result<DbTime>
 }
 
 /// Whether a job of `kind` is waiting or running for the withdrawal (so it is not enqueued twice).
-pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> Result<bool> {
+pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: JobKind) -> Result<bool> {
     let count: i64 = with_conn!(tx, |conn| {
         sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE withdrawal_id = $1 AND kind = $2 AND status IN ('scheduled', 'running')",
         )
         .bind(withdrawal.0)
-        .bind(kind)
+        .bind(kind.as_str())
         .fetch_one(&mut *conn)
         .await?
     });
@@ -396,11 +429,11 @@ pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: &str) -> 
 
 /// Whether a job of `kind` with this correlation id was ever enqueued (in any status): how a
 /// once-a-day job is enqueued once.
-pub async fn exists_with_correlation(tx: &mut Tx, kind: &str, correlation_id: &str) -> Result<bool> {
+pub async fn exists_with_correlation(tx: &mut Tx, kind: JobKind, correlation_id: &str) -> Result<bool> {
     let count: i64 = with_conn!(tx, |conn| {
         sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE correlation_id = $1 AND kind = $2")
             .bind(correlation_id)
-            .bind(kind)
+            .bind(kind.as_str())
             .fetch_one(&mut *conn)
             .await?
     });

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
 use withdrawals::domain::{JobId, WithdrawalId, WithdrawalStatus};
-use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::jobs::JobKind;
 use withdrawals::storage::dead_letters::{self, SummaryRow};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
 use withdrawals::storage::{metrics, verify, DbTime};
@@ -42,8 +42,7 @@ async fn poison_job(app: &TestApp, n: u8) -> JobId {
     let id = job_store::enqueue(
         &mut tx,
         &NewJob {
-            queue: PAYOUTS_QUEUE,
-            kind: SUBMIT_PAYOUT,
+            kind: JobKind::SubmitPayout.into(),
             payload: format!("{{\"withdrawal_id\": {n} oops").into_bytes(),
             payload_version: 2,
             run_at: DbTime::now(),

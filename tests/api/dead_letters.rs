@@ -9,7 +9,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use sqlx::Connection;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::worker::{Handler, Worker};
-use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT, RECONCILIATION_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::jobs::{JobKind, JobType, Queue};
 use withdrawals::startup;
 use withdrawals::storage::dead_letters::{self, DEAD_LETTER_STORE_OUTAGE};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
@@ -115,7 +115,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     assert_eq!(decisive.result, "not_found");
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     let retry = jobs.iter().find(|j| Some(j.id) == decisive.follow_up_job_id).unwrap();
-    assert_eq!(retry.kind, SUBMIT_PAYOUT);
+    assert_eq!(retry.kind, JobKind::SubmitPayout.as_str());
     let payload: serde_json::Value = serde_json::from_slice(&retry.payload).unwrap();
     assert_eq!(payload["reconciliation_result_id"], decisive.id.to_string(), "linked to the evidence");
     let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
@@ -160,7 +160,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
 }
 
 async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> withdrawals::domain::JobId {
-    enqueue_raw_on(app, PAYOUTS_QUEUE, kind, version, payload).await
+    enqueue_raw_on(app, Queue::Payouts.as_str(), kind, version, payload).await
 }
 
 async fn enqueue_raw_on(
@@ -174,8 +174,7 @@ async fn enqueue_raw_on(
     let id = job_store::enqueue(
         &mut tx,
         &NewJob {
-            queue,
-            kind,
+            kind: JobType::Extension { queue, kind },
             payload: payload.to_vec(),
             payload_version: version,
             run_at: DbTime::now(),
@@ -202,8 +201,9 @@ async fn malformed_and_unknown_version_payloads_are_dead_lettered_with_raw_bytes
     let provider = provider_mock(2_000).await;
     let alice = app.customer("100.00").await;
     let garbage = b"{\"withdrawal_id\": 12345678901 oops".to_vec();
-    let malformed = enqueue_raw(&app, SUBMIT_PAYOUT, 1, &garbage).await;
-    let from_the_future = enqueue_raw(&app, SUBMIT_PAYOUT, 99, br#"{"withdrawal_id":"x","new_field":true}"#).await;
+    let malformed = enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 1, &garbage).await;
+    let from_the_future =
+        enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 99, br#"{"withdrawal_id":"x","new_field":true}"#).await;
     let behind = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
@@ -378,7 +378,7 @@ async fn a_handler_that_keeps_failing_for_another_reason_is_dead_lettered_as_a_c
 async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery(app: TestApp) {
     let provider = provider_mock(2_000).await;
     dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, true).await.unwrap();
-    let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 1, b"not json").await;
+    let poison = enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 1, b"not json").await;
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
 
     let tried = app
@@ -456,7 +456,8 @@ async fn a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed(app
     let reaper = Worker::new(app.db.clone(), startup::gateway(provider.provider.clone()), config);
 
     for round in 1..=2 {
-        let claimed = job_store::claim(&app.db, PAYOUTS_QUEUE, "crashing-worker", 1, TimeDelta::zero()).await.unwrap();
+        let claimed =
+            job_store::claim(&app.db, Queue::Payouts.as_str(), "crashing-worker", 1, TimeDelta::zero()).await.unwrap();
         assert_eq!(claimed.len(), 1, "round {round}");
         tokio::time::sleep(Duration::from_millis(5)).await;
         let buried = reaper.reap_once().await.unwrap();
@@ -496,7 +497,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
 }
 
 async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
-    let poison = enqueue_raw(&app, SUBMIT_PAYOUT, 7, b"{}").await;
+    let poison = enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 7, b"{}").await;
     let provider = provider_mock(2_000).await;
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     wait_for_job_status(&app, poison, "dead").await;
@@ -570,10 +571,16 @@ async fn a_payload_naming_a_withdrawal_that_does_not_exist_is_dead_lettered_on_i
     let provider = provider_mock(2_000).await;
     let (missing_submit, missing_reconcile) = (WithdrawalId::new(), WithdrawalId::new());
     let submit = serde_json::json!({"withdrawal_id": missing_submit, "operation_key": missing_submit.to_string()});
-    let submit = enqueue_raw(&app, SUBMIT_PAYOUT, 2, submit.to_string().as_bytes()).await;
+    let submit = enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 2, submit.to_string().as_bytes()).await;
     let reconcile = serde_json::json!({"withdrawal_id": missing_reconcile, "reason": "unknown_outcome"});
-    let reconcile =
-        enqueue_raw_on(&app, RECONCILIATION_QUEUE, RECONCILE_PAYOUT, 1, reconcile.to_string().as_bytes()).await;
+    let reconcile = enqueue_raw_on(
+        &app,
+        Queue::Reconciliation.as_str(),
+        JobKind::ReconcilePayout.as_str(),
+        1,
+        reconcile.to_string().as_bytes(),
+    )
+    .await;
     let before = DbTime::now();
 
     // Act

@@ -352,7 +352,7 @@ impl TestApp {
     /// job (SPEC §14) while nothing else moves. Stops when the guard drops.
     pub fn settlement_worker(&self) -> tokio_util::sync::DropGuard {
         let mut config = worker_config("w-settlement-import");
-        config.queues = vec![withdrawals::domain::job::SETTLEMENT_QUEUE];
+        config.queues = vec![withdrawals::jobs::Queue::Settlement.as_str()];
         config.settlement.grace_days = 0;
         self.start_worker(self.gateway.clone(), config).drop_guard()
     }
@@ -430,7 +430,7 @@ impl TestApp {
         use withdrawals::domain::{Actor, WithdrawalStatus};
         use withdrawals::storage::jobs as job_store;
         use withdrawals::storage::withdrawals::{self as store, TransitionRequest};
-        let queue = withdrawals::jobs::PAYOUTS_QUEUE;
+        let queue = withdrawals::jobs::Queue::Payouts.as_str();
         let job = job_store::claim(&self.db, queue, "w0", 1, chrono::TimeDelta::seconds(30)).await.unwrap().remove(0);
         let mut tx = self.db.begin().await.unwrap();
         let actor = Actor::Worker("w0".into());

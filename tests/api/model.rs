@@ -49,7 +49,7 @@ use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{Withdrawal, WithdrawalId, WithdrawalStatus};
-use withdrawals::jobs::RECONCILE_PAYOUT;
+use withdrawals::jobs::JobKind;
 use withdrawals::storage::jobs as job_store;
 use withdrawals::storage::{attempts, reconciliations, withdrawals as store};
 
@@ -726,8 +726,9 @@ impl World {
             }
         };
         let jobs = job_store::jobs_for_withdrawal(&self.app.db, id).await.unwrap();
-        let reconciling =
-            jobs.iter().any(|j| j.kind == RECONCILE_PAYOUT && matches!(j.status.as_str(), "scheduled" | "running"));
+        let reconciling = jobs.iter().any(|j| {
+            j.kind == JobKind::ReconcilePayout.as_str() && matches!(j.status.as_str(), "scheduled" | "running")
+        });
         View {
             status: w.status,
             version: w.version,
@@ -1021,7 +1022,7 @@ impl World {
             .await
             .unwrap()
             .iter()
-            .filter(|j| j.kind == RECONCILE_PAYOUT)
+            .filter(|j| j.kind == JobKind::ReconcilePayout.as_str())
             .count()
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
-use withdrawals::jobs::{PAYOUTS_QUEUE, RECONCILE_PAYOUT};
+use withdrawals::jobs::{JobKind, Queue};
 use withdrawals::provider::breaker::{BreakerConfig, BreakerState, SlidingWindow};
 use withdrawals::provider::TransferRequest;
 use withdrawals::startup;
@@ -185,7 +185,9 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
 /// Claims the withdrawal's submit job as a worker that then dies (never finishes, never heartbeats).
 async fn claim_and_die(app: &TestApp, lease_ms: i64) -> job_store::ClaimedJob {
     let claimed =
-        job_store::claim(&app.db, PAYOUTS_QUEUE, "doomed-worker", 1, TimeDelta::milliseconds(lease_ms)).await.unwrap();
+        job_store::claim(&app.db, Queue::Payouts.as_str(), "doomed-worker", 1, TimeDelta::milliseconds(lease_ms))
+            .await
+            .unwrap();
     assert_eq!(claimed.len(), 1);
     claimed.into_iter().next().unwrap()
 }
@@ -236,7 +238,10 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!((jobs[0].kind.as_str(), jobs[0].receives), ("submit_payout", 2));
-    assert!(jobs.iter().any(|j| j.kind == RECONCILE_PAYOUT), "the second claimer asked reconciliation");
+    assert!(
+        jobs.iter().any(|j| j.kind == JobKind::ReconcilePayout.as_str()),
+        "the second claimer asked reconciliation"
+    );
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"]);
     assert_eq!(executions_for(&provider.mock, id), 1, "never resubmitted blindly");
@@ -265,7 +270,8 @@ async fn a_zombie_workers_late_completion_is_rejected_and_changes_nothing(app: T
     let zombie = claim_and_die(&app, 0).await;
     tokio::time::sleep(Duration::from_millis(5)).await; // let the zero-length lease lapse
     assert!(job_store::expire_leases(&app.db, 5).await.unwrap().is_empty());
-    let live = job_store::claim(&app.db, PAYOUTS_QUEUE, "live-worker", 1, TimeDelta::seconds(30)).await.unwrap();
+    let live =
+        job_store::claim(&app.db, Queue::Payouts.as_str(), "live-worker", 1, TimeDelta::seconds(30)).await.unwrap();
     assert_eq!(live.len(), 1);
     assert_ne!(live[0].lease_token, zombie.lease_token);
 
@@ -318,7 +324,10 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     tokio::time::sleep(Duration::from_millis(1_700)).await; // worker one's call returns and is fenced off
 
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
-    assert!(jobs.iter().any(|j| j.kind == RECONCILE_PAYOUT), "the second delivery handed over to reconciliation");
+    assert!(
+        jobs.iter().any(|j| j.kind == JobKind::ReconcilePayout.as_str()),
+        "the second delivery handed over to reconciliation"
+    );
     assert_eq!(executions_for(&provider.mock, id), 1, "one provider execution");
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "the second delivery did not call again");
     assert_eq!(attempts::for_withdrawal(&app.db, id).await.unwrap().len(), 1, "one attempt");

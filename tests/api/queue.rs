@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use withdrawals::jobs::finisher::Finisher;
 use withdrawals::jobs::worker::{JobContext, Worker};
+use withdrawals::jobs::JobType;
 use withdrawals::provider::BoxFuture;
 use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
 use withdrawals::storage::DbTime;
@@ -33,8 +34,7 @@ async fn enqueue(app: &TestApp, n: usize) -> HashSet<withdrawals::domain::JobId>
     let mut ids = HashSet::new();
     for i in 0..n {
         let job = NewJob {
-            queue: QUEUE,
-            kind: KIND,
+            kind: JobType::Extension { queue: QUEUE, kind: KIND },
             payload: format!("{{\"n\":{i}}}").into_bytes(),
             payload_version: 1,
             run_at: DbTime::now(),

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::DeadLetterId;
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
-use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::jobs::{JobKind, Queue};
 use withdrawals::storage::dead_letters;
 use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
 use withdrawals::storage::DbTime;
@@ -445,7 +445,7 @@ async fn post_to(base: &str, path: &str, token: &str, body: Value) -> reqwest::R
 /// v1 `submit_payout` jobs (from before the schema change) for existing withdrawals whose own
 /// jobs are taken out of the way.
 async fn v1_jobs(app: &TestApp, jobs: &[(WithdrawalId, Value)]) {
-    let own = job_store::claim(&app.db, PAYOUTS_QUEUE, "test", 10, TimeDelta::seconds(60)).await.unwrap();
+    let own = job_store::claim(&app.db, Queue::Payouts.as_str(), "test", 10, TimeDelta::seconds(60)).await.unwrap();
     let mut tx = app.db.begin().await.unwrap();
     for job in own {
         job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Succeeded).await.unwrap();
@@ -454,8 +454,7 @@ async fn v1_jobs(app: &TestApp, jobs: &[(WithdrawalId, Value)]) {
         job_store::enqueue(
             &mut tx,
             &NewJob {
-                queue: PAYOUTS_QUEUE,
-                kind: SUBMIT_PAYOUT,
+                kind: JobKind::SubmitPayout.into(),
                 payload: serde_json::to_vec(payload).unwrap(),
                 payload_version: 1,
                 run_at: DbTime::now(),
@@ -589,7 +588,7 @@ async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays
     };
     assert_eq!((executions(paid), executions(unpaid)), (1, 1), "each paid once");
     let jobs = job_store::jobs_for_withdrawal(&app.db, unpaid).await.unwrap();
-    let retry = jobs.iter().rev().find(|j| j.kind == SUBMIT_PAYOUT).unwrap();
+    let retry = jobs.iter().rev().find(|j| j.kind == JobKind::SubmitPayout.as_str()).unwrap();
     let retry: Value = serde_json::from_slice(&retry.payload).unwrap();
     assert!(retry["reconciliation_result_id"].is_string(), "a controlled retry, on reconciliation's proof: {retry}");
     let (available, held, paid_out) = app.usd_balance(&alice).await;

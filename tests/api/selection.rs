@@ -9,7 +9,7 @@ use withdrawals::domain::{
     Category, DeadLetterEventId, DeadLetterId, OperatorId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
     SideEffect,
 };
-use withdrawals::jobs::{PAYOUTS_QUEUE, SUBMIT_PAYOUT};
+use withdrawals::jobs::{JobKind, Queue};
 use withdrawals::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
 use withdrawals::storage::replays::{self, ReplayRun};
@@ -29,8 +29,7 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
     let job = job_store::enqueue(
         &mut tx,
         &NewJob {
-            queue: PAYOUTS_QUEUE,
-            kind: SUBMIT_PAYOUT,
+            kind: JobKind::SubmitPayout.into(),
             payload: b"{}".to_vec(),
             payload_version: 2,
             run_at: DbTime::now(),
@@ -44,8 +43,8 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
     let letter = DeadLetter {
         id,
         job_id: job,
-        queue: PAYOUTS_QUEUE.into(),
-        job_type: SUBMIT_PAYOUT.into(),
+        queue: Queue::Payouts.as_str().into(),
+        job_type: JobKind::SubmitPayout.as_str().into(),
         payload_version: 2,
         payload: Some(Json(json!({}))),
         raw_payload: None,
@@ -88,7 +87,7 @@ async fn run(app: &TestApp, by: OperatorId, status: ReplayStatus, letters: &[Dea
         reason: "test".into(),
         selection: Json(json!({})),
         expected_payload_version: 2,
-        destination_queue: PAYOUTS_QUEUE.into(),
+        destination_queue: Queue::Payouts.as_str().into(),
         status,
         total: letters.len() as i64,
         rate_per_second: 1,

@@ -12,10 +12,10 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, ReportFault, ReportFau
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
-use withdrawals::domain::job::SETTLEMENT_QUEUE;
 use withdrawals::domain::settlement::{parse_report, LineResult, LineStatus};
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::settlement::{self as settlement_job, ImportSummary};
+use withdrawals::jobs::Queue;
 use withdrawals::storage::settlement as store;
 use withdrawals::storage::{returns, DbTime};
 
@@ -368,7 +368,7 @@ async fn paid_but_unanswered(app: &TestApp, offset: chrono::TimeDelta) -> (Withd
         rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 4_000 })],
     });
     let mut config = worker_config("w-payouts-only");
-    config.queues = vec![withdrawals::jobs::PAYOUTS_QUEUE];
+    config.queues = vec![withdrawals::jobs::Queue::Payouts.as_str()];
     let stop = app.start_worker(app.gateway.clone(), config);
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
@@ -381,7 +381,9 @@ async fn paid_but_unanswered(app: &TestApp, offset: chrono::TimeDelta) -> (Withd
             .is_some_and(|a| a.finished_at.is_some() && a.side_effect == withdrawals::domain::SideEffect::Unknown);
         let mut tx = app.db.begin().await.unwrap();
         let handed_over =
-            withdrawals::storage::jobs::has_live_job(&mut tx, id, withdrawals::jobs::RECONCILE_PAYOUT).await.unwrap();
+            withdrawals::storage::jobs::has_live_job(&mut tx, id, withdrawals::jobs::JobKind::ReconcilePayout)
+                .await
+                .unwrap();
         (done && handed_over).then_some(())
     })
     .await;
@@ -414,7 +416,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     settlement_job::enqueue_import(&mut tx, today.succ_opt().unwrap(), "next-day", DbTime::now()).await.unwrap();
     tx.commit().await.unwrap();
     let mut config = worker_config("w-settlement-only");
-    config.queues = vec![withdrawals::jobs::SETTLEMENT_QUEUE];
+    config.queues = vec![withdrawals::jobs::Queue::Settlement.as_str()];
     let stop = app.start_worker(app.gateway.clone(), config);
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     stop.cancel();
@@ -670,7 +672,7 @@ async fn a_withdrawal_whose_line_awaits_confirmation_is_not_missing_from_the_rep
     // missing: the report names it, in a line not judged yet.
     mock.set_faults(FaultConfig::default());
     let mut config = worker_config("w-reconcile-only");
-    config.queues = vec![withdrawals::jobs::RECONCILIATION_QUEUE];
+    config.queues = vec![withdrawals::jobs::Queue::Reconciliation.as_str()];
     let stop = app.start_worker(app.gateway.clone(), config);
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     stop.cancel();
@@ -907,7 +909,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
 
     // Run again by the job: it finishes the rest, once.
     let mut config = worker_config("w-settlement-import");
-    config.queues = vec![SETTLEMENT_QUEUE];
+    config.queues = vec![Queue::Settlement.as_str()];
     config.settlement.grace_days = 0;
     let stop = app.start_worker(app.gateway.clone(), config.clone());
     let done = import_state(&app, &operator, &id, |v| v["state"] == "done").await;
@@ -955,7 +957,7 @@ async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconcil
     let provider = MockServer::start().await;
     Mock::given(any()).respond_with(ResponseTemplate::new(503)).mount(&provider).await;
     let mut config = worker_config("w-import-policy");
-    config.queues = vec![SETTLEMENT_QUEUE];
+    config.queues = vec![Queue::Settlement.as_str()];
     config.reconcile_policy = withdrawals::jobs::retry::RetryPolicy::reconciliation();
     config.import_policy = withdrawals::jobs::retry::RetryPolicy {
         base_delay: Duration::from_millis(20),
