@@ -1,12 +1,14 @@
 //! Durable jobs (SPEC §5): the job kinds, their queues and their versioned payloads.
 //!
 //! Jobs are rows in the same database as the withdrawals, enqueued in the transaction that
-//! implies them. [`worker`] claims, leases and runs them; one file per job kind holds its handler
+//! implies them. [`worker`] claims, leases and runs them; [`context`] is what a handler is given (settings,
+//! services, the leased job), so the handlers and the runner do not import each other; one file per job kind holds its handler
 //! ([`submit`]); [`retry`] is the retry policy as data; [`finisher`] group-commits completions
 //! that carry no effects of their own; [`payout_batch`] runs each claim's first payouts as one
 //! unit of database work. The kinds, queues and payload shapes themselves are data
 //! in [`crate::domain::job`], re-exported here.
 
+pub mod context;
 pub mod finisher;
 pub mod payload;
 pub mod payout_batch;

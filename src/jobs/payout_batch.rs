@@ -31,8 +31,8 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::context::JobContext;
 use super::submit::{self, Decision, Next};
-use super::worker::JobContext;
 use super::{enqueue_reconciliation, JobKind, SubmitPayout};
 use crate::dead_letter::{self, Category};
 use crate::domain::{Actor, AttemptId, Withdrawal, WithdrawalStatus};
@@ -66,7 +66,7 @@ pub fn batchable(job: &ClaimedJob) -> Option<SubmitPayout> {
 pub async fn run(batch: Vec<Submit>, stop: CancellationToken) {
     let beats = CancellationToken::new();
     for s in &batch {
-        tokio::spawn(super::worker::heartbeat_loop(
+        tokio::spawn(super::context::heartbeat_loop(
             s.ctx.worker().clone(),
             s.ctx.job.id,
             s.ctx.job.lease_token,

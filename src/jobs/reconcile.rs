@@ -14,8 +14,8 @@
 
 use chrono::TimeDelta;
 
+use super::context::JobContext;
 use super::retry::RetryDecision;
-use super::worker::JobContext;
 use super::{JobKind, ReconcilePayout, SubmitPayout};
 use crate::dead_letter::Failure;
 use crate::domain::{Actor, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome, WithdrawalStatus};

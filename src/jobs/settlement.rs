@@ -28,8 +28,8 @@ use chrono::{NaiveDate, TimeDelta, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::context::JobContext;
 use super::retry::RetryDecision;
-use super::worker::JobContext;
 use crate::config::SettlementSettings;
 use crate::dead_letter::Failure;
 use crate::domain::job::{ImportSettlement, JobKind};

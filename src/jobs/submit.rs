@@ -7,8 +7,8 @@
 //! withdrawal and finishes the job; if the lease was lost meanwhile, all of it rolls back and the
 //! unfinished attempt sends the next claimer to reconciliation.
 
+use super::context::JobContext;
 use super::retry::{Exhausted, RetryDecision};
-use super::worker::JobContext;
 use super::{enqueue_reconciliation, SubmitPayout};
 use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
