@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::jobs::worker::{JobContext, Worker, WorkerConfig};
 use crate::jobs::{JobType, Queue};
-
-const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 use crate::provider::BoxFuture;
 use crate::storage::jobs::{self as job_store, Finish, NewJob};
 use crate::storage::{bench as bench_store, verify, Db, DbTime};
+
+const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 
 /// The bench-only job kind (payload version 1, no withdrawal).
 pub const BENCH_NOOP: &str = "bench_noop";

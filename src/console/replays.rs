@@ -16,13 +16,14 @@ use super::views::{self, csrf_field, opt, rate, role_note, state, when, Banner};
 use crate::dead_letter::Category;
 use crate::http::AppState;
 use crate::jobs::Queue;
-
-const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 use crate::ops::types::{
     DryRun, ReasonRequest, ReplayControl, ReplayProgress, ReplayQuery, ReplayRunView, SelectionFilter, StartReplay,
     Started,
 };
 use crate::ops::Role;
+
+/// The default replay destination.
+const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 
 /// A replay as the start form describes it (also the index page's query: a filter to prefill).
 #[derive(Debug, Default, Clone, Deserialize, Serialize)]
