@@ -164,11 +164,7 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
         if let Some(w) = store::get_in_tx(tx, id).await? {
             let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
             let actor = Actor::Worker(worker_id.to_owned());
-            let moved =
-                store::park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
-            for (from, to) in moved {
-                crate::metrics::transition_on_commit(tx, from, to);
-            }
+            store::park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
         }
     }
     dead_letters::insert(tx, &letter).await?;

@@ -2,21 +2,41 @@
 //! recovers every failure without losing or doubling money.
 //!
 //! # Module map
-//! - [`domain`] — values and rules: `Amount`, `Currency`, `Destination`, typed ids, the
-//!   withdrawal and replay-run state machines, the stored states (job, side effect,
-//!   reconciliation result, dead-letter category) and the job kinds and payloads. Pure: no I/O.
-//!   The bottom of the module graph (see "Layers" below).
-//! - [`storage`] — all SQL, for SQLite and PostgreSQL behind one API: accounts, balances and the
-//!   ledger, withdrawals and guarded transitions, idempotency records, credentials, jobs, breaker
-//!   overrides and reports; [`storage::batch`] sends a transaction's independent writes as one
-//!   statement.
-//! - [`http`] — the customer API (axum), problem+json errors, correlation ids, OpenAPI, health,
-//!   the application state and the layers every route shares; [`http::limits`]: every
-//!   listener's timeouts, connection cap and `/metrics` access; [`http::ops`]: the `/ops/v1`
-//!   handlers (thin) and the extractors that check roles (`Authorized<A>`), bodies and queries.
-//! - [`jobs`] — job kinds, queues and payloads; the durable worker and its group commit of
-//!   completions; the submit-payout and reconciliation handlers; retry policies.
-//! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter envelope.
+//! - [`domain`] — values and rules, no I/O: `Amount`/`Currency` (exact decimals), `Destination`,
+//!   typed ids, the withdrawal state machine (`check_transition`: one exhaustive match) and the
+//!   replay-run one, the stored states as enums (`JobStatus`, `SideEffect`,
+//!   `ReconciliationResult`, dead-letter `Category`), job kinds and queues (`JobKind`, `Queue`,
+//!   `JobType`) and their payloads, `Role`, the settlement report parser and kinds.
+//! - [`storage`] — every SQL statement, for SQLite and PostgreSQL behind one API: accounts,
+//!   balances and the ledger, withdrawals and guarded transitions (each applied one counted on
+//!   commit), idempotency records, credentials, jobs, dead letters, reconciliations, replays,
+//!   audit, metric gauges, verification reads, returns, settlement; [`storage::batch`] sends a
+//!   transaction's independent writes as one statement.
+//! - [`customer`] — the customer core, free of HTTP: create (with the idempotency phases), read,
+//!   list and cancel withdrawals, read balances; answers in [`customer::types`], failures as
+//!   [`refusal::ServiceError`].
+//! - [`ops`] — the operator core, free of HTTP: one typed function per operator action (review
+//!   with decisions checked live against the provider, the two-person rule, dead-letter triage,
+//!   replays, audit, overview, breakers, credentials, credits, ledger verification, settlement)
+//!   holding the role check, the rules and the audit row; actions as types ([`ops::acts`]);
+//!   answers in [`ops::types`], failures as [`ops::OpsError`].
+//! - [`refusal`] — what a service function (customer or operator) answers when it does not
+//!   succeed: a refusal with a stable code and kind, or an internal failure.
+//! - [`http`] — the customer API (axum; thin handlers over [`customer`]), problem+json errors,
+//!   correlation ids, auth, OpenAPI, health, the application state and the layers every route
+//!   shares; [`http::limits`]: every listener's timeouts, connection cap and `/metrics` access;
+//!   [`http::ops`]: the `/ops/v1` handlers (extract, call [`ops`], serialise) and the extractors
+//!   that check roles (`Authorized<A>`), bodies and queries. It does not know the console.
+//! - [`console`] — the operator console: server-rendered pages under `/ops` (sign-in, overview,
+//!   review, dead letters, replays, settlement, audit) that call the operator core directly as
+//!   the signed-in operator; every form post goes through the CSRF extractor (`CsrfForm`).
+//! - [`jobs`] — the durable worker (claim, lease, fencing, reaper, sweep, shutdown) and its group
+//!   commit of completions; what a handler is given ([`jobs::context`]); the submit-payout and
+//!   reconciliation handlers, batched first payouts ([`jobs::payout_batch`]), settlement
+//!   reconciliation ([`jobs::settlement`]), the replay releaser; payload migrations; retry
+//!   policies.
+//! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter
+//!   envelope; `bury`, the one way a job dies.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
 //! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker;
 //!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all;
@@ -26,28 +46,35 @@
 //! - [`config`] — runtime settings and their defaults.
 //! - [`startup`] — the composition root: opening the database, provider and breaker, the
 //!   complete router (customer API + `/ops/v1` + console), and the `serve`/`worker` process
-//!   (workers, listeners, shutdown). Used by the CLI, the tools and the tests alike.
+//!   (workers, listeners, purges, shutdown). Used by the CLI, the tools and the tests alike.
 //! - [`cli`] — the `withdrawals` command line: parses and dispatches (serve, worker, migrate,
 //!   accounts, operators); [`ops_cli`] — its operator commands (status, breakers, review, dlq,
-//!   replay, audit), clients of `/ops/v1`.
-//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, the settlement phase, and the invariant
-//!   checks.
-//! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
-//! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted); [`metrics`] — metric names
-//!   (one catalogue), recording, `/metrics`, the database-gauge refresher.
-//! - [`ops`] — the operator core, free of HTTP: one typed function per operator action (review,
-//!   two-person decisions, dead-letter triage, replays, audit, overview, credentials) holding the
-//!   role check, the rules and the audit row; answers in [`ops::types`], failures as
-//!   [`ops::OpsError`]. Used by `http::ops`, the console and (over HTTP) the CLI.
-//! - [`console`] — the operator console: server-rendered pages under `/ops` (sign-in, overview,
-//!   review, dead letters, replays, audit) that call the operator core directly as the signed-in
-//!   operator; every form post goes through the CSRF extractor (`CsrfForm`).
+//!   replay, audit, credits, settlement, ledger), clients of `/ops/v1`.
+//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, the settlement phase, and the
+//!   invariant checks.
+//! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue,
+//!   dead letters, memory.
+//! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted).
+//! - [`metrics`] — metric names (one catalogue), recording, the Prometheus recorder. Below
+//!   storage: storage counts every applied transition through it, on commit.
+//! - [`gauges`] — the database gauges and the ledger check, refreshed on an interval.
 //!
 //! # Layers
-//! Top to bottom, each module uses only modules below it (checked by `tests/layering.rs`;
-//! `scripts/module-deps` prints the graph): `cli` → `ops_cli`, `bench` → `startup` → `console` →
-//! `http` → `ops` → `jobs` → `provider`, `dead_letter` → `metrics` → `storage` → `config`,
-//! `redact` → `domain` (with `chaos`, `provisioning`, `telemetry` and `credentials` at the side).
+//! Top to bottom: a module uses only modules on lower lines, never one on its own line
+//! (`tests/layering.rs` reads this list and checks it; `scripts/module-deps` prints the graph):
+//! 1. `cli`
+//! 2. `ops_cli`, `bench`
+//! 3. `startup`, `chaos`
+//! 4. `console`, `provisioning`, `gauges`, `telemetry`
+//! 5. `http`
+//! 6. `customer`, `ops`
+//! 7. `jobs`
+//! 8. `provider`
+//! 9. `dead_letter`
+//! 10. `refusal`, `credentials`
+//! 11. `storage`
+//! 12. `metrics`, `config`, `redact`
+//! 13. `domain`
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
 //! provider mock), `http-guard/` (the connection cap and header/idle timeouts both listen with),
@@ -64,8 +91,10 @@ pub mod cli;
 pub mod config;
 pub mod console;
 pub mod credentials;
+pub mod customer;
 pub mod dead_letter;
 pub mod domain;
+pub mod gauges;
 pub mod http;
 pub mod jobs;
 pub mod metrics;
@@ -74,6 +103,7 @@ pub mod ops_cli;
 pub mod provider;
 pub mod provisioning;
 pub mod redact;
+pub mod refusal;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

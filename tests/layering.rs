@@ -26,6 +26,98 @@ fn top_level_modules_form_no_cycle_but_the_known_ones() {
     assert!(problems.is_empty(), "module cycles (see scripts/module-deps):\n{}", problems.join("\n"));
 }
 
+/// The crate root declares the layers, top to bottom (`src/lib.rs`, "Layers": one numbered line
+/// per layer); every top-level module is in exactly one, and uses only modules of lower layers.
+#[test]
+fn every_module_uses_only_the_layers_below_its_own() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let layers = declared_layers(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+    assert!(layers.len() > 5, "read the declared layers from src/lib.rs: {layers:?}");
+    let problems = check_layers(&graph(&src), &layers);
+    assert!(problems.is_empty(), "the layers of src/lib.rs do not hold:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_layer_check_names_an_upward_use_a_same_layer_use_and_an_unplaced_module() {
+    let doc = "//! # Layers\n//! Top to bottom:\n//! 1. `cli`\n//! 2. `http`, `ops`\n//! 3. `domain`\n//!\n//! # Next\n//! 4. `x`\n";
+    let layers = declared_layers(doc);
+    assert_eq!(layers, [vec!["cli"], vec!["http", "ops"], vec!["domain"]]);
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g = Graph::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    assert!(check_layers(&graph(&[("cli", "http"), ("ops", "domain"), ("cli", "domain")]), &layers).is_empty());
+    assert_eq!(
+        check_layers(&graph(&[("domain", "ops"), ("http", "ops"), ("cli", "jobs")]), &layers),
+        [
+            "`cli` (layer 1) uses `jobs` (no layer)",
+            "`domain` (layer 3) uses `ops` (layer 2), a layer above it",
+            "`http` (layer 2) uses `ops` (layer 2), its own layer",
+            "`jobs` is in no layer of src/lib.rs",
+        ]
+    );
+    assert_eq!(
+        check_layers(&graph(&[("cli", "http")]), &layers),
+        ["`domain` is declared but no module has that name", "`ops` is declared but no module has that name"]
+    );
+}
+
+/// The layers the crate root's "# Layers" section declares: its numbered lines, top first, each
+/// the backquoted module names on it.
+fn declared_layers(lib_rs: &str) -> Vec<Vec<String>> {
+    let mut in_section = false;
+    let mut layers = Vec::new();
+    for line in lib_rs.lines() {
+        let Some(doc) = line.strip_prefix("//!") else { continue };
+        let doc = doc.trim();
+        if doc.starts_with('#') {
+            in_section = doc == "# Layers";
+            continue;
+        }
+        let numbered = doc.split_once(". ").filter(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if let (true, Some((_, rest))) = (in_section, numbered) {
+            layers.push(rest.split('`').skip(1).step_by(2).map(str::to_owned).collect());
+        }
+    }
+    layers
+}
+
+/// Every way `graph` breaks the declared `layers`; empty when it keeps them.
+fn check_layers(graph: &Graph, layers: &[Vec<String>]) -> Vec<String> {
+    let layer_of = |m: &str| layers.iter().position(|l| l.iter().any(|x| x == m));
+    let name = |m: &str| match layer_of(m) {
+        Some(n) => format!("`{m}` (layer {})", n + 1),
+        None => format!("`{m}` (no layer)"),
+    };
+    let mut problems = Vec::new();
+    for (module, uses) in graph {
+        for used in uses {
+            match (layer_of(module), layer_of(used)) {
+                (Some(a), Some(b)) if a == b => {
+                    problems.push(format!("{} uses {}, its own layer", name(module), name(used)))
+                }
+                (Some(a), Some(b)) if a > b => {
+                    problems.push(format!("{} uses {}, a layer above it", name(module), name(used)))
+                }
+                (Some(_), None) => problems.push(format!("{} uses {}", name(module), name(used))),
+                _ => {}
+            }
+        }
+        if layer_of(module).is_none() {
+            problems.push(format!("`{module}` is in no layer of src/lib.rs"));
+        }
+    }
+    for declared in layers.iter().flatten().filter(|m| !graph.contains_key(m.as_str())) {
+        problems.push(format!("`{declared}` is declared but no module has that name"));
+    }
+    problems.sort();
+    problems
+}
+
 /// The checker itself: a new cycle is named with its edges, a listed one that is gone is
 /// reported, one that shrank is named with what is left.
 #[test]

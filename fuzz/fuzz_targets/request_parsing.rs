@@ -1,7 +1,7 @@
 //! Fuzzes the parsing and validation of `POST /v1/withdrawals` and the domain parsers it uses.
 //!
 //! The input is used twice:
-//! 1. as the raw request body for `http::withdrawals::parse_request`, with the service's default
+//! 1. as the raw request body for `customer::withdrawals::parse_request`, with the service's default
 //!    limits (`AppConfig::default().limits`, as `create` passes `&state.config().limits`);
 //! 2. as text (lossy UTF-8): the whole text, and its lines taken as
 //!    `currency`, `amount`, `type`, `account_number`, `bank_code`, `Idempotency-Key`, go through
@@ -30,9 +30,8 @@ use std::sync::LazyLock;
 use libfuzzer_sys::fuzz_target;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{Amount, AmountLimits, Currency, Destination, IdempotencyKey};
-use withdrawals::http::error::ApiError;
-use withdrawals::http::request_fingerprint;
-use withdrawals::http::withdrawals::parse_request;
+use withdrawals::customer::withdrawals::{parse_request, request_fingerprint};
+use withdrawals::refusal::{RefusalKind, ServiceError};
 
 static LIMITS: LazyLock<AmountLimits> = LazyLock::new(|| AppConfig::default().limits);
 
@@ -102,16 +101,16 @@ fn check_request(body: &[u8], limits: &AmountLimits) {
             let expected = request_fingerprint(&canonical).expect("the canonical form has a fingerprint");
             assert_eq!(request_fingerprint(&sent), Some(expected), "fingerprint of {sent} differs from {canonical}");
         }
-        Err(ApiError::Problem(problem)) => match problem.status {
-            400 => assert_eq!(problem.code, "malformed_json", "{problem:?}"),
-            422 => {
-                assert!(FIELD_CODES.contains(&problem.code.as_str()), "undocumented code: {problem:?}");
+        Err(ServiceError::Refused(refusal)) => match refusal.kind {
+            RefusalKind::Malformed => assert_eq!(refusal.code, "malformed_json", "{refusal:?}"),
+            RefusalKind::Invalid => {
+                assert!(FIELD_CODES.contains(&refusal.code.as_str()), "undocumented code: {refusal:?}");
                 // The field may be "" when the member at fault is named "" (`{"": 1, …}`).
-                assert!(problem.field.is_some(), "422 without a field: {problem:?}");
+                assert!(refusal.field.is_some(), "422 without a field: {refusal:?}");
             }
-            _ => panic!("parse_request answered with status {}: {problem:?}", problem.status),
+            _ => panic!("parse_request answered with a {:?} refusal: {refusal:?}", refusal.kind),
         },
-        Err(ApiError::Internal(err)) => panic!("parse_request returned an internal error: {err:#}"),
+        Err(ServiceError::Internal(err)) => panic!("parse_request returned an internal error: {err:#}"),
     }
 }
 

@@ -8,6 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::refusal::{RefusalKind, ServiceError};
 use crate::storage::StorageError;
 
 #[derive(Debug)]
@@ -82,14 +83,14 @@ impl ApiError {
     }
 }
 
-impl From<crate::ops::OpsError> for ApiError {
-    fn from(err: crate::ops::OpsError) -> Self {
-        use crate::ops::{OpsError, RefusalKind};
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
         match err {
-            OpsError::Internal(err) => ApiError::Internal(err),
-            OpsError::Refused(r) => {
+            ServiceError::Internal(err) => ApiError::Internal(err),
+            ServiceError::Refused(r) => {
                 let status = match r.kind {
                     RefusalKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+                    RefusalKind::Malformed => StatusCode::BAD_REQUEST,
                     RefusalKind::Forbidden => StatusCode::FORBIDDEN,
                     RefusalKind::NotFound => StatusCode::NOT_FOUND,
                     RefusalKind::Conflict => StatusCode::CONFLICT,

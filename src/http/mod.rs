@@ -77,6 +77,11 @@ impl AppState {
     }
 
     /// The operator core's context: this process's database, settings and provider.
+    /// The customer core, for this process's database and settings.
+    pub fn customers(&self) -> crate::customer::Customers<'_> {
+        crate::customer::Customers { db: &self.0.db, config: &self.0.config }
+    }
+
     pub fn ops(&self) -> crate::ops::Ops<'_> {
         crate::ops::Ops::new(&self.0.db, &self.0.config, self.0.gateway.as_ref())
     }

@@ -235,9 +235,6 @@ async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyho
         writes.run(&mut tx).await?;
     }
     store::applied_many(&mut tx, &applied).await?;
-    for req in &applied {
-        crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
-    }
     // What only some answers ask for, row by row: a reconciliation to follow, a dead letter.
     for (row, w, _, d) in &held {
         let ctx = &batch[*row].ctx;
@@ -348,9 +345,6 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
     }
     writes.run(&mut tx).await?;
     store::applied_many(&mut tx, &moved).await?;
-    for req in &moved {
-        crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
-    }
     tx.commit().await?;
     Ok((calls, alone))
 }

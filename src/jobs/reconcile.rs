@@ -232,11 +232,7 @@ async fn decide(
         evidence,
     };
     match store::transition(tx, &request).await? {
-        TransitionOutcome::Applied(_) => {
-            crate::metrics::transition_on_commit(tx, from, to);
-            Ok(())
-        }
-        TransitionOutcome::Stale => Ok(()),
+        TransitionOutcome::Applied(_) | TransitionOutcome::Stale => Ok(()),
         TransitionOutcome::Forbidden(err) => Err(err.into()),
     }
 }

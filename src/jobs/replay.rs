@@ -230,9 +230,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         },
     )
     .await?;
-    if matches!(moved, TransitionOutcome::Applied(_)) {
-        crate::metrics::transition_on_commit(&mut tx, WithdrawalStatus::RequiresReview, WithdrawalStatus::Processing);
-    } else {
+    if !matches!(moved, TransitionOutcome::Applied(_)) {
         let now = store::get_in_tx(&mut tx, withdrawal).await?.map(|w| w.status.to_string()).unwrap_or_default();
         replays::finish_item(
             &mut tx,

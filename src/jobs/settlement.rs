@@ -551,7 +551,7 @@ async fn confirm(
                 evidence: Some(&e),
             };
             match withdrawals::transition(&mut tx, &request).await? {
-                TransitionOutcome::Applied(_) => crate::metrics::transition_on_commit(&mut tx, w.status, to),
+                TransitionOutcome::Applied(_) => {}
                 // Moved meanwhile: the line is matched again by the next run, against what it
                 // holds then.
                 TransitionOutcome::Stale | TransitionOutcome::Forbidden(_) => {

@@ -105,7 +105,6 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
                 })
                 .await;
         }
-        crate::metrics::transition_on_commit(&mut tx, claiming.from, claiming.to);
     }
     let (permit, attempt_no, attempt) = match step {
         Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
@@ -153,9 +152,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     if let (Some(moved), Some(req)) = (moved, &settle) {
         // Not applied: reconciliation or an operator already decided; the late worker changes
         // nothing but its own records.
-        if moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await? {
-            crate::metrics::transition_on_commit(&mut tx, req.from, req.to);
-        }
+        moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
     }
     if let Some((reason, run_at)) = decision.follow_up {
         enqueue_reconciliation(&mut tx, id, reason, &job.correlation_id, run_at).await?;

@@ -383,9 +383,6 @@ pub(super) async fn apply(
         evidence: Some(evidence),
     };
     let outcome = store::transition(tx, &transition).await?;
-    if matches!(outcome, TransitionOutcome::Applied(_)) {
-        crate::metrics::transition_on_commit(tx, transition.from, transition.to);
-    }
     if action == Decide::Retry
         && matches!(outcome, TransitionOutcome::Applied(_))
         && !job_store::has_live_job(tx, id, JobKind::SubmitPayout).await?

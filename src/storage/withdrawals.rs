@@ -495,6 +495,10 @@ async fn applied(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<()> {
 /// [`applied`] for a batch of moves that applied: the settled withdrawals' open dead letters are
 /// found in one query.
 pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Result<()> {
+    // Every applied move is counted here, once its transaction commits: no caller counts by hand.
+    for (from, to) in reqs.iter().map(|r| (r.from, r.to)) {
+        tx.after_commit(move || crate::metrics::transition(from, to));
+    }
     for req in reqs.iter().filter(|r| r.from == WithdrawalStatus::RequiresReview) {
         let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
         super::review_decisions::supersede(tx, req.id, &why).await?;
@@ -517,7 +521,7 @@ pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Resul
 /// [`path_to_review`](crate::domain::path_to_review) (through `processing` if it was still
 /// `pending`, so every move is one the state machine allows and is recorded), with
 /// `failure_code` saying why it waits there (the dead-letter category). A stale step (someone
-/// moved it first) is left alone. Returns the moves that applied, for the caller's metrics.
+/// moved it first) is left alone. Returns the moves that applied.
 pub async fn park_for_review(
     tx: &mut Tx,
     w: &Withdrawal,

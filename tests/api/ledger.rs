@@ -52,7 +52,7 @@ async fn ledger_verify_reports_a_balance_past_64_bits_as_a_finding_not_an_error(
 
     assert!(detail.contains(&account.to_string()), "{detail}");
     assert!(detail.contains("past 64-bit minor units"), "{detail}");
-    assert_eq!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(), 1, "a finding, not an error");
+    assert_eq!(withdrawals::gauges::refresh_ledger_gauge(&app.db).await.unwrap(), 1, "a finding, not an error");
     let out = cli(&app, &viewer, &["ledger", "verify"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("ledger_violation"));
@@ -95,7 +95,7 @@ async fn ledger_verify_reports_a_real_balance_on_sqlite_as_a_finding_not_an_erro
     assert!(detail.contains(&account.to_string()), "{detail}");
     assert!(detail.contains("balance available is not an integer amount: 1.84467440737096e+19"), "{detail}");
     assert!(detail.contains("1 ledger entry with non-integer amounts"), "{detail}");
-    assert_eq!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(), 1, "a finding, not an error");
+    assert_eq!(withdrawals::gauges::refresh_ledger_gauge(&app.db).await.unwrap(), 1, "a finding, not an error");
 }
 
 /// Migration 0018's floor under the application's checks: a new funding entry names its actor,
@@ -159,7 +159,7 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
     assert_eq!(clean.json::<Value>().await.unwrap()["clean"], true);
     let out = cli(&app, &viewer, &["ledger", "verify"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(), 0, "the periodic check");
+    assert_eq!(withdrawals::gauges::refresh_ledger_gauge(&app.db).await.unwrap(), 0, "the periodic check");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ledger verified"));
 
     // A ledger entry inserted directly, with no balance change behind it: 5.00 that never arrived.
@@ -189,7 +189,7 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
     assert!(detail.contains("funded 105.00"), "{detail}");
 
     assert_eq!(
-        withdrawals::metrics::refresh_ledger_gauge(&app.db).await.unwrap(),
+        withdrawals::gauges::refresh_ledger_gauge(&app.db).await.unwrap(),
         1,
         "the periodic check exports one violation"
     );

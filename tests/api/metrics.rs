@@ -12,7 +12,7 @@ use std::time::Duration;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use withdrawals::domain::settlement::ExceptionKind;
 use withdrawals::domain::WithdrawalStatus;
-use withdrawals::metrics::{DatabaseGauges, LedgerCheck};
+use withdrawals::gauges::{DatabaseGauges, LedgerCheck};
 use withdrawals::storage::settlement::{self as settlement_store, NewException};
 
 use crate::both_backends;
@@ -51,12 +51,12 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
     let rejected = app.create_withdrawal(&alice, "rejected", "10.00").await;
     app.wait_for_status(rejected, WithdrawalStatus::RequiresReview, std::time::Duration::from_secs(20)).await;
 
-    let gauges = withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    let gauges = withdrawals::gauges::refresh_database_gauges(&app.db).await.unwrap();
     // What a serving process runs (startup.rs): the refresh loop, which puts every database
     // gauge on `/metrics` at once — without it, `ledger_check_failing` was there only when
     // another test of this process had run a ledger check first.
     let refresher = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(withdrawals::metrics::refresh_loop(
+    tokio::spawn(withdrawals::gauges::refresh_loop(
         app.db.clone(),
         std::time::Duration::from_secs(3600),
         refresher.clone(),
@@ -219,7 +219,7 @@ async fn a_ledger_check_that_cannot_run_exports_ledger_check_failing_not_zero_vi
     let text = rendered(|| failed.export());
     assert_eq!(sample(&text, "ledger_check_failing "), Some(1.0), "{text}");
     assert_eq!(sample(&text, "ledger_invariant_violations "), None, "no answer is not 0 violations:\n{text}");
-    assert!(withdrawals::metrics::refresh_ledger_gauge(&app.db).await.is_err(), "the refresher's check says it failed");
+    assert!(withdrawals::gauges::refresh_ledger_gauge(&app.db).await.is_err(), "the refresher's check says it failed");
     app.execute_raw("ALTER TABLE ledger_entries_gone RENAME TO ledger_entries").await;
     app.assert_ledger_invariant().await;
 }

@@ -250,7 +250,7 @@ async fn metrics_on_the_api_port_answer_only_the_metrics_token(app: TestApp) {
     let prefix = app.client.get(app.url("/metrics")).bearer_auth(&METRICS_TOKEN[..10]).send().await.unwrap();
     assert_eq!(prefix.status(), 401, "a prefix of the token");
 
-    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    withdrawals::gauges::refresh_database_gauges(&app.db).await.unwrap();
     let response = app.metrics().send().await.unwrap();
     assert_eq!(response.status(), 200);
     let text = response.text().await.unwrap();

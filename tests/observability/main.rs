@@ -25,6 +25,7 @@ both_backends!(
     a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every_log_line,
     a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id,
     a_failed_authentication_is_logged_at_warn_with_its_source_and_key_prefix_never_the_secret,
+    every_applied_transition_is_counted_once_on_commit_by_storage_and_none_that_rolled_back,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -72,6 +73,94 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, key: &st
     after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0)
 }
 
+/// Storage counts every transition it applies, once its transaction commits: a customer's
+/// cancel, a worker's moves, a dead letter's parking and an operator's decision are counted
+/// without their callers counting, and a move whose transaction rolled back is not.
+async fn every_applied_transition_is_counted_once_on_commit_by_storage_and_none_that_rolled_back(app: TestApp) {
+    use withdrawals::domain::Actor;
+    use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+    let _one_at_a_time = exclusive().await;
+    let key = |from: &str, to: &str| format!("withdrawal_transitions_total{{from=\"{from}\",to=\"{to}\"}}");
+    let alice = app.customer("100.00").await;
+    let before = scrape(&app).await;
+
+    // Rolled back, then committed: the same move, counted once.
+    let moved = app.create_withdrawal(&alice, "moved", "1.00").await;
+    let request = TransitionRequest {
+        id: moved,
+        from: WithdrawalStatus::Pending,
+        to: WithdrawalStatus::Processing,
+        expected_version: None,
+        actor: &Actor::Operator("observability test".into()),
+        reason: "a move whose transaction rolls back",
+        correlation_id: "observability",
+        failure_code: None,
+        evidence: None,
+    };
+    let mut tx = app.db.begin().await.unwrap();
+    assert!(matches!(store::transition(&mut tx, &request).await.unwrap(), TransitionOutcome::Applied(_)));
+    drop(tx);
+    assert_eq!(delta(&before, &scrape(&app).await, &key("pending", "processing")), 0.0, "a rolled-back move");
+    let mut tx = app.db.begin().await.unwrap();
+    assert!(matches!(store::transition(&mut tx, &request).await.unwrap(), TransitionOutcome::Applied(_)));
+    // Settled, so the worker started below has nothing to do with it.
+    let settle = TransitionRequest {
+        from: WithdrawalStatus::Processing,
+        to: WithdrawalStatus::Failed,
+        failure_code: Some("test"),
+        ..request
+    };
+    assert!(matches!(store::transition(&mut tx, &settle).await.unwrap(), TransitionOutcome::Applied(_)));
+    tx.commit().await.unwrap();
+    let committed = scrape(&app).await;
+    assert_eq!(delta(&before, &committed, &key("pending", "processing")), 1.0, "a committed move");
+    assert_eq!(delta(&before, &committed, &key("processing", "failed")), 1.0, "a committed move");
+
+    // The customer cancels (and cancelling again moves and counts nothing).
+    let cancelled = app.create_withdrawal(&alice, "cancelled", "2.00").await;
+    for expected in [200, 409] {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/withdrawals/{cancelled}/cancel")))
+            .bearer_auth(&alice.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected);
+    }
+
+    // A worker's moves and a dead letter's parking, then an operator's decision.
+    let provider = provider_mock(2_000).await;
+    provider
+        .mock
+        .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
+    let parked = app.create_withdrawal(&alice, "parked", "3.00").await;
+    app.start_worker(startup::gateway_with(provider.provider.clone(), BreakerConfig::default()), worker_config("w-count"));
+    let version = app.wait_for_status(parked, WithdrawalStatus::RequiresReview, WAIT).await.version;
+    let operator = app.operator("operator").await;
+    let resolved = app
+        .client
+        .post(app.url(&format!("/ops/v1/withdrawals/{parked}/resolve")))
+        .bearer_auth(&operator)
+        .json(&serde_json::json!({"action": "fail", "reason": "invalid account", "version": version}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resolved.status().is_success(), "{}", resolved.text().await.unwrap());
+
+    let after = scrape(&app).await;
+    for (from, to, want) in [
+        ("pending", "processing", 2.0),
+        ("pending", "failed", 1.0),
+        ("processing", "requires_review", 1.0),
+        ("requires_review", "failed", 1.0),
+        ("processing", "failed", 1.0),
+        ("processing", "completed", 0.0),
+    ] {
+        assert_eq!(delta(&before, &after, &key(from, to)), want, "{from} -> {to}");
+    }
+}
+
 async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: TestApp) {
     let _one_at_a_time = exclusive().await;
     let provider = provider_mock(2_000).await;
@@ -100,7 +189,7 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
         let id = app.create_withdrawal(&alice, key, "5.00").await;
         app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
     }
-    withdrawals::metrics::refresh_database_gauges(&app.db).await.unwrap();
+    withdrawals::gauges::refresh_database_gauges(&app.db).await.unwrap();
     let after = scrape(&app).await;
 
     let exact = [
