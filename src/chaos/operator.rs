@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::ops::routes;
+
 /// Outcomes by action: `{"fail": {"ok": 3, "transfer_pending_at_provider": 7}, …}`.
 pub type Tally = BTreeMap<String, BTreeMap<String, u64>>;
 
@@ -312,7 +314,7 @@ impl Desk {
             if let Some(r) = &reference {
                 body["provider_reference"] = json!(r);
             }
-            let url = format!("{}/ops/v1/withdrawals/{id}/resolve", self.base_url);
+            let url = format!("{}{}", self.base_url, routes::WITHDRAWAL_RESOLVE.path(&[&id]));
             let answer = self.send(op, pacer, sent, self.http.post(url).json(&body)).await;
             self.count(button.as_str(), &answer.outcome);
             if answer.outcome == "transfer_pending_at_provider" {
@@ -383,8 +385,10 @@ impl Desk {
     }
 
     async fn decide(&self, op: &Operator, id: &str, approve: bool, pacer: &mut Pacer, sent: &mut u64) -> Answer {
-        let (verb, kind) = if approve { ("approve", "approve") } else { ("reject", "reject") };
-        let url = format!("{}/ops/v1/withdrawals/{id}/decision/{verb}", self.base_url);
+        let (verb, route) =
+            if approve { ("approve", routes::DECISION_APPROVE) } else { ("reject", routes::DECISION_REJECT) };
+        let kind = verb;
+        let url = format!("{}{}", self.base_url, route.path(&[&id]));
         let body = json!({"reason": format!("chaos operator {}: hurried {verb}", op.name)});
         let answer = self.send(op, pacer, sent, self.http.post(url).json(&body)).await;
         self.count(kind, &answer.outcome);
@@ -402,7 +406,7 @@ impl Desk {
         pacer.wait().await;
         *sent += 1;
         self.state().report.requests += 1;
-        let url = format!("{}/ops/v1/withdrawals/{id}", self.base_url);
+        let url = format!("{}{}", self.base_url, routes::WITHDRAWAL.path(&[&id]));
         let shown: Value = self.http.get(url).bearer_auth(&op.token).send().await.ok()?.json().await.ok()?;
         let from = |list: &str| {
             shown[list]
@@ -423,7 +427,8 @@ impl Desk {
             pacer.wait().await;
             *sent += 1;
             self.state().report.requests += 1;
-            let mut url = format!("{}/ops/v1/withdrawals?status=requires_review&limit=200", self.base_url);
+            let mut url =
+                format!("{}{}?status=requires_review&limit=200", self.base_url, routes::WITHDRAWALS.path(&[]));
             if let Some(c) = &cursor {
                 url.push_str(&format!("&cursor={c}"));
             }

@@ -37,6 +37,7 @@ use uuid::Uuid;
 
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult};
 use crate::domain::{format_minor, AccountId, Currency};
+use crate::ops::routes;
 use crate::storage::{accounts, verify, Db};
 
 /// Fewer completed withdrawals than this and nothing is injected on withdrawals.
@@ -245,8 +246,12 @@ async fn exercise_into(
     }
     run.reimport = Some(body);
 
-    let response =
-        api.http.get(format!("{}/ops/v1/ledger/verify", api.base_url)).bearer_auth(api.operator_token).send().await?;
+    let response = api
+        .http
+        .get(format!("{}{}", api.base_url, routes::LEDGER_VERIFY.path(&[])))
+        .bearer_auth(api.operator_token)
+        .send()
+        .await?;
     let status = response.status().as_u16();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     run.ledger_verify = if status == 200 && body["clean"] == true {
@@ -510,7 +515,7 @@ async fn set_report_faults(api: &Api<'_>, rules: Vec<ReportFault>) -> anyhow::Re
 async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> {
     let response = api
         .http
-        .post(format!("{}/ops/v1/settlement/imports", api.base_url))
+        .post(format!("{}{}", api.base_url, routes::SETTLEMENT_IMPORTS.path(&[])))
         .bearer_auth(api.operator_token)
         .timeout(Duration::from_secs(60))
         .json(&json!({ "date": date }))
@@ -527,7 +532,7 @@ async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> 
     loop {
         let view: Value = api
             .http
-            .get(format!("{}/ops/v1/settlement/imports/{id}", api.base_url))
+            .get(format!("{}{}", api.base_url, routes::SETTLEMENT_IMPORT.path(&[&id])))
             .bearer_auth(api.operator_token)
             .send()
             .await
@@ -547,7 +552,7 @@ async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> 
 async fn report_versions(api: &Api<'_>) -> anyhow::Result<usize> {
     let response = api
         .http
-        .get(format!("{}/ops/v1/settlement/reports?limit=200", api.base_url))
+        .get(format!("{}{}?limit=200", api.base_url, routes::SETTLEMENT_REPORTS.path(&[])))
         .bearer_auth(api.operator_token)
         .send()
         .await?;

@@ -19,6 +19,7 @@ pub mod ledger;
 pub mod overview;
 pub mod replays;
 pub mod review;
+pub mod routes;
 pub mod settlement;
 pub mod types;
 

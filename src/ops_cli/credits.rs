@@ -7,7 +7,9 @@
 
 use anyhow::Context;
 
-use super::{Client, Remote};
+use super::client::Client;
+use super::Remote;
+use crate::ops::routes;
 use crate::ops::types::{CreditRequest, CreditView};
 
 pub async fn fund(
@@ -20,7 +22,7 @@ pub async fn fund(
     let key = idempotency_key.unwrap_or_else(|| format!("fund-{}", uuid::Uuid::now_v7()));
     let mut client = Client::for_remote(remote, database_url).await?;
     client.idempotency_key = Some(key.clone());
-    let path = format!("/ops/v1/accounts/{account}/credits");
+    let path = routes::ACCOUNT_CREDITS.path(&[&account]);
     let answer = client
         .post::<_, CreditView>(&path, &request)
         .await

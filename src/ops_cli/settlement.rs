@@ -12,7 +12,10 @@ use chrono::NaiveDate;
 use clap::builder::PossibleValue;
 use clap::{Args, Subcommand, ValueEnum};
 
-use super::{age, at, at_or_dash, o, Client, Connection};
+use super::client::Client;
+use super::format::{age, at, at_or_dash, o};
+use super::Connection;
+use crate::ops::routes;
 use crate::ops::types::{
     CreditReturnRequest, ExceptionKind, ExceptionQuery, ExceptionView, ImportRequest, ImportSummary, ImportView, List,
     Page, ReportQuery, ReportView, Resolution, ResolveExceptionRequest,
@@ -134,7 +137,7 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
     match command {
         SettlementCommand::Import { source, wait: args } => {
             let request = source.request()?;
-            let queued = client.post::<_, ImportView>("/ops/v1/settlement/imports", &request).await?;
+            let queued = client.post::<_, ImportView>(&routes::SETTLEMENT_IMPORTS.path(&[]), &request).await?;
             if args.no_wait {
                 if let Some(view) = queued.unless_json(conn.json) {
                     println!(
@@ -144,7 +147,7 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
                 }
                 return Ok(());
             }
-            let path = format!("/ops/v1/settlement/imports/{}", queued.typed.id);
+            let path = routes::SETTLEMENT_IMPORT.path(&[&queued.typed.id]);
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.wait_secs);
             let mut shown = -1;
             let answer = loop {
@@ -177,13 +180,13 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
             }
         }
         SettlementCommand::ImportStatus { id } => {
-            let answer = client.get::<ImportView>(&format!("/ops/v1/settlement/imports/{id}"), &()).await?;
+            let answer = client.get::<ImportView>(&routes::SETTLEMENT_IMPORT.path(&[&id]), &()).await?;
             if let Some(view) = answer.unless_json(conn.json) {
                 print_import(&view);
             }
         }
         SettlementCommand::CreditReturn { id, note } => {
-            let path = format!("/ops/v1/settlement/exceptions/{id}/credit-return");
+            let path = routes::SETTLEMENT_EXCEPTION_CREDIT_RETURN.path(&[&id]);
             let answer = client.post::<_, ExceptionView>(&path, &CreditReturnRequest { note }).await?;
             if let Some(e) = answer.unless_json(conn.json) {
                 println!("return credited; exception {} resolved as {}", e.id, o(&e.resolution));
@@ -191,7 +194,7 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
         }
         SettlementCommand::Reports { date, limit } => {
             let query = ReportQuery { date: date.map(|d| d.to_string()), limit: limit.map(i64::from) };
-            let answer = client.get::<List<ReportView>>("/ops/v1/settlement/reports", &query).await?;
+            let answer = client.get::<List<ReportView>>(&routes::SETTLEMENT_REPORTS.path(&[]), &query).await?;
             let Some(reports) = answer.unless_json(conn.json) else { return Ok(()) };
             println!(
                 "{:<10} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  imported by",
@@ -219,7 +222,7 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
                 limit: limit.map(i64::from),
                 cursor,
             };
-            let answer = client.get::<Page<ExceptionView>>("/ops/v1/settlement/exceptions", &query).await?;
+            let answer = client.get::<Page<ExceptionView>>(&routes::SETTLEMENT_EXCEPTIONS.path(&[]), &query).await?;
             let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
             println!(
                 "{:<36} {:<19} {:<8} {:>5} {:<36} {:<24}  detail",
@@ -242,13 +245,13 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
             }
         }
         SettlementCommand::Show { id } => {
-            let answer = client.get::<ExceptionView>(&format!("/ops/v1/settlement/exceptions/{id}"), &()).await?;
+            let answer = client.get::<ExceptionView>(&routes::SETTLEMENT_EXCEPTION.path(&[&id]), &()).await?;
             if let Some(e) = answer.unless_json(conn.json) {
                 print_exception(&e)?;
             }
         }
         SettlementCommand::Resolve { id, reason, note } => {
-            let path = format!("/ops/v1/settlement/exceptions/{id}/resolve");
+            let path = routes::SETTLEMENT_EXCEPTION_RESOLVE.path(&[&id]);
             let answer = client.post::<_, ExceptionView>(&path, &ResolveExceptionRequest { reason, note }).await?;
             if let Some(e) = answer.unless_json(conn.json) {
                 println!("resolved {} ({}) as {}", e.id, e.kind, o(&e.resolution));

@@ -7,11 +7,12 @@ use axum::{Json, Router};
 use super::OpsQuery;
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::routes;
 use crate::ops::types::{AuditEntry, AuditQuery, Page};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ops/v1/audit", get(list))
+    Router::new().route(routes::AUDIT.template(), get(list))
 }
 
 async fn list(

@@ -14,17 +14,18 @@ use crate::http::AppState;
 use crate::ops::acts::{
     ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorDisable, OperatorEnable, OperatorList, OperatorRotateOwnToken,
 };
+use crate::ops::routes;
 use crate::ops::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
 use crate::ops::{self};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/accounts/{id}/keys", get(list_keys).post(create_key))
-        .route("/ops/v1/api-keys/{id}/revoke", post(revoke_key))
-        .route("/ops/v1/operators", get(list_operators))
-        .route("/ops/v1/operators/{id}/disable", post(disable))
-        .route("/ops/v1/operators/{id}/enable", post(enable))
-        .route("/ops/v1/operators/{id}/rotate-token", post(rotate_token))
+        .route(routes::ACCOUNT_KEYS.template(), get(list_keys).post(create_key))
+        .route(routes::API_KEY_REVOKE.template(), post(revoke_key))
+        .route(routes::OPERATORS.template(), get(list_operators))
+        .route(routes::OPERATOR_DISABLE.template(), post(disable))
+        .route(routes::OPERATOR_ENABLE.template(), post(enable))
+        .route(routes::OPERATOR_ROTATE_TOKEN.template(), post(rotate_token))
 }
 
 async fn list_keys(

@@ -14,10 +14,11 @@ use crate::http::error::ApiError;
 use crate::http::withdrawals::idempotency_key;
 use crate::http::AppState;
 use crate::ops::acts::AccountCredit;
+use crate::ops::routes;
 use crate::ops::types::CreditRequest;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ops/v1/accounts/{id}/credits", post(credit))
+    Router::new().route(routes::ACCOUNT_CREDITS.template(), post(credit))
 }
 
 async fn credit(

@@ -9,6 +9,7 @@ use crate::domain::DeadLetterId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::DeadLetterClose;
+use crate::ops::routes;
 use crate::ops::types::{
     Closed, DeadLetterExportQuery, DeadLetterGroup, DeadLetterQuery, DeadLetterView, List, Page, ReasonRequest,
 };
@@ -16,11 +17,11 @@ use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/dead-letters", get(list))
-        .route("/ops/v1/dead-letters/summary", get(summary))
-        .route("/ops/v1/dead-letters/export", get(export))
-        .route("/ops/v1/dead-letters/{id}", get(show))
-        .route("/ops/v1/dead-letters/{id}/close", post(close))
+        .route(routes::DEAD_LETTERS.template(), get(list))
+        .route(routes::DEAD_LETTERS_SUMMARY.template(), get(summary))
+        .route(routes::DEAD_LETTERS_EXPORT.template(), get(export))
+        .route(routes::DEAD_LETTER.template(), get(show))
+        .route(routes::DEAD_LETTER_CLOSE.template(), post(close))
 }
 
 async fn list(

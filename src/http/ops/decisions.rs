@@ -9,14 +9,15 @@ use crate::domain::WithdrawalId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{DecisionApprove, DecisionReject};
+use crate::ops::routes;
 use crate::ops::types::{Decided, Decision, List, ReasonRequest};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/review-decisions", get(list))
-        .route("/ops/v1/withdrawals/{id}/decision/approve", post(approve))
-        .route("/ops/v1/withdrawals/{id}/decision/reject", post(reject))
+        .route(routes::REVIEW_DECISIONS.template(), get(list))
+        .route(routes::DECISION_APPROVE.template(), post(approve))
+        .route(routes::DECISION_REJECT.template(), post(reject))
 }
 
 async fn list(State(state): State<AppState>, operator: Operator) -> Result<Json<List<Decision>>, ApiError> {

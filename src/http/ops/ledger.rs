@@ -7,11 +7,12 @@ use axum::{Json, Router};
 use super::OpsQuery;
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::routes;
 use crate::ops::types::{LedgerCheck, LedgerQuery};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/ops/v1/ledger/verify", get(verify))
+    Router::new().route(routes::LEDGER_VERIFY.template(), get(verify))
 }
 
 async fn verify(

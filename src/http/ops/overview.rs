@@ -10,17 +10,18 @@ use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{BreakerForceClosed, BreakerForceOpen, BreakerRelease};
 use crate::ops::overview::BreakerAction;
+use crate::ops::routes;
 use crate::ops::types::{BreakerChanged, BreakerView, List, Overview, ReasonRequest};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     // The breaker's name is the path's `{id}`: the audit row of a refusal names it.
     Router::new()
-        .route("/ops/v1/overview", get(overview))
-        .route("/ops/v1/breakers", get(breakers))
-        .route("/ops/v1/breakers/{id}/force-open", post(force_open))
-        .route("/ops/v1/breakers/{id}/force-closed", post(force_closed))
-        .route("/ops/v1/breakers/{id}/release", post(release))
+        .route(routes::OVERVIEW.template(), get(overview))
+        .route(routes::BREAKERS.template(), get(breakers))
+        .route(routes::BREAKER_FORCE_OPEN.template(), post(force_open))
+        .route(routes::BREAKER_FORCE_CLOSED.template(), post(force_closed))
+        .route(routes::BREAKER_RELEASE.template(), post(release))
 }
 
 async fn breakers(State(state): State<AppState>, operator: Operator) -> Result<Json<List<BreakerView>>, ApiError> {

@@ -11,17 +11,18 @@ use crate::domain::ReplayRunId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
+use crate::ops::routes;
 use crate::ops::types::{List, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, StartReplay, Started};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/replays", post(start).get(list))
-        .route("/ops/v1/replays/{id}", get(status))
-        .route("/ops/v1/replays/{id}/pause", post(pause))
-        .route("/ops/v1/replays/{id}/resume", post(resume))
-        .route("/ops/v1/replays/{id}/cancel", post(cancel))
-        .route("/ops/v1/replays/{id}/approve", post(approve))
+        .route(routes::REPLAYS.template(), post(start).get(list))
+        .route(routes::REPLAY.template(), get(status))
+        .route(routes::REPLAY_PAUSE.template(), post(pause))
+        .route(routes::REPLAY_RESUME.template(), post(resume))
+        .route(routes::REPLAY_CANCEL.template(), post(cancel))
+        .route(routes::REPLAY_APPROVE.template(), post(approve))
 }
 
 async fn list(

@@ -10,6 +10,7 @@ use crate::domain::WithdrawalId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{WithdrawalReconcile, WithdrawalResolve};
+use crate::ops::routes;
 use crate::ops::types::{
     OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved, WithdrawalDetail, WithdrawalQuery,
 };
@@ -17,10 +18,10 @@ use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/withdrawals", get(list))
-        .route("/ops/v1/withdrawals/{id}", get(show))
-        .route("/ops/v1/withdrawals/{id}/resolve", post(resolve))
-        .route("/ops/v1/withdrawals/{id}/reconcile", post(reconcile))
+        .route(routes::WITHDRAWALS.template(), get(list))
+        .route(routes::WITHDRAWAL.template(), get(show))
+        .route(routes::WITHDRAWAL_RESOLVE.template(), post(resolve))
+        .route(routes::WITHDRAWAL_RECONCILE.template(), post(reconcile))
 }
 
 /// 202: the reconciliation is queued, due now; its result shows on the withdrawal.

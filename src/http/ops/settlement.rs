@@ -14,6 +14,7 @@ use crate::domain::SettlementExceptionId;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{SettlementExceptionResolve, SettlementImport, SettlementReturnCredit};
+use crate::ops::routes;
 use crate::ops::types::{
     CreditReturnRequest, ExceptionQuery, ExceptionView, ImportListQuery, ImportRequest, ImportView, List, Page,
     ReportQuery, ReportView, ResolveExceptionRequest,
@@ -41,13 +42,13 @@ fn too_large(max_report_bytes: usize) -> ApiError {
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/ops/v1/settlement/imports", post(import).layer(DefaultBodyLimit::disable()).get(imports))
-        .route("/ops/v1/settlement/imports/{id}", get(import_status))
-        .route("/ops/v1/settlement/reports", get(reports))
-        .route("/ops/v1/settlement/exceptions", get(exceptions))
-        .route("/ops/v1/settlement/exceptions/{id}", get(exception))
-        .route("/ops/v1/settlement/exceptions/{id}/resolve", post(resolve))
-        .route("/ops/v1/settlement/exceptions/{id}/credit-return", post(credit_return))
+        .route(routes::SETTLEMENT_IMPORTS.template(), post(import).layer(DefaultBodyLimit::disable()).get(imports))
+        .route(routes::SETTLEMENT_IMPORT.template(), get(import_status))
+        .route(routes::SETTLEMENT_REPORTS.template(), get(reports))
+        .route(routes::SETTLEMENT_EXCEPTIONS.template(), get(exceptions))
+        .route(routes::SETTLEMENT_EXCEPTION.template(), get(exception))
+        .route(routes::SETTLEMENT_EXCEPTION_RESOLVE.template(), post(resolve))
+        .route(routes::SETTLEMENT_EXCEPTION_CREDIT_RETURN.template(), post(credit_return))
 }
 
 /// The body is refused with 413 from its `Content-Length` before a byte of it is read — with
