@@ -94,7 +94,7 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
                     @for g in groups {
                         tr {
                             th scope="row" {
-                                a href={ "/ops/dead-letters" (api::query(&[("category", Some(&g.category)), ("error_code", Some(&g.error_code))])) }
+                                a href={ "/ops/dead-letters" (api::query(&[("category", Some(g.category.as_str())), ("error_code", Some(g.error_code.as_str()))])) }
                                   aria-current=[selected(g).then_some("true")] {
                                     (g.category) " / " (g.error_code)
                                 }
@@ -153,7 +153,7 @@ pub async fn triage(State(state_): State<AppState>, session: Session, Query(q): 
                             td { @if let Some(w) = d.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } } @else { "-" } }
                             td { (d.side_effect_state) }
                             td { (when(d.failed_at)) }
-                            td { (state(&d.state)) }
+                            td { (state(d.state)) }
                         }
                     }
                     @if rows.is_empty() { tr { td colspan="7" { "No dead letter matches." } } }
@@ -194,7 +194,7 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
     let events = d.events.as_deref().unwrap_or_default();
     let body = html! {
         h1 { "Dead letter " code { (d.id) } }
-        p { "State: " (state(&d.state)) " · failed " (when(d.failed_at)) " (" (age(d.age_seconds)) ")" }
+        p { "State: " (state(d.state)) " · failed " (when(d.failed_at)) " (" (age(d.age_seconds)) ")" }
         p { "Owner: " strong { (d.owner) } " · runbook: " code { (d.runbook) } }
         table #envelope {
             tbody {

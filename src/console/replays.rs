@@ -14,6 +14,7 @@ use super::api::{self, Refusal};
 use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, csrf_field, opt, rate, role_note, state, when, Banner};
 use crate::dead_letter::Category;
+use crate::domain::ReplayStatus;
 use crate::http::AppState;
 use crate::jobs::Queue;
 use crate::ops::types::{
@@ -215,7 +216,7 @@ async fn render_index(
                         @let p = r.progress.as_ref();
                         tr {
                             td { a href={ "/ops/replays/" (r.id) } { code { (r.id) } } }
-                            td { (state(&r.status)) }
+                            td { (state(r.status)) }
                             td.num { (r.total) }
                             td { (opt(&p.map(|p| p.succeeded))) " succeeded, " (opt(&p.map(|p| p.failed))) " failed, "
                                  (opt(&p.map(|p| p.pending))) " pending" }
@@ -411,7 +412,7 @@ fn progress(r: &ReplayRunView) -> Markup {
     };
     html! {
         div #progress aria-live="polite" data-status=(r.status) {
-            p { "Status: " span #run-status { (state(&r.status)) }
+            p { "Status: " span #run-status { (state(r.status)) }
                 @if let Some(why) = &r.paused_reason { " — " (why) } }
             table {
                 tbody {
@@ -438,7 +439,7 @@ async fn render_run(
         Ok(r) => r,
         Err(refusal) => return views::refused(refusal.status, "Replay", &refusal.to_string()),
     };
-    let status = r.status.clone();
+    let status = r.status;
     let mine = r.started_by == session.operator.id.0;
     let live = matches!(status.as_str(), "running" | "awaiting_approval" | "paused");
     let control = |action: &str, label: &str| {
@@ -472,10 +473,10 @@ async fn render_run(
                 h2 #h-controls { "Controls" }
                 (role_note(session, Role::Operator, "control replays"))
                 div.actions {
-                    @if session.can(Role::Operator) && status == "running" { (control("pause", "Pause")) }
-                    @if session.can(Role::Operator) && status == "paused" { (control("resume", "Resume")) }
+                    @if session.can(Role::Operator) && status == ReplayStatus::Running { (control("pause", "Pause")) }
+                    @if session.can(Role::Operator) && status == ReplayStatus::Paused { (control("resume", "Resume")) }
                     @if session.can(Role::Operator) { (control("cancel", "Cancel the run")) }
-                    @if status == "awaiting_approval" {
+                    @if status == ReplayStatus::AwaitingApproval {
                         @if session.can(Role::Admin) && !mine { (control("approve", "Approve")) }
                         @else { p.hint #approval-note { "Approval needs an admin other than the operator who started the run." } }
                     }
@@ -490,7 +491,7 @@ async fn render_run(
                     @for i in r.items.as_deref().unwrap_or_default() {
                         tr {
                             td { a href={ "/ops/dead-letters/" (i.dead_letter_id) } { code { (i.dead_letter_id) } } }
-                            td { (state(&i.status)) }
+                            td { (state(i.status)) }
                             td { (opt(&i.detail)) }
                             td { code { (opt(&i.job_id)) } }
                         }

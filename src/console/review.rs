@@ -51,7 +51,7 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
                 label for="status" { "State" } br;
                 select #status name="status" {
                     @for s in WithdrawalStatus::ALL {
-                        option value=(s.as_str()) selected[s.as_str() == status] { (s.as_str()) }
+                        option value=(s.as_str()) selected[status.parse() == Ok(s)] { (s.as_str()) }
                     }
                 }
             }
@@ -164,7 +164,7 @@ async fn render(
 }
 
 fn pending_decision(shown: &WithdrawalDetail) -> Option<&Decision> {
-    shown.review_decisions.iter().find(|d| d.status == "pending")
+    shown.review_decisions.iter().find(|d| d.status == crate::domain::DecisionStatus::Pending)
 }
 
 /// A decision waiting for a second operator (the two-person rule): who asked for what, on which
@@ -282,7 +282,7 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
             d.requested_at,
             html! {
                 span.kind { "Decision requested" } " " (d.action) " by " (d.requested_by_name)
-                ": " (d.reason) " — " (state(&d.status))
+                ": " (d.reason) " — " (state(d.status))
                 @if let Some(by) = &d.decided_by_name { " by " (by) ": " (opt(&d.decision_reason)) }
             },
         ));

@@ -21,6 +21,25 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// Whether a dead letter still waits for someone (`open`) or was archived (`closed`).
+    pub enum LetterState("dead-letter state", 2) {
+        Open = "open",
+        Closed = "closed",
+    }
+}
+
+text_enum! {
+    /// What happened to a dead letter after it was written: its envelope never changes, its
+    /// handling is a list of these events.
+    pub enum LetterEvent("dead-letter event", 2) {
+        /// Archived by an operator, or because its withdrawal settled.
+        Closed = "closed",
+        /// Released again by a replay run (its details name the job).
+        Replayed = "replayed",
+    }
+}
+
 impl Category {
     pub fn owner(self) -> &'static str {
         match self {

@@ -1,8 +1,19 @@
 //! The client's `Idempotency-Key` (SPEC §3): 1–255 visible ASCII characters, or the same inside
 //! a structured-field string (`"…"`), as the IETF idempotency-key draft allows.
 
+use crate::text_enum;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
+
+text_enum! {
+    /// An idempotency record's phase: claimed by a request still running, or completed with the
+    /// response every replay repeats.
+    pub enum IdempotencyState("idempotency record state", 2) {
+        InProgress = "in_progress",
+        Completed = "completed",
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdempotencyKeyError {

@@ -8,6 +8,7 @@
 //! The states stored as TEXT ([`ReplayStatus`], [`JobStatus`], [`SideEffect`], …) derive
 //! `sqlx::Type` through [`text_enum!`](crate::text_enum), so rows come back typed.
 
+mod decision;
 mod destination;
 mod evidence;
 mod failure;
@@ -24,11 +25,12 @@ mod status;
 mod text_enum;
 mod withdrawal;
 
+pub use decision::DecisionStatus;
 pub use destination::mask_account_number;
 pub use destination::{Destination, DestinationError};
 pub use evidence::{ReconciliationResult, SideEffect};
-pub use failure::Category;
-pub use idempotency::{IdempotencyKey, IdempotencyKeyError};
+pub use failure::{Category, LetterEvent, LetterState};
+pub use idempotency::{IdempotencyKey, IdempotencyKeyError, IdempotencyState};
 pub use ids::{
     AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, JobId, LeaseToken, OperatorId,
     ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId,
@@ -40,8 +42,6 @@ pub use money::{Amount, AmountError, AmountLimits, Currency};
 pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};
 pub use replay::{check_replay_transition, ReplayAction, ReplayItemStatus, ReplayStatus, ReplayTransitionError};
 pub use role::Role;
-pub use status::{
-    check_transition, path_to_review, Actor, LedgerEffect, TransitionError, UnknownStatus, WithdrawalStatus,
-};
+pub use status::{check_transition, path_to_review, Actor, LedgerEffect, TransitionError, WithdrawalStatus};
 pub use text_enum::UnknownValue;
 pub use withdrawal::Withdrawal;

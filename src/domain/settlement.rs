@@ -16,6 +16,23 @@ use super::{Amount, AmountError, Currency};
 use crate::text_enum;
 
 text_enum! {
+    /// A settlement import's progress (SPEC §14.1): queued, being matched, done, or failed.
+    pub enum ImportState("settlement import state", 4) {
+        Queued = "queued",
+        Running = "running",
+        Done = "done",
+        Failed = "failed",
+    }
+}
+
+impl ImportState {
+    /// Done or failed: nothing more happens to the import.
+    pub fn is_final(self) -> bool {
+        matches!(self, ImportState::Done | ImportState::Failed)
+    }
+}
+
+text_enum! {
     /// What matching made of one report line (SPEC §14.2).
     pub enum LineResult("settlement line result", 6) {
         /// The line agrees with the withdrawal (or a safe outcome was applied from it).
@@ -89,30 +106,12 @@ impl ExceptionKind {
 pub const REPORT_HEADER: [&str; 8] =
     ["transfer_id", "idempotency_key", "reference", "amount", "currency", "fee", "status", "event_at"];
 
-/// A transfer's status change as the report states it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LineStatus {
-    Paid,
-    Failed,
-    Returned,
-}
-
-impl LineStatus {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "paid" => Some(LineStatus::Paid),
-            "failed" => Some(LineStatus::Failed),
-            "returned" => Some(LineStatus::Returned),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LineStatus::Paid => "paid",
-            LineStatus::Failed => "failed",
-            LineStatus::Returned => "returned",
-        }
+text_enum! {
+    /// A transfer's status change as the report states it.
+    pub enum LineStatus("settlement line status", 3) {
+        Paid = "paid",
+        Failed = "failed",
+        Returned = "returned",
     }
 }
 
@@ -234,7 +233,9 @@ pub fn parse_report_within(bytes: &[u8], max_lines: usize) -> Result<SettlementR
             .map_err(|e| refuse(line, format!("amount `{}`: {e}", field(3))))?;
         let fee_minor =
             fee(field(5), currency).ok_or_else(|| refuse(line, format!("fee `{}` is not a fee", field(5))))?;
-        let status = LineStatus::parse(field(6))
+        let status = field(6)
+            .parse::<LineStatus>()
+            .ok()
             .ok_or_else(|| refuse(line, format!("status `{}` is not paid, failed or returned", field(6))))?;
         let event_at = DateTime::parse_from_rfc3339(field(7))
             .map_err(|_| refuse(line, format!("event_at `{}` is not an RFC 3339 time", field(7))))?

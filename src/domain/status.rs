@@ -5,63 +5,27 @@
 //! write) lives in `storage`; this module only says which moves exist and what they do to money.
 
 use std::fmt;
-use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WithdrawalStatus {
-    /// Funds held, job enqueued, not yet sent to the provider.
-    Pending,
-    /// A worker owns it; the provider may or may not have been called.
-    Processing,
-    /// Automation is exhausted or unsafe; a human (or reconciliation) decides.
-    RequiresReview,
-    /// The provider confirmed the payout (terminal).
-    Completed,
-    /// Definitively not paid; held funds released (terminal).
-    Failed,
+crate::text_enum! {
+    /// Where a withdrawal is (SPEC §1.1).
+    #[derive(utoipa::ToSchema)]
+    pub enum WithdrawalStatus("withdrawal status", 5) {
+        /// Funds held, job enqueued, not yet sent to the provider.
+        Pending = "pending",
+        /// A worker owns it; the provider may or may not have been called.
+        Processing = "processing",
+        /// Automation is exhausted or unsafe; a human (or reconciliation) decides.
+        RequiresReview = "requires_review",
+        /// The provider confirmed the payout (terminal).
+        Completed = "completed",
+        /// Definitively not paid; held funds released (terminal).
+        Failed = "failed",
+    }
 }
 
 impl WithdrawalStatus {
-    pub const ALL: [WithdrawalStatus; 5] = [
-        WithdrawalStatus::Pending,
-        WithdrawalStatus::Processing,
-        WithdrawalStatus::RequiresReview,
-        WithdrawalStatus::Completed,
-        WithdrawalStatus::Failed,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WithdrawalStatus::Pending => "pending",
-            WithdrawalStatus::Processing => "processing",
-            WithdrawalStatus::RequiresReview => "requires_review",
-            WithdrawalStatus::Completed => "completed",
-            WithdrawalStatus::Failed => "failed",
-        }
-    }
-
     pub fn is_terminal(self) -> bool {
         matches!(self, WithdrawalStatus::Completed | WithdrawalStatus::Failed)
-    }
-}
-
-impl fmt::Display for WithdrawalStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown withdrawal status `{0}`")]
-pub struct UnknownStatus(pub String);
-
-impl FromStr for WithdrawalStatus {
-    type Err = UnknownStatus;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        WithdrawalStatus::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| UnknownStatus(s.to_owned()))
     }
 }
 

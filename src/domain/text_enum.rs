@@ -38,14 +38,7 @@ macro_rules! text_enum {
 
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        /// Compares with a stored name (tests and logs read rows this way).
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.as_str() == *other
+                f.pad(self.as_str())
             }
         }
 

@@ -278,7 +278,7 @@ async fn record_event(
         &Event {
             id: DeadLetterEventId::new(),
             dead_letter_id: *dead_letter,
-            action: "replayed".into(),
+            action: crate::domain::LetterEvent::Replayed,
             actor: format!("operator:{}", run.started_by),
             reason: crate::redact::text(&run.reason),
             details: Some(sqlx::types::Json(

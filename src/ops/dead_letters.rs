@@ -14,7 +14,7 @@ use super::{
     decode_cursor, encode_cursor, page, page_limit, require_reason, Action, Audited, Operator, Ops, OpsError,
     OpsResult, Role,
 };
-use crate::domain::DeadLetterId;
+use crate::domain::{DeadLetterId, JobStatus, LetterEvent, LetterState};
 use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
 use crate::storage::DbTime;
 
@@ -40,11 +40,11 @@ pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
         correlation_id: d.correlation_id.clone(),
         idempotency_key: d.idempotency_key.clone(),
         withdrawal_id: d.withdrawal_id.map(|w| w.0),
-        side_effect_state: d.side_effect_state.to_string(),
-        category: d.category.to_string(),
+        side_effect_state: d.side_effect_state,
+        category: d.category,
         owner: d.owner.clone(),
         runbook: d.runbook.clone(),
-        state: if closed_at.is_some() { "closed" } else { "open" }.to_owned(),
+        state: if closed_at.is_some() { LetterState::Closed } else { LetterState::Open },
         closed_at: closed_at.map(|t| t.0),
         age_seconds: (Utc::now() - d.failed_at.0).num_seconds(),
         events: None,
@@ -52,9 +52,9 @@ pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
 }
 
 /// A handling event as operators see it; `replay_job_status` only where it was looked up.
-fn event_view(e: &Event, replay_job_status: Option<Option<String>>) -> DeadLetterEventView {
+fn event_view(e: &Event, replay_job_status: Option<Option<JobStatus>>) -> DeadLetterEventView {
     DeadLetterEventView {
-        action: e.action.clone(),
+        action: e.action,
         actor: e.actor.clone(),
         reason: e.reason.clone(),
         details: e.details.as_ref().map(|d| d.0.clone()),
@@ -139,7 +139,7 @@ pub async fn summary(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<DeadL
         .await?
         .into_iter()
         .map(|g| DeadLetterGroup {
-            category: g.category.to_string(),
+            category: g.category,
             error_code: g.error_code.clone(),
             open: g.open,
             oldest_open_at: g.oldest_open.map(|t| t.0),
@@ -154,15 +154,13 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsRe
     operator.require(Role::Viewer)?;
     let letter = dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let events = dead_letters::events(ops.db, id).await?;
-    let closed_at = events.iter().find(|e| e.action == "closed").map(|e| e.at);
+    let closed_at = events.iter().find(|e| e.action == LetterEvent::Closed).map(|e| e.at);
     let mut shown = Vec::new();
     for e in &events {
         // A replay's outcome: the status of the job it released.
         let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
         let replay_job_status = match job {
-            Some(job) => {
-                Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?.map(|s| s.to_string()))
-            }
+            Some(job) => Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?),
             None => None,
         };
         shown.push(event_view(e, replay_job_status));
@@ -183,7 +181,7 @@ pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: Re
         let event = Event {
             id: crate::domain::DeadLetterEventId::new(),
             dead_letter_id: id,
-            action: "closed".into(),
+            action: LetterEvent::Closed,
             actor: format!("operator:{}", operator.id),
             reason: crate::redact::text(reason),
             details: None,
@@ -194,7 +192,7 @@ pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: Re
         }
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
-        Ok(Closed { id: id.0, state: "closed".into(), closed_at: event.at.0 })
+        Ok(Closed { id: id.0, state: LetterState::Closed, closed_at: event.at.0 })
     };
     audited.or_refuse(ops, operator, done.await).await
 }

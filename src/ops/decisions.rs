@@ -16,7 +16,7 @@ use super::acts::{DecisionApprove, DecisionReject};
 use super::review::{apply, check_with_provider, in_review, Decide};
 use super::types::{Decided, Decision, List, OpsWithdrawal, ReasonRequest};
 use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
-use crate::domain::{Withdrawal, WithdrawalId};
+use crate::domain::{DecisionStatus, Withdrawal, WithdrawalId};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
@@ -43,7 +43,7 @@ pub fn view(d: &ReviewDecision, names: &super::Names) -> Decision {
         requested_by_name: super::name_of(names, d.requested_by.0),
         requested_at: d.requested_at.0,
         request_evidence: d.request_evidence.0.clone(),
-        status: d.status.clone(),
+        status: d.status,
         decided_by: d.decided_by.map(|o| o.0),
         decided_by_name: d.decided_by.map(|o| super::name_of(names, o.0)),
         decided_at: d.decided_at.map(|t| t.0),
@@ -74,7 +74,7 @@ pub(super) async fn request(
         requested_by: operator.id,
         requested_at: DbTime::now(),
         request_evidence: sqlx::types::Json(evidence.clone()),
-        status: "pending".into(),
+        status: DecisionStatus::Pending,
         decided_by: None,
         decided_at: None,
         decision_reason: None,
@@ -140,12 +140,12 @@ async fn decide(
             approve_checked(ops, operator, &pending, reason).await
         } else {
             let mut tx = ops.db.begin().await?;
-            if !review_decisions::decide(&mut tx, pending.id, "rejected", operator.id, reason).await? {
+            if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Rejected, operator.id, reason).await? {
                 return Err(already_decided());
             }
             audited.record_ok(&mut tx, operator).await?;
             tx.commit().await?;
-            Ok(Decided { decision_id: pending.id.0, status: "rejected".into(), withdrawal: None })
+            Ok(Decided { decision_id: pending.id.0, status: DecisionStatus::Rejected, withdrawal: None })
         }
     }
     .await;
@@ -174,7 +174,7 @@ async fn approve_checked(
     evidence["approved_by"] = json!(operator.id.0);
     let correlation = format!("ops-{}", Uuid::new_v4());
     let mut tx = ops.db.begin().await?;
-    if !review_decisions::decide(&mut tx, pending.id, "approved", operator.id, reason).await? {
+    if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Approved, operator.id, reason).await? {
         return Err(already_decided());
     }
     let moved =
@@ -187,5 +187,9 @@ async fn approve_checked(
     );
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(Decided { decision_id: pending.id.0, status: "approved".into(), withdrawal: Some(OpsWithdrawal::from(&moved)) })
+    Ok(Decided {
+        decision_id: pending.id.0,
+        status: DecisionStatus::Approved,
+        withdrawal: Some(OpsWithdrawal::from(&moved)),
+    })
 }

@@ -49,7 +49,7 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>, names: &super
     let elapsed = (Utc::now() - run.created_at.0).num_milliseconds().max(1) as f64 / 1000.0;
     ReplayRunView {
         id: run.id.0,
-        status: run.status.to_string(),
+        status: run.status,
         reason: run.reason.clone(),
         selection: run.selection.0.clone(),
         expected_payload_version: run.expected_payload_version,
@@ -237,10 +237,10 @@ async fn start_checked(
             .map(|d| SampleLetter {
                 dead_letter_id: d.id.0,
                 withdrawal_id: d.withdrawal_id.map(|w| w.0),
-                category: d.category.to_string(),
+                category: d.category,
                 error_code: d.error_code.clone(),
                 payload_version: d.payload_version,
-                side_effect_state: d.side_effect_state.to_string(),
+                side_effect_state: d.side_effect_state,
             })
             .collect();
         let mismatched = letters.iter().filter(|d| d.payload_version != req.expected_payload_version).count();
@@ -327,7 +327,7 @@ pub async fn status(ops: &Ops<'_>, operator: &Operator, id: ReplayRunId) -> OpsR
             .iter()
             .map(|i| ReplayItemView {
                 dead_letter_id: i.dead_letter_id.0,
-                status: i.status.to_string(),
+                status: i.status,
                 detail: i.detail.clone(),
                 job_id: i.job_id.map(|j| j.0),
             })

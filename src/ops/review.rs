@@ -121,10 +121,10 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .map(|d| DeadLetterBrief {
             id: d.id.0,
             job_id: d.job_id.0,
-            category: d.category.to_string(),
+            category: d.category,
             error_code: d.error_code,
             error_message: d.error_message,
-            side_effect_state: d.side_effect_state.to_string(),
+            side_effect_state: d.side_effect_state,
             owner: d.owner,
             runbook: d.runbook,
             failed_at: d.failed_at.0,
@@ -455,7 +455,8 @@ pub(super) async fn check_with_provider(
         LookupOutcome::NotFound => {
             crate::jobs::reconcile::in_flight_until(ops.db, w.id, ops.config.review.in_flight_grace).await?.is_some()
         }
-        _ => false,
+        // A transfer answers for itself; no answer decides nothing.
+        LookupOutcome::Found(_) | LookupOutcome::Unavailable(_) => false,
     };
     let verdict = Verdict::of_lookup(w, &answer, in_flight);
     let mut evidence = verdict.evidence(w, Utc::now());

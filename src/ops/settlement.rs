@@ -65,7 +65,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         let (date, report) = settlement::check(&ops.config.settlement, req.date, &bytes).map_err(refusal)?;
         let row = store::ImportRow {
             id: uuid::Uuid::now_v7(),
-            state: "queued".into(),
+            state: crate::domain::settlement::ImportState::Queued,
             report_date: date.to_string(),
             source: origin.as_str().to_owned(),
             digest: report.digest.clone(),

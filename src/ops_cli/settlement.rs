@@ -171,7 +171,11 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             };
-            let failed = answer.typed.error.clone().filter(|_| answer.typed.state == "failed");
+            let failed = answer
+                .typed
+                .error
+                .clone()
+                .filter(|_| answer.typed.state == crate::domain::settlement::ImportState::Failed);
             if let Some(view) = answer.unless_json(conn.json) {
                 print_import(&view);
             }

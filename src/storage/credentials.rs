@@ -7,7 +7,7 @@
 use uuid::Uuid;
 
 use super::{DbTime, Result, Tx, TxConn};
-use crate::domain::{AccountId, ApiKeyId, OperatorId};
+use crate::domain::{AccountId, ApiKeyId, OperatorId, Role};
 use crate::{with_conn, with_read_conn};
 
 /// What authentication needs of an API key.
@@ -297,7 +297,7 @@ pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Resu
         return Ok(Disabled::AlreadyDisabled);
     }
     let other_enabled_admins = admins.iter().filter(|(admin, at)| *admin != id.0 && at.is_none()).count();
-    if role == "admin" && other_enabled_admins == 0 {
+    if role.parse() == Ok(Role::Admin) && other_enabled_admins == 0 {
         return Ok(Disabled::LastAdmin);
     }
     let row = with_conn!(tx, |conn| {

@@ -25,7 +25,8 @@ use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{
-    Category, DeadLetterEventId, DeadLetterId, JobId, ReplayRunId, SideEffect, WithdrawalId, WithdrawalStatus,
+    Category, DeadLetterEventId, DeadLetterId, JobId, LetterEvent, ReplayRunId, SideEffect, WithdrawalId,
+    WithdrawalStatus,
 };
 use crate::{with_conn, with_read_conn};
 
@@ -251,7 +252,7 @@ pub async fn list(db: &Db, f: &DeadLetterFilter) -> Result<Vec<ListedDeadLetter>
 /// One group of the triage summary: open dead letters by category and error code.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SummaryRow {
-    pub category: String,
+    pub category: Category,
     pub error_code: String,
     pub open: i64,
     pub oldest_open: Option<DbTime>,
@@ -312,7 +313,7 @@ async fn explain(db: &Db, sql: &str, f: Option<&DeadLetterFilter>) -> Result<Vec
 pub struct Event {
     pub id: DeadLetterEventId,
     pub dead_letter_id: DeadLetterId,
-    pub action: String,
+    pub action: LetterEvent,
     pub actor: String,
     pub reason: String,
     pub details: Option<Json<serde_json::Value>>,
@@ -360,7 +361,7 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
         )
         .bind(event.id)
         .bind(event.dead_letter_id)
-        .bind(&event.action)
+        .bind(event.action)
         .bind(&event.actor)
         .bind(&event.reason)
         .bind(&event.details)
@@ -369,7 +370,7 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
         .await?
         .rows_affected()
     });
-    if inserted == 1 && event.action == "closed" {
+    if inserted == 1 && event.action == LetterEvent::Closed {
         leave_open_set(tx, event.dead_letter_id).await?;
     }
     Ok(inserted == 1)
@@ -432,7 +433,7 @@ pub async fn close_settled(tx: &mut Tx, settled: &[Settled<'_>]) -> Result<u64> 
             let event = Event {
                 id: DeadLetterEventId::new(),
                 dead_letter_id: id,
-                action: "closed".to_owned(),
+                action: LetterEvent::Closed,
                 actor: s.actor.clone(),
                 reason: format!("withdrawal {}: {}", s.status, s.reason),
                 details: Some(Json(serde_json::json!({"settled_by_transition": s.status}))),

@@ -16,7 +16,7 @@
 
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::{AccountId, IdempotencyKey, WithdrawalId};
+use crate::domain::{AccountId, IdempotencyKey, IdempotencyState, WithdrawalId};
 use crate::with_conn;
 
 /// What phase one decided.
@@ -42,7 +42,7 @@ pub struct Claim {
 #[derive(Debug, sqlx::FromRow)]
 struct RecordRow {
     fingerprint: Vec<u8>,
-    state: String,
+    state: IdempotencyState,
     response_status: Option<i64>,
     response_body: Option<Vec<u8>>,
     locked_at: DbTime,
@@ -106,7 +106,8 @@ pub async fn begin(
         .await?
     });
     let expired = existing.expires_at <= now;
-    let stale_claim = existing.state == "in_progress" && existing.locked_at.plus(settings.lock_timeout) <= now;
+    let stale_claim =
+        existing.state == IdempotencyState::InProgress && existing.locked_at.plus(settings.lock_timeout) <= now;
     let decision = if expired || (stale_claim && existing.fingerprint == fingerprint) {
         // Take the key over: an expired record is forgotten; a dead claim never committed. The
         // update re-checks both conditions, so a claim that completed since we read it (its
@@ -136,7 +137,7 @@ pub async fn begin(
         }
     } else if existing.fingerprint != fingerprint {
         Begin::KeyReused
-    } else if existing.state == "completed" {
+    } else if existing.state == IdempotencyState::Completed {
         let status = existing.response_status.and_then(|s| u16::try_from(s).ok());
         match (status, existing.response_body) {
             (Some(status), Some(body)) => Begin::Replay { status, body },

@@ -6,7 +6,7 @@
 use sqlx::types::Json;
 
 use super::{Db, DbTime, Result, StorageError, Tx, TxConn};
-use crate::domain::{DecisionId, OperatorId, WithdrawalId};
+use crate::domain::{DecisionId, DecisionStatus, OperatorId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -25,7 +25,7 @@ pub struct ReviewDecision {
     pub request_evidence: Json<serde_json::Value>,
     /// `pending`, `approved`, `rejected`, or `superseded` (the withdrawal left review another
     /// way first).
-    pub status: String,
+    pub status: DecisionStatus,
     pub decided_by: Option<OperatorId>,
     pub decided_at: Option<DbTime>,
     pub decision_reason: Option<String>,
@@ -133,8 +133,8 @@ pub async fn list_pending(db: &Db, limit: i64) -> Result<Vec<ReviewDecision>> {
 
 /// Decides a pending decision (`approved` or `rejected`) by `by`, in `tx`. False if it was no
 /// longer pending (someone else decided first): nothing changed.
-pub async fn decide(tx: &mut Tx, id: DecisionId, status: &str, by: OperatorId, reason: &str) -> Result<bool> {
-    if !matches!(status, "approved" | "rejected") {
+pub async fn decide(tx: &mut Tx, id: DecisionId, status: DecisionStatus, by: OperatorId, reason: &str) -> Result<bool> {
+    if !matches!(status, DecisionStatus::Approved | DecisionStatus::Rejected) {
         return Err(StorageError::corrupt(format!("a decision cannot become {status}")));
     }
     let updated = with_conn!(tx, |conn| {

@@ -15,7 +15,9 @@ use sqlx::QueryBuilder;
 
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult, Resolution, SettlementLine};
+use crate::domain::settlement::{
+    ExceptionKind, ExceptionStatus, ImportState, LineResult, LineStatus, Resolution, SettlementLine,
+};
 use crate::domain::{OperatorId, SettlementExceptionId, SettlementLineId, SettlementReportId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
@@ -516,7 +518,7 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
         let Some(latest) = latest else { return Ok(None) };
         // A transfer an operator found not ours (`unknown_transfer` resolved `not_ours`) is not
         // part of our books.
-        let report: Vec<(String, String, i64)> = sqlx::query_as(
+        let report: Vec<(String, LineStatus, i64)> = sqlx::query_as(
             "SELECT l.currency, l.status, CAST(SUM(l.amount_minor) AS BIGINT) FROM settlement_lines l
              WHERE l.report_id = $1 AND l.status IN ('paid', 'returned')
                AND NOT EXISTS (SELECT 1 FROM settlement_exceptions e
@@ -556,7 +558,7 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
     let mut totals: HashMap<String, DayTotals> = HashMap::new();
     for (currency, status, sum) in report {
         let t = totals.entry(currency).or_default();
-        if status == "paid" {
+        if status == LineStatus::Paid {
             t.report_paid = sum;
         } else {
             t.report_returned = sum;
@@ -575,8 +577,7 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImportRow {
     pub id: uuid::Uuid,
-    /// `queued`, `running`, `done` or `failed`.
-    pub state: String,
+    pub state: ImportState,
     pub report_date: String,
     pub source: String,
     pub digest: String,
@@ -603,7 +604,7 @@ pub async fn insert_import(tx: &mut Tx, row: &ImportRow, report: &[u8]) -> Resul
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
         ))
         .bind(row.id)
-        .bind(&row.state)
+        .bind(row.state)
         .bind(&row.report_date)
         .bind(&row.source)
         .bind(&row.digest)

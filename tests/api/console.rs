@@ -358,7 +358,7 @@ async fn a_dead_letter_close_without_this_sessions_csrf_token_is_refused_before_
         .await
         .unwrap();
         let events = withdrawals::storage::dead_letters::events(&app.db, letter).await.unwrap();
-        (rows.len(), events.iter().filter(|e| e.action == "closed").count())
+        (rows.len(), events.iter().filter(|e| e.action == withdrawals::domain::LetterEvent::Closed).count())
     };
 
     let reason = || ("reason", "handled by support".to_owned());

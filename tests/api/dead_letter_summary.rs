@@ -30,7 +30,10 @@ async fn exact_summary(app: &TestApp, step: &str) -> Vec<(String, String, i64)> 
     let gauge = metrics::open_dead_letters(&app.db).await.unwrap();
     assert_eq!(gauge.count, recomputed.iter().map(|g| g.open).sum::<i64>(), "after {step}: the gauge");
     assert_eq!(gauge.oldest, recomputed.iter().filter_map(|g| g.oldest_open).min(), "after {step}: the gauge");
-    maintained.into_iter().map(|SummaryRow { category, error_code, open, .. }| (category, error_code, open)).collect()
+    maintained
+        .into_iter()
+        .map(|SummaryRow { category, error_code, open, .. }| (category.to_string(), error_code, open))
+        .collect()
 }
 
 fn groups(rows: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {

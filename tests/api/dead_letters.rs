@@ -73,7 +73,10 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
     let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
     assert!(calls.len() >= 2, "retried under the same key before giving up: {}", calls.len());
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
-    assert!(results.iter().all(|r| r.result == "not_found"), "each timeout was reconciled before any retry");
+    assert!(
+        results.iter().all(|r| r.result == withdrawals::domain::ReconciliationResult::NotFound),
+        "each timeout was reconciled before any retry"
+    );
     assert_eq!(transfers_for(&provider.mock, id), 0, "nothing was ever paid");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "held until an operator decides");
     app.assert_ledger_invariant().await;
@@ -112,7 +115,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     let decisive = results.iter().find(|r| r.follow_up_job_id.is_some()).expect("a controlled retry");
-    assert_eq!(decisive.result, "not_found");
+    assert_eq!(decisive.result, withdrawals::domain::ReconciliationResult::NotFound);
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     let retry = jobs.iter().find(|j| Some(j.id) == decisive.follow_up_job_id).unwrap();
     assert_eq!(retry.kind, JobKind::SubmitPayout.as_str());
@@ -387,7 +390,7 @@ async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_
             (job.receives >= 2).then_some(job)
         })
         .await;
-    assert_ne!(tried.status, "dead", "not counted as done while the store is down");
+    assert_ne!(tried.status, withdrawals::domain::JobStatus::Dead, "not counted as done while the store is down");
     assert!(dead_letters::for_job(&app.db, poison).await.unwrap().is_empty());
 
     dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, false).await.unwrap();

@@ -717,7 +717,7 @@ impl World {
             Some(TransferStatus::Failed) => Shown::Failed,
         };
         let last = attempts::for_withdrawal(&self.app.db, id).await.unwrap().pop();
-        let in_flight = match last.filter(|a| a.side_effect == "unknown") {
+        let in_flight = match last.filter(|a| a.side_effect == withdrawals::domain::SideEffect::Unknown) {
             None => false,
             Some(a) => {
                 a.started_at.0 + IN_FLIGHT_GRACE > Utc::now()
@@ -1093,7 +1093,8 @@ impl World {
         for w in &self.ws {
             let last = attempts::for_withdrawal(&self.app.db, w.id).await.unwrap().pop();
             let may_land = last.is_some_and(|a| {
-                a.side_effect == "unknown" && a.started_at.0 + IN_FLIGHT_GRACE > Utc::now() + Duration::from_millis(200)
+                a.side_effect == withdrawals::domain::SideEffect::Unknown
+                    && a.started_at.0 + IN_FLIGHT_GRACE > Utc::now() + Duration::from_millis(200)
             });
             if may_land && Self::transfers_of(&transfers, w.id).is_empty() {
                 candidates.push((w.id, w.amount, w.account_number.clone()));

@@ -268,7 +268,7 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     assert_eq!(open(&app).await, 0, "a settled withdrawal's dead letter leaves the triage queue");
     let events = withdrawals::storage::dead_letters::events(&app.db, letters[0].id).await.unwrap();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].action, "closed");
+    assert_eq!(events[0].action, withdrawals::domain::LetterEvent::Closed);
     assert!(events[0].reason.starts_with("withdrawal failed: "), "{}", events[0].reason);
     assert_eq!(withdrawals::storage::dead_letters::for_withdrawal(&app.db, id).await.unwrap(), letters);
     app.assert_ledger_invariant().await;

@@ -64,7 +64,7 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(recorded[0].outcome.as_deref(), Some("paid"));
     assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
-    assert_eq!(jobs[0].status, "succeeded");
+    assert_eq!(jobs[0].status, withdrawals::domain::JobStatus::Succeeded);
     // The provider's answer, checked against the withdrawal, is the evidence of the completion.
     let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
     let evidence = completed.evidence.expect("evidence on the completion").0;
@@ -92,7 +92,9 @@ async fn three_503s_then_success_completes_with_every_attempt_recorded(app: Test
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
     let outcomes: Vec<_> = recorded.iter().map(|a| a.outcome.clone().unwrap()).collect();
     assert_eq!(outcomes, ["retryable", "retryable", "retryable", "paid"]);
-    assert!(recorded[..3].iter().all(|a| a.http_status == Some(503) && a.side_effect == "not_started"));
+    assert!(recorded[..3]
+        .iter()
+        .all(|a| a.http_status == Some(503) && a.side_effect == withdrawals::domain::SideEffect::NotStarted));
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs[0].attempts, 3, "each 503 consumed one attempt");
     // Each gap between calls is a delay drawn from the policy (plus the time to run a job).
@@ -349,7 +351,7 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let submit = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
-    assert_eq!(submit.status, "succeeded", "handed over, not retried");
+    assert_eq!(submit.status, withdrawals::domain::JobStatus::Succeeded, "handed over, not retried");
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!((recorded[0].outcome.as_deref(), recorded[0].side_effect.as_str()), (Some("unknown"), "unknown"));
@@ -432,7 +434,7 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
     }
     app.eventually("the stale row's job to finish", WAIT, || async {
         let jobs = job_store::jobs_for_withdrawal(&app.db, stale).await.unwrap();
-        (jobs.len() == 1 && jobs[0].status == "succeeded").then_some(())
+        (jobs.len() == 1 && jobs[0].status == withdrawals::domain::JobStatus::Succeeded).then_some(())
     })
     .await;
 
@@ -511,7 +513,7 @@ async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_th
     }
     app.eventually("the changed row's job to finish", WAIT, || async {
         let jobs = job_store::jobs_for_withdrawal(&app.db, changed).await.unwrap();
-        (jobs.len() == 1 && jobs[0].status == "succeeded").then_some(())
+        (jobs.len() == 1 && jobs[0].status == withdrawals::domain::JobStatus::Succeeded).then_some(())
     })
     .await;
     let current = store::get(&app.db, None, changed).await.unwrap().unwrap();

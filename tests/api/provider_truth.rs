@@ -260,9 +260,15 @@ async fn a_lookup_with_a_different_amount_is_never_completed(app: TestApp) {
 
     assert_eq!(w.failure_code.as_deref(), Some("provider_mismatch"));
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
-    let mismatch = results.iter().find(|r| r.result == "mismatch").expect("a mismatch result");
+    let mismatch = results
+        .iter()
+        .find(|r| r.result == withdrawals::domain::ReconciliationResult::Mismatch)
+        .expect("a mismatch result");
     assert!(mismatch.detail.contains(r#""amount":"39.99""#), "{}", mismatch.detail);
-    assert_eq!(dead_letters::for_withdrawal(&app.db, id).await.unwrap()[0].category, "provider_mismatch");
+    assert_eq!(
+        dead_letters::for_withdrawal(&app.db, id).await.unwrap()[0].category,
+        withdrawals::domain::Category::ProviderMismatch
+    );
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "never completed");
     app.assert_ledger_invariant().await;
 }
@@ -308,7 +314,10 @@ async fn a_pending_transfer_is_polled_past_the_attempt_cap_until_it_settles(app:
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
 
     let pending = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
-    assert!(pending.iter().filter(|r| r.result == "pending").count() >= 2, "{pending:#?}");
+    assert!(
+        pending.iter().filter(|r| r.result == withdrawals::domain::ReconciliationResult::Pending).count() >= 2,
+        "{pending:#?}"
+    );
     assert!(dead_letters::for_withdrawal(&app.db, id).await.unwrap().is_empty());
     assert_eq!(app.usd_balance(&alice).await.2, "40.00");
     assert_eq!(provider_paid(&app, id), usd("40.00"));
@@ -334,7 +343,7 @@ async fn a_returned_transfer_found_by_reconciliation_completes_the_withdrawal(ap
 
     // The provider did pay; the return's re-credit is settlement's (SPEC §14.3, issue 19).
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
-    assert!(results.iter().any(|r| r.result == "returned"), "{results:#?}");
+    assert!(results.iter().any(|r| r.result == withdrawals::domain::ReconciliationResult::Returned), "{results:#?}");
     assert_eq!(latest_transition_evidence(&app, id).await["transfer"]["return_code"], "R01");
     assert_eq!(app.usd_balance(&alice).await.2, "40.00");
     app.assert_ledger_invariant().await;
@@ -532,7 +541,7 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
         requested_by: requester,
         requested_at: withdrawals::storage::DbTime::now(),
         request_evidence: sqlx::types::Json(json!({"verdict": "no_transfer"})),
-        status: "pending".into(),
+        status: withdrawals::domain::DecisionStatus::Pending,
         decided_by: None,
         decided_at: None,
         decision_reason: None,

@@ -109,7 +109,7 @@ async fn a_real_withdrawal_is_never_paid_by_a_sandbox(app: TestApp) {
 
     let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
     assert_eq!(letter.error_code, "sandbox_mismatch");
-    assert_eq!(letter.side_effect_state, "not_started");
+    assert_eq!(letter.side_effect_state, withdrawals::domain::SideEffect::NotStarted);
     assert!(app.provider.mock.transfers().is_empty());
     let shown: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
     assert_eq!(shown["sandbox"], false);

@@ -118,7 +118,7 @@ async fn a_selection_is_read_in_one_pass_with_closed_replayed_and_active_runs(ap
     let event = Event {
         id: DeadLetterEventId::new(),
         dead_letter_id: closed,
-        action: "closed".into(),
+        action: withdrawals::domain::LetterEvent::Closed,
         actor: "test".into(),
         reason: "handled".into(),
         details: None,

@@ -135,7 +135,10 @@ async fn every_applied_transition_is_counted_once_on_commit_by_storage_and_none_
         .mock
         .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)] });
     let parked = app.create_withdrawal(&alice, "parked", "3.00").await;
-    app.start_worker(startup::gateway_with(provider.provider.clone(), BreakerConfig::default()), worker_config("w-count"));
+    app.start_worker(
+        startup::gateway_with(provider.provider.clone(), BreakerConfig::default()),
+        worker_config("w-count"),
+    );
     let version = app.wait_for_status(parked, WithdrawalStatus::RequiresReview, WAIT).await.version;
     let operator = app.operator("operator").await;
     let resolved = app

@@ -1,0 +1,263 @@
+//! The review queue (SPEC §8.1): withdrawals with their evidence, resolutions and the two-person
+//! decisions.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::ExceptionView;
+use crate::domain::{Category, DecisionStatus, SideEffect, WithdrawalStatus};
+
+/// A withdrawal as operators see it (account number masked).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpsWithdrawal {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub status: WithdrawalStatus,
+    pub amount: String,
+    pub currency: String,
+    pub destination: Value,
+    pub reference: Option<String>,
+    pub failure_code: Option<String>,
+    pub version: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Seconds since the last state change (how long it has waited in its state).
+    pub age_seconds: i64,
+    /// Made in sandbox mode: no real money moves for it.
+    #[serde(default)]
+    pub sandbox: bool,
+}
+
+/// `GET /ops/v1/withdrawals/{id}`: the withdrawal and all its evidence.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WithdrawalDetail {
+    pub withdrawal: OpsWithdrawal,
+    pub review_decisions: Vec<Decision>,
+    pub transitions: Vec<TransitionView>,
+    pub provider_attempts: Vec<AttemptView>,
+    pub reconciliation_results: Vec<ReconciliationView>,
+    pub dead_letters: Vec<DeadLetterBrief>,
+    pub ledger_entries: Vec<LedgerEntryView>,
+    /// Every settlement report line matched to it, with its result and evidence (SPEC §14.2).
+    #[serde(default)]
+    pub settlement_lines: Vec<SettlementLineView>,
+    /// Its settlement exceptions, open or resolved.
+    #[serde(default)]
+    pub settlement_exceptions: Vec<ExceptionView>,
+}
+
+/// One settlement report line about a withdrawal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SettlementLineView {
+    pub report_id: Uuid,
+    pub line: i32,
+    pub transfer_id: String,
+    /// `paid`, `failed` or `returned`.
+    pub status: String,
+    pub amount: String,
+    pub currency: String,
+    pub event_at: DateTime<Utc>,
+    /// `matched`, `amount_mismatch`, … or none while it waits for the provider's confirmation.
+    pub result: Option<String>,
+    /// `completed`, `failed` or `return_credited`: what matching applied from it.
+    pub applied: Option<String>,
+    pub evidence: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TransitionView {
+    pub from: Option<String>,
+    pub to: String,
+    pub actor: String,
+    pub reason: String,
+    pub correlation_id: String,
+    pub at: DateTime<Utc>,
+    /// The provider's answer the move rested on (SPEC §8.1), when it rested on one.
+    pub evidence: Option<Value>,
+}
+
+/// The parts of a provider answer (a transition's `evidence`, a decision's `request_evidence`)
+/// operators are shown. The stored evidence carries more (its source, both records on a
+/// mismatch, who approved); those stay in the JSON.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProviderEvidence {
+    /// `paid`, `failed`, `pending`, `no_transfer`, `mismatch`, …
+    pub verdict: Option<String>,
+    pub asked_at: Option<DateTime<Utc>>,
+    /// The provider's transfer, when the verdict rests on one (not on a mismatch).
+    pub transfer: Option<EvidenceTransfer>,
+    /// The fields in which the provider's transfer differs from the withdrawal.
+    pub mismatch: Option<Vec<String>>,
+}
+
+impl ProviderEvidence {
+    /// Reads evidence as stored; evidence of another shape shows as nothing known.
+    pub fn read(evidence: &Value) -> Self {
+        Self::deserialize(evidence).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvidenceTransfer {
+    pub id: String,
+    pub amount: String,
+    pub currency: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptView {
+    pub attempt_no: i64,
+    pub job_id: Uuid,
+    pub worker_id: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub outcome: Option<String>,
+    pub side_effect: String,
+    pub http_status: Option<i64>,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReconciliationView {
+    pub id: Uuid,
+    pub result: String,
+    pub provider_transfer_id: Option<String>,
+    pub failure_code: Option<String>,
+    pub detail: String,
+    pub follow_up_job_id: Option<Uuid>,
+    pub at: DateTime<Utc>,
+}
+
+/// A dead letter as listed under its withdrawal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeadLetterBrief {
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub category: Category,
+    pub error_code: String,
+    pub error_message: String,
+    pub side_effect_state: SideEffect,
+    pub owner: String,
+    pub runbook: String,
+    pub failed_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LedgerEntryView {
+    pub kind: String,
+    pub available: String,
+    pub held: String,
+    pub paid_out: String,
+    pub at: DateTime<Utc>,
+}
+
+/// `POST /ops/v1/withdrawals/{id}/resolve`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveRequest {
+    /// `complete`, `fail`, `retry` or `reconcile`.
+    pub action: String,
+    pub reason: String,
+    /// The version the operator looked at; a stale one is a 409.
+    pub version: i64,
+    #[serde(default)]
+    pub provider_reference: Option<String>,
+}
+
+/// What `POST /ops/v1/withdrawals/{id}/reconcile` did: a reconciliation job, due now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reconciling {
+    pub withdrawal: OpsWithdrawal,
+    pub job_id: Uuid,
+}
+
+/// What a resolve did: applied (200) or stored for a second operator (202, `status:
+/// pending_approval` with the `decision`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Resolved {
+    pub withdrawal: OpsWithdrawal,
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl Resolved {
+    /// Waits for a second operator (the two-person rule).
+    pub fn is_pending_approval(&self) -> bool {
+        self.decision.is_some()
+    }
+}
+
+/// A review decision under the two-person rule.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Decision {
+    pub id: Uuid,
+    pub withdrawal_id: Uuid,
+    pub action: String,
+    pub provider_reference: Option<String>,
+    pub version: i64,
+    pub reason: String,
+    pub requested_by: Uuid,
+    /// The requester's name.
+    #[serde(default)]
+    pub requested_by_name: String,
+    pub requested_at: DateTime<Utc>,
+    pub request_evidence: Value,
+    pub status: DecisionStatus,
+    pub decided_by: Option<Uuid>,
+    #[serde(default)]
+    pub decided_by_name: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decision_reason: Option<String>,
+}
+
+/// `{reason}`: the body of every action that needs only a reason.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonRequest {
+    pub reason: String,
+}
+
+/// `POST /ops/v1/withdrawals/{id}/decision/{approve|reject}`: what a second operator does with a
+/// pending decision (the path segment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionVerdict {
+    Approve,
+    Reject,
+}
+
+impl DecisionVerdict {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "approve" => Some(Self::Approve),
+            "reject" => Some(Self::Reject),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Reject => "reject",
+        }
+    }
+}
+
+/// What approving or rejecting a pending decision did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Decided {
+    pub decision_id: Uuid,
+    /// `approved` or `rejected`.
+    pub status: DecisionStatus,
+    /// The withdrawal after an approved decision moved it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawal: Option<OpsWithdrawal>,
+}
