@@ -238,75 +238,87 @@ pub struct ServeArgs {
     pub auth_failures: crate::config::AuthFailureSettings,
 }
 
-/// The worker's clocks. The defaults suit production; tests and the chaos run shorten them.
+/// The worker's clocks. The defaults suit production; tests and the chaos run shorten them. Each
+/// flag's default is read from the setting it overrides ([`WorkerConfig::new`], the retry
+/// policies, the breaker's config), so a default lives in one place.
 #[derive(Debug, Clone, Args)]
 pub struct WorkerTuning {
     /// How long a claimed job is leased; a worker that dies loses its jobs after this.
-    #[arg(long, env = "WORKER_LEASE_MS", default_value_t = 30_000)]
+    #[arg(long, env = "WORKER_LEASE_MS", default_value_t = ms(worker_default().lease))]
     pub lease_ms: u64,
     /// How often a running job renews its lease.
-    #[arg(long, env = "WORKER_HEARTBEAT_MS", default_value_t = 10_000)]
+    #[arg(long, env = "WORKER_HEARTBEAT_MS", default_value_t = ms(worker_default().heartbeat))]
     pub heartbeat_ms: u64,
     /// Polling fallback when no wake-up arrives.
-    #[arg(long, env = "WORKER_POLL_MS", default_value_t = 1_000)]
+    #[arg(long, env = "WORKER_POLL_MS", default_value_t = ms(worker_default().poll_interval))]
     pub poll_ms: u64,
     /// How often the stuck-`processing` sweep runs.
-    #[arg(long, env = "WORKER_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
+    #[arg(long, env = "WORKER_SWEEP_INTERVAL_MS", default_value_t = ms(worker_default().sweep_interval))]
     pub sweep_interval_ms: u64,
     /// A withdrawal in `processing` with no live job for this long is reconciled by the sweep.
-    #[arg(long, env = "PROCESSING_SLA_SECS", default_value_t = 900)]
+    #[arg(long, env = "PROCESSING_SLA_SECS", default_value_t = worker_default().processing_sla.as_secs())]
     pub processing_sla_secs: u64,
     /// Reconciliation trusts "not found" only after this long since the last call could arrive.
-    #[arg(long, env = "RECONCILE_GRACE_MS", default_value_t = 15_000)]
+    #[arg(long, env = "RECONCILE_GRACE_MS", default_value_t = ms(worker_default().in_flight_grace))]
     pub reconcile_grace_ms: u64,
     /// How soon a transfer the provider reports `pending` is looked up again.
-    #[arg(long, env = "PENDING_POLL_MS", default_value_t = 5_000)]
+    #[arg(long, env = "PENDING_POLL_MS", default_value_t = ms(worker_default().pending_poll))]
     pub pending_poll_ms: u64,
     /// First retry delay of a payout submit (doubles, with jitter).
-    #[arg(long, env = "SUBMIT_BASE_DELAY_MS", default_value_t = 1_000)]
+    #[arg(long, env = "SUBMIT_BASE_DELAY_MS", default_value_t = ms(worker_default().submit_policy.base_delay))]
     pub submit_base_delay_ms: u64,
     /// First retry delay of a reconciliation.
-    #[arg(long, env = "RECONCILE_BASE_DELAY_MS", default_value_t = 5_000)]
+    #[arg(long, env = "RECONCILE_BASE_DELAY_MS", default_value_t = ms(worker_default().reconcile_policy.base_delay))]
     pub reconcile_base_delay_ms: u64,
     /// Largest delay between reconciliation attempts.
-    #[arg(long, env = "RECONCILE_MAX_DELAY_MS", default_value_t = 600_000)]
+    #[arg(long, env = "RECONCILE_MAX_DELAY_MS", default_value_t = ms(worker_default().reconcile_policy.max_delay))]
     pub reconcile_max_delay_ms: u64,
     /// The reconciliation window: how long an unknown or `pending` outcome is asked about before
     /// it goes to review (default 24 h).
-    #[arg(long, env = "RECONCILE_MAX_ELAPSED_MS", default_value_t = 86_400_000)]
+    #[arg(long, env = "RECONCILE_MAX_ELAPSED_MS", default_value_t = ms(worker_default().reconcile_policy.max_elapsed))]
     pub reconcile_max_elapsed_ms: u64,
     /// Unanswered lookups allowed in the window (`pending` answers are not capped).
-    #[arg(long, env = "RECONCILE_MAX_ATTEMPTS", default_value_t = 300)]
+    #[arg(long, env = "RECONCILE_MAX_ATTEMPTS", default_value_t = worker_default().reconcile_policy.max_attempts)]
     pub reconcile_max_attempts: u32,
     /// Provider attempts per withdrawal before `retries_exhausted`, the first included.
-    #[arg(long, env = "SUBMIT_MAX_ATTEMPTS", default_value_t = 8)]
+    #[arg(long, env = "SUBMIT_MAX_ATTEMPTS", default_value_t = worker_default().submit_policy.max_attempts)]
     pub submit_max_attempts: u32,
     /// Largest delay between submit retries.
-    #[arg(long, env = "SUBMIT_MAX_DELAY_MS", default_value_t = 300_000)]
+    #[arg(long, env = "SUBMIT_MAX_DELAY_MS", default_value_t = ms(worker_default().submit_policy.max_delay))]
     pub submit_max_delay_ms: u64,
     /// Time budget of a withdrawal's submit retries, from its first attempt.
-    #[arg(long, env = "SUBMIT_MAX_ELAPSED_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "SUBMIT_MAX_ELAPSED_MS", default_value_t = ms(worker_default().submit_policy.max_elapsed))]
     pub submit_max_elapsed_ms: u64,
     /// A provider's `Retry-After` is honoured up to this.
-    #[arg(long, env = "MAX_RETRY_AFTER_MS", default_value_t = 600_000)]
+    #[arg(long, env = "MAX_RETRY_AFTER_MS", default_value_t = ms(worker_default().submit_policy.max_retry_after))]
     pub max_retry_after_ms: u64,
     /// How long the provider breaker stays open before letting trial calls through.
-    #[arg(long, env = "BREAKER_WAIT_OPEN_MS", default_value_t = 30_000)]
+    #[arg(long, env = "BREAKER_WAIT_OPEN_MS", default_value_t = ms(crate::provider::breaker::BreakerConfig::default().wait_duration_in_open))]
     pub breaker_wait_open_ms: u64,
     /// A job run that fails instead of deciding (our database down, a bug) runs again after a
     /// random delay up to this, doubling per failed run (full jitter).
-    #[arg(long, env = "HANDLER_ERROR_BASE_DELAY_MS", default_value_t = 1_000)]
+    #[arg(long, env = "HANDLER_ERROR_BASE_DELAY_MS", default_value_t = ms(worker_default().handler_error_policy.base_delay))]
     pub handler_error_base_delay_ms: u64,
     /// The cap on that delay.
-    #[arg(long, env = "HANDLER_ERROR_MAX_DELAY_MS", default_value_t = 60_000)]
+    #[arg(long, env = "HANDLER_ERROR_MAX_DELAY_MS", default_value_t = ms(worker_default().handler_error_policy.max_delay))]
     pub handler_error_max_delay_ms: u64,
     /// Failed runs in a row, the first included, before the job is dead-lettered
     /// (`infrastructure` for our database's errors, `code_bug` otherwise).
-    #[arg(long, env = "HANDLER_ERROR_MAX_ATTEMPTS", default_value_t = 10)]
+    #[arg(long, env = "HANDLER_ERROR_MAX_ATTEMPTS", default_value_t = worker_default().handler_error_policy.max_attempts)]
     pub handler_error_max_attempts: u32,
     /// Or once the job is this old.
-    #[arg(long, env = "HANDLER_ERROR_MAX_ELAPSED_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "HANDLER_ERROR_MAX_ELAPSED_MS", default_value_t = ms(worker_default().handler_error_policy.max_elapsed))]
     pub handler_error_max_elapsed_ms: u64,
+}
+
+/// The settings every flag of [`WorkerTuning`] defaults to.
+fn worker_default() -> WorkerConfig {
+    WorkerConfig::new("defaults")
+}
+
+/// A duration as the whole milliseconds a flag takes.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl WorkerTuning {

@@ -61,7 +61,8 @@
 //!
 //! # Layers
 //! Top to bottom: a module uses only modules on lower lines, never one on its own line
-//! (`tests/layering.rs` reads this list and checks it; `scripts/module-deps` prints the graph):
+//! (`tests/layering.rs` reads this list and checks it, and that no two files of one module import
+//! each other around a circle; `scripts/module-deps` prints the graph):
 //! 1. `cli`
 //! 2. `ops_cli`, `bench`
 //! 3. `startup`, `chaos`

@@ -1,5 +1,6 @@
-//! The crate's top-level modules form no cycles but the ones listed in [`KNOWN_CYCLES`], and those
-//! only shrink. No database: this reads `src/**/*.rs` the way `scripts/module-deps` does (that
+//! The crate's top-level modules keep the layers the crate root declares (`src/lib.rs`,
+//! "Layers") and form no cycles but the ones listed in [`KNOWN_CYCLES`] (none; the list can only
+//! shrink); the files of one module import each other in one direction. No database: this reads `src/**/*.rs` the way `scripts/module-deps` does (that
 //! script prints the whole graph in dependency order; keep the two in step).
 //!
 //! Each file belongs to its top-level module (`src/ops/x.rs` → `ops`, `src/cli.rs` → `cli`;
@@ -24,6 +25,77 @@ fn top_level_modules_form_no_cycle_but_the_known_ones() {
     assert!(graph.contains_key("http") && graph.contains_key("storage"), "read the crate's modules: {graph:?}");
     let problems = check(&graph, KNOWN_CYCLES);
     assert!(problems.is_empty(), "module cycles (see scripts/module-deps):\n{}", problems.join("\n"));
+}
+
+/// No import circle between the files of one module either: within `src/<module>/`, each file
+/// (a subdirectory counts as one) uses its siblings in one direction. The module root (`mod.rs`
+/// or `<module>.rs`) is left out: it declares and re-exports its files, which use its items.
+#[test]
+fn the_files_of_a_module_form_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut problems = Vec::new();
+    let mut modules = 0;
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        modules += 1;
+        let graph = file_graph(&dir);
+        problems.extend(check(&graph, &[]).into_iter().map(|p| format!("{}: {p}", dir.display())));
+    }
+    assert!(modules > 5, "read the module directories of {}", src.display());
+    assert!(problems.is_empty(), "import circles between the files of a module:\n{}", problems.join("\n"));
+}
+
+/// The files of the module directory `dir` → the sibling files each one names.
+fn file_graph(dir: &Path) -> Graph {
+    let top = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let mut graph = Graph::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let p = entry.unwrap().path();
+        let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+        if name != "mod" && (p.is_dir() || p.extension().is_some_and(|e| e == "rs")) {
+            graph.insert(name, BTreeSet::new());
+        }
+    }
+    let children: BTreeSet<String> = graph.keys().cloned().collect();
+    let mut files = Vec::new();
+    collect_rs(dir, &mut files);
+    for file in files {
+        let rel = file.strip_prefix(dir).unwrap().with_extension("");
+        let mut path: Vec<String> = std::iter::once(top.clone())
+            .chain(rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()))
+            .collect();
+        if path.last().map(String::as_str) == Some("mod") {
+            path.pop();
+        }
+        let Some(child) = path.get(1).cloned() else { continue }; // the module root
+        let code = strip(&std::fs::read_to_string(&file).unwrap());
+        for sibling in names_at(&code, &path, 1) {
+            if children.contains(&sibling) && sibling != child {
+                graph.get_mut(&child).unwrap().insert(sibling);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn sibling_files_are_found_through_crate_and_super_paths() {
+    let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let code = strip(
+        "use crate::ops::{decide::{apply, Decide}, types};\nuse super::review::x;\nuse crate::jobs::y;\n\
+         fn f() { super::super::audit::g(); crate::ops::routes::X; }",
+    );
+    assert_eq!(
+        names_at(&code, &path(&["ops", "types", "review"]), 1),
+        ["audit", "decide", "routes", "types"].map(String::from).into_iter().collect::<BTreeSet<_>>()
+    );
+    assert_eq!(
+        names_at(&code, &path(&["ops", "review"]), 1),
+        ["decide", "review", "routes", "types"].map(String::from).into_iter().collect::<BTreeSet<_>>()
+    );
 }
 
 /// The crate root declares the layers, top to bottom (`src/lib.rs`, "Layers": one numbered line
@@ -343,6 +415,13 @@ fn char_literal(s: &[char], i: usize) -> Option<usize> {
 
 /// The top-level module names `code` (of the file at module `path`) refers to.
 fn references(code: &str, path: &[String]) -> BTreeSet<String> {
+    names_at(code, path, 0)
+}
+
+/// The names `code` (of the file at module `path`) reaches at depth `level` of the module tree:
+/// 0 is the crate root's modules, 1 the files of `path[0]` (through `crate::path[0]::x` or a
+/// `super::` chain that climbs to `path[0]`).
+fn names_at(code: &str, path: &[String], level: usize) -> BTreeSet<String> {
     let s: Vec<char> = code.chars().collect();
     let mut found = BTreeSet::new();
     let mut inline: Vec<(String, usize)> = Vec::new(); // inline `mod name { .. }` and its depth
@@ -398,8 +477,24 @@ fn references(code: &str, path: &[String]) -> BTreeSet<String> {
                     }
                     if word == "super" {
                         let here = path.len() + inline.len();
-                        if ups != here {
-                            continue; // still inside its own module (or not valid Rust)
+                        if here.checked_sub(ups) != Some(level) {
+                            i = j; // past the whole `super::super::…` chain
+                            continue; // not at that depth (or not valid Rust)
+                        }
+                    } else {
+                        // `crate::` then the path down to `level`, which must be this file's own.
+                        let mut matched = true;
+                        for expected in path.iter().take(level) {
+                            let (next, after) = ident_at(&s, j);
+                            let k = skip_ws(&s, after);
+                            if next != *expected || !(s.get(k) == Some(&':') && s.get(k + 1) == Some(&':')) {
+                                matched = false;
+                                break;
+                            }
+                            j = skip_ws(&s, k + 2);
+                        }
+                        if !matched || path.len() < level {
+                            continue;
                         }
                     }
                     if s.get(j) == Some(&'{') {

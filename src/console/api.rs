@@ -1,6 +1,6 @@
 //! The console's one door to the operator core: a typed function per operation it uses
 //! (`withdrawals`, `resolve`, `start_replay`, …), each taking the signed-in operator's [`Session`]
-//! and answering with the DTO of [`crate::ops::types`] or a [`Refusal`] to show.
+//! and answering with the DTO of [`crate::ops::types`] or a [`PageRefusal`] to show.
 //!
 //! Each calls the operator core's function directly, as that operator — the same function the
 //! ops API's handler calls — so roles, validation, guarded transitions and audit rows are the
@@ -25,22 +25,22 @@ use crate::ops::{self, Action, OpsError};
 
 /// What the core refused, to show the operator.
 #[derive(Debug, Clone)]
-pub struct Refusal {
+pub struct PageRefusal {
     pub status: StatusCode,
     pub code: String,
     pub detail: String,
 }
 
-impl std::fmt::Display for Refusal {
+impl std::fmt::Display for PageRefusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.detail, self.code)
     }
 }
 
-impl Refusal {
+impl PageRefusal {
     /// A form field the core would not accept (422 with the core's code), found before asking.
     pub fn invalid(code: &str, detail: impl Into<String>) -> Self {
-        Refusal { status: StatusCode::UNPROCESSABLE_ENTITY, code: code.to_owned(), detail: detail.into() }
+        PageRefusal { status: StatusCode::UNPROCESSABLE_ENTITY, code: code.to_owned(), detail: detail.into() }
     }
 
     /// What the core answers for an id that names nothing.
@@ -50,7 +50,7 @@ impl Refusal {
 
     /// The core could not answer; the operator is told nothing more (the cause is logged).
     pub fn internal() -> Self {
-        Refusal {
+        PageRefusal {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal_error".into(),
             detail: "the request could not be completed".into(),
@@ -60,23 +60,23 @@ impl Refusal {
 
 /// The core's own error, as the operator sees it: a problem's status, code and detail; an
 /// internal error stays generic (its cause is logged where it happened).
-impl From<ApiError> for Refusal {
+impl From<ApiError> for PageRefusal {
     fn from(err: ApiError) -> Self {
         match err {
-            ApiError::Problem(p) => Refusal {
+            ApiError::Problem(p) => PageRefusal {
                 status: StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 code: p.code,
                 detail: p.detail,
             },
             ApiError::Internal(err) => {
                 tracing::error!(error = format!("{err:#}"), "internal error");
-                Refusal::internal()
+                PageRefusal::internal()
             }
         }
     }
 }
 
-impl From<OpsError> for Refusal {
+impl From<OpsError> for PageRefusal {
     fn from(err: OpsError) -> Self {
         ApiError::from(err).into()
     }
@@ -86,7 +86,7 @@ impl From<OpsError> for Refusal {
 // The operations
 
 /// The overview page's numbers.
-pub async fn overview(state: &AppState, session: &Session) -> Result<Overview, Refusal> {
+pub async fn overview(state: &AppState, session: &Session) -> Result<Overview, PageRefusal> {
     Ok(ops::overview::overview(&state.ops(), &session.operator).await?)
 }
 
@@ -97,7 +97,7 @@ pub async fn switch_breaker(
     name: &str,
     action: ops::overview::BreakerAction,
     request: ReasonRequest,
-) -> Result<crate::ops::types::BreakerChanged, Refusal> {
+) -> Result<crate::ops::types::BreakerChanged, PageRefusal> {
     Ok(ops::overview::force_breaker(&state.ops(), &session.operator, name, action, request).await?)
 }
 
@@ -106,12 +106,16 @@ pub async fn withdrawals(
     state: &AppState,
     session: &Session,
     query: &WithdrawalQuery,
-) -> Result<Page<OpsWithdrawal>, Refusal> {
+) -> Result<Page<OpsWithdrawal>, PageRefusal> {
     Ok(ops::review::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One withdrawal with all its evidence.
-pub async fn withdrawal(state: &AppState, session: &Session, id: WithdrawalId) -> Result<WithdrawalDetail, Refusal> {
+pub async fn withdrawal(
+    state: &AppState,
+    session: &Session,
+    id: WithdrawalId,
+) -> Result<WithdrawalDetail, PageRefusal> {
     Ok(ops::review::show(&state.ops(), &session.operator, id).await?)
 }
 
@@ -121,7 +125,7 @@ pub async fn resolve(
     session: &Session,
     id: WithdrawalId,
     request: &ResolveRequest,
-) -> Result<Resolved, Refusal> {
+) -> Result<Resolved, PageRefusal> {
     Ok(ops::review::resolve(&state.ops(), &session.operator, id, request.clone()).await?)
 }
 
@@ -132,7 +136,7 @@ pub async fn decide(
     id: WithdrawalId,
     verdict: DecisionVerdict,
     request: &ReasonRequest,
-) -> Result<Decided, Refusal> {
+) -> Result<Decided, PageRefusal> {
     let (ops, operator, request) = (state.ops(), &session.operator, request.clone());
     Ok(match verdict {
         DecisionVerdict::Approve => ops::decisions::approve(&ops, operator, id, request).await?,
@@ -141,7 +145,7 @@ pub async fn decide(
 }
 
 /// Open dead letters by category and error code.
-pub async fn dead_letter_summary(state: &AppState, session: &Session) -> Result<List<DeadLetterGroup>, Refusal> {
+pub async fn dead_letter_summary(state: &AppState, session: &Session) -> Result<List<DeadLetterGroup>, PageRefusal> {
     Ok(ops::dead_letters::summary(&state.ops(), &session.operator).await?)
 }
 
@@ -150,12 +154,12 @@ pub async fn dead_letters(
     state: &AppState,
     session: &Session,
     query: &DeadLetterQuery,
-) -> Result<Page<DeadLetterView>, Refusal> {
+) -> Result<Page<DeadLetterView>, PageRefusal> {
     Ok(ops::dead_letters::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One dead letter with its history.
-pub async fn dead_letter(state: &AppState, session: &Session, id: Uuid) -> Result<DeadLetterView, Refusal> {
+pub async fn dead_letter(state: &AppState, session: &Session, id: Uuid) -> Result<DeadLetterView, PageRefusal> {
     Ok(ops::dead_letters::show(&state.ops(), &session.operator, DeadLetterId(id)).await?)
 }
 
@@ -165,22 +169,26 @@ pub async fn close_dead_letter(
     session: &Session,
     id: Uuid,
     request: &ReasonRequest,
-) -> Result<Closed, Refusal> {
+) -> Result<Closed, PageRefusal> {
     Ok(ops::dead_letters::close(&state.ops(), &session.operator, DeadLetterId(id), request.clone()).await?)
 }
 
 /// Replay runs, newest first, with their progress.
-pub async fn replays(state: &AppState, session: &Session, query: &ReplayQuery) -> Result<List<ReplayRunView>, Refusal> {
+pub async fn replays(
+    state: &AppState,
+    session: &Session,
+    query: &ReplayQuery,
+) -> Result<List<ReplayRunView>, PageRefusal> {
     Ok(ops::replays::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One run with its progress and items.
-pub async fn replay(state: &AppState, session: &Session, id: Uuid) -> Result<ReplayRunView, Refusal> {
+pub async fn replay(state: &AppState, session: &Session, id: Uuid) -> Result<ReplayRunView, PageRefusal> {
     Ok(ops::replays::status(&state.ops(), &session.operator, ReplayRunId(id)).await?)
 }
 
 /// A dry run's report, or the new run.
-pub async fn start_replay(state: &AppState, session: &Session, request: &StartReplay) -> Result<Started, Refusal> {
+pub async fn start_replay(state: &AppState, session: &Session, request: &StartReplay) -> Result<Started, PageRefusal> {
     Ok(ops::replays::start(&state.ops(), &session.operator, request.clone()).await?)
 }
 
@@ -191,7 +199,7 @@ pub async fn control_replay(
     id: Uuid,
     action: ReplayControl,
     request: &ReasonRequest,
-) -> Result<ReplayRunView, Refusal> {
+) -> Result<ReplayRunView, PageRefusal> {
     Ok(ops::replays::control(&state.ops(), &session.operator, ReplayRunId(id), action, request.clone()).await?)
 }
 
@@ -200,7 +208,7 @@ pub async fn settlement_reports(
     state: &AppState,
     session: &Session,
     query: &ReportQuery,
-) -> Result<List<ReportView>, Refusal> {
+) -> Result<List<ReportView>, PageRefusal> {
     Ok(ops::settlement::reports(&state.ops(), &session.operator, query.clone()).await?)
 }
 
@@ -209,7 +217,7 @@ pub async fn settlement_imports(
     state: &AppState,
     session: &Session,
     query: &crate::ops::types::ImportListQuery,
-) -> Result<List<crate::ops::types::ImportView>, Refusal> {
+) -> Result<List<crate::ops::types::ImportView>, PageRefusal> {
     Ok(ops::settlement::imports(&state.ops(), &session.operator, query.clone()).await?)
 }
 
@@ -218,12 +226,12 @@ pub async fn settlement_exceptions(
     state: &AppState,
     session: &Session,
     query: &ExceptionQuery,
-) -> Result<Page<ExceptionView>, Refusal> {
+) -> Result<Page<ExceptionView>, PageRefusal> {
     Ok(ops::settlement::exceptions(&state.ops(), &session.operator, query.clone()).await?)
 }
 
 /// One settlement exception with its evidence.
-pub async fn settlement_exception(state: &AppState, session: &Session, id: Uuid) -> Result<ExceptionView, Refusal> {
+pub async fn settlement_exception(state: &AppState, session: &Session, id: Uuid) -> Result<ExceptionView, PageRefusal> {
     Ok(ops::settlement::exception(&state.ops(), &session.operator, SettlementExceptionId(id)).await?)
 }
 
@@ -236,19 +244,19 @@ pub async fn resolve_settlement_exception(
     id: Uuid,
     reason: &str,
     note: &str,
-) -> Result<ExceptionView, Refusal> {
+) -> Result<ExceptionView, PageRefusal> {
     let (ops, id) = (state.ops(), SettlementExceptionId(id));
     let Ok(reason) = reason.trim().parse::<Resolution>() else {
         ops.authorize(&session.operator, &SettlementExceptionResolve::ACT, &id.to_string()).await?;
         let names: Vec<&str> = Resolution::ALL.iter().map(|r| r.as_str()).collect();
-        return Err(Refusal::invalid("invalid_body", format!("the reason is one of {}", names.join(", "))));
+        return Err(PageRefusal::invalid("invalid_body", format!("the reason is one of {}", names.join(", "))));
     };
     let request = ResolveExceptionRequest { reason, note: note.to_owned() };
     Ok(ops::settlement::resolve(&ops, &session.operator, id, request).await?)
 }
 
 /// The audit log, newest first.
-pub async fn audit(state: &AppState, session: &Session, query: &AuditQuery) -> Result<Page<AuditEntry>, Refusal> {
+pub async fn audit(state: &AppState, session: &Session, query: &AuditQuery) -> Result<Page<AuditEntry>, PageRefusal> {
     Ok(ops::audit::list(&state.ops(), &session.operator, query.clone()).await?)
 }
 // ---------------------------------------------------------------------------------------------
@@ -274,11 +282,11 @@ fn kept<'a, S: AsRef<str>>(pairs: &'a [(&'a str, Option<S>)]) -> Vec<(&'a str, &
 /// A page's filter fields (the non-empty ones) as a typed list query, judged the way the API
 /// judges a query string: a value that does not parse, or holds text the text rule refuses (a
 /// NUL, another control character), is a 422 `invalid_query`.
-pub fn parse_query<Q: DeserializeOwned, S: AsRef<str>>(pairs: &[(&str, Option<S>)]) -> Result<Q, Refusal> {
-    let text = serde_urlencoded::to_string(kept(pairs)).map_err(|_| Refusal::internal())?;
-    crate::domain::input_text::check_query(&text).map_err(|e| Refusal::invalid("invalid_query", e.to_string()))?;
+pub fn parse_query<Q: DeserializeOwned, S: AsRef<str>>(pairs: &[(&str, Option<S>)]) -> Result<Q, PageRefusal> {
+    let text = serde_urlencoded::to_string(kept(pairs)).map_err(|_| PageRefusal::internal())?;
+    crate::domain::input_text::check_query(&text).map_err(|e| PageRefusal::invalid("invalid_query", e.to_string()))?;
     serde_urlencoded::from_str(&text)
-        .map_err(|err| Refusal::invalid("invalid_query", format!("Failed to deserialize query string: {err}")))
+        .map_err(|err| PageRefusal::invalid("invalid_query", format!("Failed to deserialize query string: {err}")))
 }
 
 /// What a browser's `datetime-local` input sends, with and without seconds.
@@ -297,11 +305,11 @@ pub fn utc_param(value: &str) -> String {
 }
 
 /// A path id as a withdrawal id; one that is not names nothing (404, as the API answers).
-pub fn withdrawal_id(raw: &str) -> Result<WithdrawalId, Refusal> {
-    raw.parse().map_err(|_| Refusal::not_found())
+pub fn withdrawal_id(raw: &str) -> Result<WithdrawalId, PageRefusal> {
+    raw.parse().map_err(|_| PageRefusal::not_found())
 }
 
 /// A path id as a UUID; one that is not names nothing (404, as the API answers).
-pub fn uuid(raw: &str) -> Result<Uuid, Refusal> {
-    Uuid::parse_str(raw).map_err(|_| Refusal::not_found())
+pub fn uuid(raw: &str) -> Result<Uuid, PageRefusal> {
+    Uuid::parse_str(raw).map_err(|_| PageRefusal::not_found())
 }

@@ -18,6 +18,7 @@ mod replays;
 mod review;
 pub mod session;
 mod settlement;
+mod signed_in;
 mod views;
 
 use std::sync::LazyLock;

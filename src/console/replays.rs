@@ -10,7 +10,7 @@ use maud::{html, Markup, PreEscaped};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::api::{self, Refusal};
+use super::api::{self, PageRefusal};
 use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, csrf_field, opt, rate, role_note, state, when, Banner};
 use crate::dead_letter::Category;
@@ -73,24 +73,24 @@ fn owned(v: &Option<String>) -> Option<String> {
 }
 
 /// A field the core could not read from a body: refused as it refuses one (422 `invalid_body`).
-fn unreadable(field: &str, value: &str, what: &str) -> Refusal {
-    Refusal::invalid("invalid_body", format!("{field}: `{value}` is not {what}"))
+fn unreadable(field: &str, value: &str, what: &str) -> PageRefusal {
+    PageRefusal::invalid("invalid_body", format!("{field}: `{value}` is not {what}"))
 }
 
 /// A number field: absent means "the default".
-fn number(field: &str, v: &Option<String>) -> Result<Option<i64>, Refusal> {
+fn number(field: &str, v: &Option<String>) -> Result<Option<i64>, PageRefusal> {
     non_empty(v).map(|n| n.parse::<i64>().map_err(|_| unreadable(field, n, "a whole number"))).transpose()
 }
 
 /// A time field: a browser's `datetime-local` (read as UTC) or RFC 3339.
-fn time(field: &str, v: &Option<String>) -> Result<Option<DateTime<Utc>>, Refusal> {
+fn time(field: &str, v: &Option<String>) -> Result<Option<DateTime<Utc>>, PageRefusal> {
     non_empty(v).map(|t| api::utc_param(t).parse().map_err(|_| unreadable(field, t, "a time"))).transpose()
 }
 
 impl ReplayForm {
     /// The replay this form describes, as the core's request; a field it could not read is
     /// refused here, before asking.
-    fn request(&self, dry_run: bool) -> Result<StartReplay, Refusal> {
+    fn request(&self, dry_run: bool) -> Result<StartReplay, PageRefusal> {
         let (dead_letter_ids, filter) = match non_empty(&self.dead_letter_id) {
             Some(id) => {
                 let id = Uuid::parse_str(id).map_err(|_| unreadable("dead_letter_ids", id, "a dead letter id"))?;
@@ -108,8 +108,10 @@ impl ReplayForm {
                 (None, Some(filter))
             }
         };
-        let expected_payload_version = number("expected_payload_version", &self.expected_payload_version)?
-            .ok_or_else(|| Refusal::invalid("invalid_body", "expected_payload_version: a whole number is required"))?;
+        let expected_payload_version =
+            number("expected_payload_version", &self.expected_payload_version)?.ok_or_else(|| {
+                PageRefusal::invalid("invalid_body", "expected_payload_version: a whole number is required")
+            })?;
         Ok(StartReplay {
             reason: self.reason.clone().unwrap_or_default(),
             dead_letter_ids,
@@ -292,12 +294,12 @@ pub async fn preview(State(state_): State<AppState>, CsrfForm(session, f): CsrfF
 }
 
 /// The dry run of the replay `f` describes.
-async fn preview_of(state_: &AppState, session: &Session, f: &ReplayForm) -> Result<DryRun, Refusal> {
+async fn preview_of(state_: &AppState, session: &Session, f: &ReplayForm) -> Result<DryRun, PageRefusal> {
     match api::start_replay(state_, session, &f.request(true)?).await? {
         Started::DryRun(preview) => Ok(preview),
         Started::Run(run) => {
             tracing::error!(run = %run.id, "a replay dry run was answered with a run");
-            Err(Refusal::internal())
+            Err(PageRefusal::internal())
         }
     }
 }
@@ -355,7 +357,7 @@ pub async fn start(State(state_): State<AppState>, CsrfForm(session, f): CsrfFor
             Started::Run(run) => Ok(run),
             Started::DryRun(_) => {
                 tracing::error!("a replay start was answered with a dry run");
-                Err(Refusal::internal())
+                Err(PageRefusal::internal())
             }
         }
     };
@@ -555,7 +557,7 @@ pub async fn control(
     let request = ReasonRequest { reason: form.reason.unwrap_or_default() };
     let controlled = async {
         let run = api::uuid(&id)?;
-        let control = ReplayControl::parse(&action).ok_or_else(Refusal::not_found)?;
+        let control = ReplayControl::parse(&action).ok_or_else(PageRefusal::not_found)?;
         api::control_replay(&state_, &session, run, control, &request).await
     };
     match controlled.await {

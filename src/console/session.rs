@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use uuid::Uuid;
 
+pub use super::signed_in::Session;
 use super::views::{self, page_without_nav, Banner};
 use crate::credentials;
 use crate::domain::input_text;
@@ -35,37 +35,18 @@ pub const SESSION_COOKIE: &str = "wd_console";
 const SIGN_IN_COOKIE: &str = "wd_console_sign_in";
 const SESSION_PREFIX: &str = "wds";
 
-/// A signed-in operator, read from the session cookie on every request.
-#[derive(Debug, Clone)]
-pub struct Session {
-    pub id: Uuid,
-    pub operator: Operator,
-    csrf: String,
-}
-
-impl Session {
-    /// The token every form of this session carries.
-    pub fn csrf(&self) -> &str {
-        &self.csrf
+/// The refusal of a form post whose CSRF token is missing or not this session's (compared in
+/// constant time); `None` when the token is right.
+fn csrf_refusal(session: &Session, presented: Option<&str>) -> Option<Response> {
+    if presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(session.csrf().as_bytes()))) {
+        return None;
     }
-
-    /// The refusal of a form post whose CSRF token is missing or not this session's (compared in
-    /// constant time); `None` when the token is right.
-    fn csrf_refusal(&self, presented: Option<&str>) -> Option<Response> {
-        if presented.is_some_and(|p| bool::from(p.as_bytes().ct_eq(self.csrf.as_bytes()))) {
-            return None;
-        }
-        tracing::warn!(operator = %self.operator.id, "console form refused: missing or wrong CSRF token");
-        Some(views::refused(
-            StatusCode::FORBIDDEN,
-            "Form refused",
-            "This form did not carry this session's CSRF token, so nothing was changed. Reload the page and try again.",
-        ))
-    }
-
-    pub fn can(&self, role: Role) -> bool {
-        self.operator.role.includes(role)
-    }
+    tracing::warn!(operator = %session.operator.id, "console form refused: missing or wrong CSRF token");
+    Some(views::refused(
+        StatusCode::FORBIDDEN,
+        "Form refused",
+        "This form did not carry this session's CSRF token, so nothing was changed. Reload the page and try again.",
+    ))
 }
 
 /// A console form post: the signed-in session and the form's fields `T`, read only after the
@@ -90,7 +71,7 @@ impl<T: DeserializeOwned + Send> FromRequest<AppState> for CsrfForm<T> {
             .await
             .map_err(IntoResponse::into_response)?;
         let presented = serde_urlencoded::from_bytes::<CsrfField>(&bytes).ok().and_then(|f| f.csrf);
-        if let Some(refused) = session.csrf_refusal(presented.as_deref()) {
+        if let Some(refused) = csrf_refusal(&session, presented.as_deref()) {
             return Err(refused);
         }
         // The ops API's text rule, on every field: refused here, before any field reaches the

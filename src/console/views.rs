@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde_json::Value;
 
-use super::session::Session;
+use super::signed_in::Session;
 use crate::ops::Role;
 
 const CSS: &str = r#"

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::acts::{DecisionApprove, DecisionReject};
-use super::review::{apply, check_with_provider, in_review, Decide};
+use super::decide::{apply, check_with_provider, in_review, Decide};
 use super::types::{Decided, Decision, List, OpsWithdrawal, ReasonRequest};
 use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
 use crate::domain::{DecisionStatus, Withdrawal, WithdrawalId};

@@ -13,6 +13,7 @@ mod auth;
 pub mod credentials;
 pub mod credits;
 pub mod dead_letters;
+pub mod decide;
 pub mod decisions;
 pub mod error;
 pub mod ledger;

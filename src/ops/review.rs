@@ -3,10 +3,11 @@
 //! provider's record asked at that moment.
 
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::acts::{WithdrawalReconcile, WithdrawalResolve};
+use super::decide::{apply, check_with_provider, in_review, Decide};
 use super::types::{
     AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReasonRequest, ReconciliationView, Reconciling,
     ResolveRequest, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
@@ -15,12 +16,10 @@ use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
     OpsError, OpsResult, Role,
 };
-use crate::domain::{format_minor, Actor, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
-use crate::jobs::{enqueue_reconciliation, JobKind, SubmitPayout};
-use crate::provider::{LookupOutcome, Verdict};
-use crate::storage::jobs as job_store;
+use crate::domain::{format_minor, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::jobs::enqueue_reconciliation;
 use crate::storage::review_decisions;
-use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
+use crate::storage::withdrawals::{self as store};
 use crate::storage::{accounts, attempts, dead_letters, reconciliations, DbTime};
 
 impl From<&Withdrawal> for OpsWithdrawal {
@@ -225,15 +224,6 @@ pub async fn reconcile_now(
     audited.or_refuse(ops, operator, done.await).await
 }
 
-/// What an operator may decide about a withdrawal in review.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decide {
-    Complete,
-    Fail,
-    Retry,
-    Reconcile,
-}
-
 impl Resolved {
     fn applied(w: &Withdrawal, action: Decide) -> Self {
         Resolved {
@@ -241,31 +231,6 @@ impl Resolved {
             action: action.as_str().to_owned(),
             status: None,
             decision: None,
-        }
-    }
-}
-
-impl Decide {
-    pub fn parse(raw: &str) -> OpsResult<Decide> {
-        match raw {
-            "complete" => Ok(Decide::Complete),
-            "fail" => Ok(Decide::Fail),
-            "retry" => Ok(Decide::Retry),
-            "reconcile" => Ok(Decide::Reconcile),
-            other => Err(OpsError::invalid(
-                "invalid_action",
-                "action",
-                format!("unknown action `{other}`: use complete, fail, retry or reconcile"),
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decide::Complete => "complete",
-            Decide::Fail => "fail",
-            Decide::Retry => "retry",
-            Decide::Reconcile => "reconcile",
         }
     }
 }
@@ -327,191 +292,4 @@ async fn resolve_checked(
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
     Ok(Resolved::applied(&withdrawal, action))
-}
-
-/// The withdrawal, if it is in review at the version the operator looked at.
-pub(super) async fn in_review(ops: &Ops<'_>, id: WithdrawalId, version: i64) -> OpsResult<Withdrawal> {
-    let current = store::get(ops.db, None, id).await?.ok_or_else(OpsError::not_found)?;
-    if current.version != version {
-        return Err(stale(current.version));
-    }
-    if current.status != WithdrawalStatus::RequiresReview {
-        return Err(OpsError::conflict(
-            "not_in_review",
-            format!("only a requires_review withdrawal can be resolved; this one is {}", current.status),
-        ));
-    }
-    Ok(current)
-}
-
-/// Applies a checked decision in `tx`: the guarded move from `requires_review` at `version`,
-/// with the provider's answer stored on the transition (and, for `retry`, the new submit job).
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn apply(
-    tx: &mut crate::storage::Tx,
-    operator: &Operator,
-    current: &Withdrawal,
-    action: Decide,
-    version: i64,
-    reason: &str,
-    evidence: &Value,
-    correlation: &str,
-) -> OpsResult<Withdrawal> {
-    let id = current.id;
-    if job_store::has_live_job(tx, id, JobKind::ReconcilePayout).await? {
-        return Err(OpsError::conflict(
-            "reconciliation_in_progress",
-            "a reconciliation of this withdrawal is running; wait for its result",
-        ));
-    }
-    let actor = Actor::Operator(operator.id.to_string());
-    let (to, failure_code) = match action {
-        Decide::Complete => (WithdrawalStatus::Completed, None),
-        Decide::Fail => (WithdrawalStatus::Failed, Some("rejected_by_operator")),
-        Decide::Retry => (WithdrawalStatus::Processing, None),
-        Decide::Reconcile => return Err(OpsError::Internal(anyhow::anyhow!("reconcile is not a transition"))),
-    };
-    let transition = TransitionRequest {
-        id,
-        from: WithdrawalStatus::RequiresReview,
-        to,
-        expected_version: Some(version),
-        actor: &actor,
-        reason,
-        correlation_id: correlation,
-        failure_code,
-        evidence: Some(evidence),
-    };
-    let outcome = store::transition(tx, &transition).await?;
-    if action == Decide::Retry
-        && matches!(outcome, TransitionOutcome::Applied(_))
-        && !job_store::has_live_job(tx, id, JobKind::SubmitPayout).await?
-    {
-        job_store::enqueue(tx, &SubmitPayout::new(id, None).job(correlation, DbTime::now())).await?;
-    }
-    match outcome {
-        TransitionOutcome::Applied(w) => Ok(*w),
-        TransitionOutcome::Stale => Err(stale_now(tx, id).await?),
-        TransitionOutcome::Forbidden(err) => Err(OpsError::Internal(err.into())),
-    }
-}
-
-async fn stale_now(tx: &mut crate::storage::Tx, id: WithdrawalId) -> OpsResult<OpsError> {
-    let now = store::get_in_tx(tx, id).await?.ok_or_else(OpsError::not_found)?;
-    Ok(stale(now.version))
-}
-
-fn stale(current: i64) -> OpsError {
-    OpsError::conflict(
-        "stale_version",
-        format!("the withdrawal changed since you looked: its version is now {current}; reload and decide again"),
-    )
-    .with_field("version")
-}
-
-/// What the provider says about a transfer id an operator named that is not the one under the
-/// withdrawal's key (read by id and checked against the withdrawal), for the refusal's detail.
-async fn reference_elsewhere(gateway: &crate::provider::Gateway, w: &Withdrawal, reference: &str) -> String {
-    match gateway.get(reference, &format!("ops-check-{}", w.id)).await {
-        Ok(LookupOutcome::Found(ts)) => match ts.first().map(|t| Verdict::of_transfer(w, t)) {
-            Some(Verdict::Mismatch(_, m)) => {
-                format!("; transfer {reference} is not this withdrawal's (it differs in {})", m.fields.join(", "))
-            }
-            Some(v) => format!("; transfer {reference} is {}", v.name()),
-            None => String::new(),
-        },
-        Ok(LookupOutcome::NotFound) => format!("; the provider has no transfer {reference}"),
-        Ok(LookupOutcome::Unavailable(_)) | Err(_) => String::new(),
-    }
-}
-
-fn unavailable(detail: &str) -> OpsError {
-    OpsError::unavailable("provider_unavailable", detail.to_owned())
-}
-
-/// SPEC §8.1: asks the provider now, by the operation key, and says whether `action` may move
-/// money on its answer. On yes, returns the evidence to store with the decision.
-///
-/// | the provider shows | complete | fail, retry |
-/// |---|---|---|
-/// | a matching `paid` (or `returned`) transfer | yes, with its id as the reference | 409 `transfer_paid_at_provider` |
-/// | a `pending` transfer | 422 `provider_reference_mismatch` | 409 `transfer_pending_at_provider` |
-/// | a `failed` transfer, or definitively none | 422 `provider_reference_mismatch` | yes |
-/// | none yet, but an attempt may still arrive | 422 `provider_reference_mismatch` | 409 `attempt_in_flight` |
-/// | a transfer whose amount, currency or reference differ | 422 `provider_reference_mismatch` | 409 `provider_mismatch` |
-/// | no answer (or the breaker is open) | 503 `provider_unavailable` | 503 `provider_unavailable` |
-pub(super) async fn check_with_provider(
-    ops: &Ops<'_>,
-    w: &Withdrawal,
-    action: Decide,
-    reference: Option<&str>,
-) -> OpsResult<Value> {
-    let gateway = ops.gateway.ok_or_else(|| unavailable("this process cannot reach the provider"))?;
-    let answer = gateway
-        .lookup(&w.id.to_string(), &format!("ops-check-{}", w.id))
-        .await
-        .map_err(|_| unavailable("the provider breaker is open; try later"))?;
-    let in_flight = match answer {
-        LookupOutcome::NotFound => {
-            crate::jobs::reconcile::in_flight_until(ops.db, w.id, ops.config.review.in_flight_grace).await?.is_some()
-        }
-        // A transfer answers for itself; no answer decides nothing.
-        LookupOutcome::Found(_) | LookupOutcome::Unavailable(_) => false,
-    };
-    let verdict = Verdict::of_lookup(w, &answer, in_flight);
-    let mut evidence = verdict.evidence(w, Utc::now());
-    evidence["action"] = json!(action.as_str());
-    let refused_complete =
-        |detail: String| OpsError::invalid("provider_reference_mismatch", "provider_reference", detail);
-    let conflict = |code: &str, detail: String| OpsError::conflict(code, detail);
-    let reference = reference.unwrap_or_default();
-    match (action, &verdict) {
-        (_, Verdict::Unavailable(_)) => Err(unavailable("the provider did not answer; try later")),
-        (Decide::Complete, Verdict::Paid(t) | Verdict::Returned(t)) if t.id == reference => {
-            evidence["provider_reference"] = json!(reference);
-            Ok(evidence)
-        }
-        (Decide::Complete, Verdict::Mismatch(t, m)) => Err(refused_complete(format!(
-            "the provider's transfer {} differs from the withdrawal in {}: never completed",
-            t.id,
-            m.fields.join(", ")
-        ))),
-        (Decide::Complete, other) => {
-            let under_key = match other.transfer() {
-                Some(t) if matches!(other, Verdict::Paid(_) | Verdict::Returned(_)) => {
-                    format!("the provider paid this withdrawal as transfer {}, not {reference}", t.id)
-                }
-                Some(t) => format!(
-                    "the provider reports this withdrawal's transfer {} as {}, not paid",
-                    t.id,
-                    t.status.as_str()
-                ),
-                None => "the provider has no transfer for this withdrawal".to_owned(),
-            };
-            let named = other.transfer().filter(|t| t.id == reference).is_some();
-            let about_reference = if named { String::new() } else { reference_elsewhere(gateway, w, reference).await };
-            Err(refused_complete(format!("{under_key}{about_reference}")))
-        }
-        (_, Verdict::NoTransfer | Verdict::Failed(_)) => Ok(evidence),
-        (_, Verdict::Pending(t)) => Err(conflict(
-            "transfer_pending_at_provider",
-            format!("the provider's transfer {} is still pending: it may yet pay; wait, or reconcile later", t.id),
-        )),
-        (_, Verdict::Paid(t) | Verdict::Returned(t)) => Err(conflict(
-            "transfer_paid_at_provider",
-            format!("the provider paid this withdrawal (transfer {}): use complete with that reference", t.id),
-        )),
-        (_, Verdict::InFlight) => Err(conflict(
-            "attempt_in_flight",
-            "no transfer yet, but the last attempt may still reach the provider: try again shortly".to_owned(),
-        )),
-        (_, Verdict::Mismatch(t, m)) => Err(conflict(
-            "provider_mismatch",
-            format!(
-                "the provider's transfer {} differs from the withdrawal in {}: compare with the settlement report",
-                t.id,
-                m.fields.join(", ")
-            ),
-        )),
-    }
 }

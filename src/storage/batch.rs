@@ -280,7 +280,7 @@ impl Writes {
     }
 
     /// Also sends `NOTIFY channel, payload` on PostgreSQL; on SQLite, wakes this process's
-    /// workers instead ([`super::jobs::local_wakeups`]).
+    /// workers instead ([`super::local_wakeups`]).
     pub fn notify(&mut self, channel: &'static str, payload: &str) {
         self.notify = Some((channel, payload.to_owned()));
     }
@@ -318,8 +318,8 @@ impl Writes {
             }
             TxConn::Sqlite(t) => {
                 if self.notify.is_some() {
-                    // No NOTIFY on SQLite: wake this process's workers (see `jobs::local_wakeups`).
-                    super::jobs::local_wakeups().notify_one();
+                    // No NOTIFY on SQLite: wake this process's workers (see `local_wakeups`).
+                    super::local_wakeups().notify_one();
                 }
                 let mut counts = Vec::with_capacity(self.writes.len());
                 for write in &self.writes {

@@ -110,14 +110,9 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
     id
 }
 
-/// In-process wake-ups for workers of this process, SQLite's stand-in for `NOTIFY` (sent by
-/// [`Writes::run`]). A worker woken before the enqueuing transaction commits still sees the job:
-/// its claim waits for the one writer. Not used on PostgreSQL, where a claim before the commit
-/// would find nothing and the `NOTIFY` at commit wakes the workers anyway.
-pub fn local_wakeups() -> &'static tokio::sync::Notify {
-    static WAKEUPS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
-    WAKEUPS.get_or_init(tokio::sync::Notify::new)
-}
+/// In-process wake-ups (SQLite's stand-in for `NOTIFY`): they live in the storage root, where
+/// the batch that enqueues sends them without importing this file.
+pub use super::local_wakeups;
 
 /// The PostgreSQL notification channel for new jobs.
 pub const JOBS_CHANNEL: &str = "withdrawals_jobs";

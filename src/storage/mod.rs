@@ -337,3 +337,12 @@ impl Tx {
 pub fn is_unique_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.is_unique_violation())
 }
+
+/// In-process wake-ups for workers of this process, SQLite's stand-in for `NOTIFY` (sent by
+/// [`batch::Writes::run`]). A worker woken before the enqueuing transaction commits still sees the job:
+/// its claim waits for the one writer. Not used on PostgreSQL, where a claim before the commit
+/// would find nothing and the `NOTIFY` at commit wakes the workers anyway.
+pub fn local_wakeups() -> &'static tokio::sync::Notify {
+    static WAKEUPS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    WAKEUPS.get_or_init(tokio::sync::Notify::new)
+}

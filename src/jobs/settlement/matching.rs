@@ -1,0 +1,515 @@
+//! Matching a day's lines to their withdrawals (SPEC §14.2): the pure [`plan`], the provider's
+//! live confirmation of a safe outcome, and the recording of matches and exceptions.
+
+use std::collections::HashMap;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+
+use crate::domain::settlement::{ExceptionKind, LineResult};
+use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::provider::{Gateway, Transfer, TransferStatus, Verdict};
+use crate::storage::batch::Writes;
+use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException};
+use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
+use crate::storage::{returns, Db};
+
+use super::MatchCounts;
+
+/// Lines recorded per transaction when the report alone decides them.
+const DECIDED_PER_BATCH: usize = 500;
+
+/// Matches every line of the day still undecided (of any version): the withdrawals they name are
+/// read in one query per 500, the lines the report alone decides (matched, exceptions) are
+/// recorded in batches of [`DECIDED_PER_BATCH`] in one transaction each, and only the lines whose
+/// safe outcome needs the provider's confirmation are taken one by one.
+pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::storage::Result<MatchCounts> {
+    let mut counts = MatchCounts::default();
+    let lines = store::unmatched_lines_of_day(db, day).await?;
+    let ids: Vec<WithdrawalId> = lines.iter().filter_map(|l| l.idempotency_key.parse().ok()).collect();
+    let held: HashMap<WithdrawalId, Withdrawal> =
+        withdrawals::get_many(db, &ids).await?.into_iter().map(|w| (w.id, w)).collect();
+    let mut decided = Vec::new();
+    let mut to_confirm = Vec::new();
+    for line in &lines {
+        let w = line.idempotency_key.parse::<WithdrawalId>().ok().and_then(|id| held.get(&id));
+        let Some(transfer) = as_transfer(line) else {
+            return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
+        };
+        let verdict = line_verdict(w, &transfer);
+        let evidence = evidence(line, w, verdict.name(), None);
+        match plan(w, &verdict) {
+            Plan::Matched => decided.push(Decided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
+            Plan::Exception(kind, detail) => {
+                decided.push(Decided::exception(line, w.map(|w| w.id), kind, detail, evidence))
+            }
+            Plan::Confirm(apply) => {
+                if let Some(w) = w {
+                    to_confirm.push((line, w, transfer, verdict.name(), apply));
+                }
+            }
+        }
+    }
+    for batch in decided.chunks(DECIDED_PER_BATCH) {
+        record(db, batch, &mut counts).await?;
+    }
+    for (line, w, transfer, verdict, apply) in to_confirm {
+        confirm(db, gateway, line, w, transfer, verdict, apply, &mut counts).await?;
+    }
+    Ok(counts)
+}
+
+/// What a line asks for, judged on the report alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The line agrees with what we hold: nothing to do.
+    Matched,
+    /// A safe outcome, applied once the provider's live record agrees.
+    Confirm(Apply),
+    /// An exception for operators, with why.
+    Exception(ExceptionKind, String),
+}
+
+/// The safe outcomes a line can apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    Complete,
+    Fail,
+    CreditReturn,
+}
+
+impl Apply {
+    /// Does the provider's live verdict confirm this?
+    fn confirmed_by(self, live: &Verdict) -> bool {
+        match self {
+            Apply::Complete => matches!(live, Verdict::Paid(_) | Verdict::Returned(_)),
+            Apply::Fail => matches!(live, Verdict::Failed(_)),
+            Apply::CreditReturn => matches!(live, Verdict::Returned(_)),
+        }
+    }
+
+    /// The exception when the provider's record does not confirm the line.
+    fn unconfirmed(self, live: &Verdict) -> (ExceptionKind, String) {
+        let says = live.name();
+        match self {
+            Apply::Complete => {
+                (ExceptionKind::StatusMismatch, format!("the report shows it paid; the provider's record says {says}"))
+            }
+            Apply::Fail => (
+                ExceptionKind::StatusMismatch,
+                format!("the report shows it failed; the provider's record says {says}"),
+            ),
+            Apply::CreditReturn => (
+                ExceptionKind::Returned,
+                format!("the report shows a return the provider's record does not (it says {says}): not credited"),
+            ),
+        }
+    }
+}
+
+/// The decision on one line (SPEC §14.2), from the withdrawal under its operation key (if any)
+/// and the line read as the provider's transfer. Pure.
+pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
+    use WithdrawalStatus::{Completed, Failed, Pending, Processing, RequiresReview};
+    let Some(w) = withdrawal else {
+        return Plan::Exception(ExceptionKind::UnknownTransfer, "no withdrawal has this operation key".into());
+    };
+    let held = w.status;
+    match line {
+        Verdict::Mismatch(_, m) => Plan::Exception(
+            ExceptionKind::AmountMismatch,
+            format!("the report's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len())),
+        ),
+        Verdict::Paid(_) => match held {
+            Completed => Plan::Matched,
+            Processing | RequiresReview => Plan::Confirm(Apply::Complete),
+            Failed | Pending => Plan::Exception(
+                ExceptionKind::StatusMismatch,
+                format!("the provider paid a withdrawal we hold as {held}"),
+            ),
+        },
+        Verdict::Failed(_) => match held {
+            Failed => Plan::Matched,
+            Processing | RequiresReview => Plan::Confirm(Apply::Fail),
+            Completed | Pending => Plan::Exception(
+                ExceptionKind::StatusMismatch,
+                format!("the provider failed a withdrawal we hold as {held}"),
+            ),
+        },
+        Verdict::Returned(_) => match held {
+            Completed => Plan::Confirm(Apply::CreditReturn),
+            _ => Plan::Exception(
+                ExceptionKind::Returned,
+                format!("a return of a withdrawal we hold as {held}, never completed: not credited"),
+            ),
+        },
+        other => Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name())),
+    }
+}
+
+fn differ(fields: usize) -> &'static str {
+    if fields == 1 {
+        "differs"
+    } else {
+        "differ"
+    }
+}
+
+/// The line as the provider's transfer (what [`Verdict::of_transfer`] judges).
+fn as_transfer(line: &LineRow) -> Option<Transfer> {
+    let currency = Currency::parse(&line.currency).ok()?;
+    let amount = Amount::from_minor(line.amount_minor, currency).ok()?;
+    let status = match line.status.as_str() {
+        "paid" => TransferStatus::Paid,
+        "failed" => TransferStatus::Failed,
+        "returned" => TransferStatus::Returned,
+        _ => return None,
+    };
+    Some(Transfer {
+        id: line.transfer_id.clone(),
+        reference: Some(line.reference.clone()),
+        amount: amount.value(),
+        currency: line.currency.clone(),
+        status,
+        failure_code: None,
+        return_code: None,
+        created_at: None,
+        updated_at: Some(line.event_at.0),
+    })
+}
+
+/// The evidence of a line's match: the line itself, what we held, and the provider's live answer
+/// when one was asked for.
+fn evidence(line: &LineRow, withdrawal: Option<&Withdrawal>, verdict: &str, live: Option<Value>) -> Value {
+    json!({
+        "source": "settlement_report",
+        "report_id": line.report_id,
+        "line": line.line_no,
+        "line_key": line.line_key,
+        "report_line": {
+            "transfer_id": line.transfer_id, "idempotency_key": line.idempotency_key, "reference": line.reference,
+            "amount_minor": line.amount_minor, "currency": line.currency, "fee_minor": line.fee_minor,
+            "status": line.status, "event_at": line.event_at.0,
+        },
+        "verdict": verdict,
+        "ours": withdrawal.map(|w| json!({
+            "withdrawal_id": w.id, "status": w.status, "amount": w.amount.value().to_string(),
+            "currency": w.amount.currency().code(), "version": w.version,
+        })),
+        "provider_record": live,
+        "matched_at": Utc::now(),
+    })
+}
+
+/// The line as judged on the report: against the withdrawal under its key, or — with none to
+/// check it against — named by its own status.
+fn line_verdict(withdrawal: Option<&Withdrawal>, transfer: &Transfer) -> Verdict {
+    match withdrawal {
+        Some(w) => Verdict::of_transfer(w, transfer),
+        None => match transfer.status {
+            TransferStatus::Failed => Verdict::Failed(transfer.clone()),
+            TransferStatus::Returned => Verdict::Returned(transfer.clone()),
+            _ => Verdict::Paid(transfer.clone()),
+        },
+    }
+}
+
+/// A line's safe outcome, applied only once the provider's live record agrees; anything else is
+/// an exception, and a provider that cannot answer leaves the line for the next run.
+#[allow(clippy::too_many_arguments)]
+async fn confirm(
+    db: &Db,
+    gateway: Option<&Gateway>,
+    line: &LineRow,
+    w: &Withdrawal,
+    transfer: Transfer,
+    line_verdict: &str,
+    apply: Apply,
+    counts: &mut MatchCounts,
+) -> crate::storage::Result<()> {
+    // The report is a day old: nothing moves money until the provider's record, asked now,
+    // agrees (amount and currency checked by the verdict).
+    let live = match gateway {
+        Some(g) => match g.lookup(&w.id.to_string(), &format!("settlement:{}", line.report_id)).await {
+            Ok(answer) => Verdict::of_lookup(w, &answer, false),
+            Err(_) => Verdict::Unavailable("the provider breaker is open".into()),
+        },
+        None => Verdict::Unavailable("no provider is configured in this process".into()),
+    };
+    let live_evidence = live.evidence(w, Utc::now());
+    if let Verdict::Unavailable(why) = &live {
+        tracing::info!(line = line.line_no, why, "settlement line awaits the provider's confirmation");
+        counts.awaiting_confirmation += 1;
+        return Ok(());
+    }
+    let e = evidence(line, Some(w), line_verdict, Some(live_evidence));
+    if let Verdict::Mismatch(_, m) = &live {
+        let detail =
+            format!("the provider's record's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len()));
+        return except(db, line, w, ExceptionKind::AmountMismatch, detail, e, counts).await;
+    }
+    if !apply.confirmed_by(&live) {
+        let (kind, detail) = apply.unconfirmed(&live);
+        return except(db, line, w, kind, detail, e, counts).await;
+    }
+    let mut tx = db.begin().await?;
+    let (result, applied) = match apply {
+        Apply::Complete | Apply::Fail => {
+            let (to, failure_code, reason) = match apply {
+                Apply::Complete => {
+                    (WithdrawalStatus::Completed, None, "settlement report shows it paid; provider confirms")
+                }
+                _ => (
+                    WithdrawalStatus::Failed,
+                    live.transfer().and_then(|t| t.failure_code.clone()).or_else(|| Some("provider_failed".into())),
+                    "settlement report shows it failed; provider confirms",
+                ),
+            };
+            let request = TransitionRequest {
+                id: w.id,
+                from: w.status,
+                to,
+                expected_version: Some(w.version),
+                actor: &Actor::Settlement,
+                reason,
+                correlation_id: &format!("settlement:{}", line.report_id),
+                failure_code: failure_code.as_deref(),
+                evidence: Some(&e),
+            };
+            match withdrawals::transition(&mut tx, &request).await? {
+                TransitionOutcome::Applied(_) => {}
+                // Moved meanwhile: the line is matched again by the next run, against what it
+                // holds then.
+                TransitionOutcome::Stale | TransitionOutcome::Forbidden(_) => {
+                    counts.awaiting_confirmation += 1;
+                    return Ok(());
+                }
+            }
+            let done = if to == WithdrawalStatus::Completed { "completed" } else { "failed" };
+            (LineResult::Matched, Some(done))
+        }
+        Apply::CreditReturn => {
+            let t = live.transfer().cloned().unwrap_or(transfer);
+            let reported = Currency::parse(&t.currency).and_then(|c| Amount::new(t.amount, c));
+            let Ok(reported) = reported else {
+                let detail = "the provider's return names an amount we cannot read: not credited";
+                return except(db, line, w, ExceptionKind::Returned, detail.into(), e, counts).await;
+            };
+            let code = t.return_code.clone().unwrap_or_else(|| "unspecified".into());
+            let current = withdrawals::get_in_tx(&mut tx, w.id).await?.unwrap_or_else(|| w.clone());
+            match returns::apply(&mut tx, &current, reported, &code, line.event_at, &e).await? {
+                returns::Applied::Credited => (LineResult::Returned, Some("return_credited")),
+                returns::Applied::AlreadyApplied => (LineResult::Returned, None),
+                returns::Applied::NotCompleted => {
+                    drop(tx);
+                    let detail = "a return of a withdrawal that is not completed: not credited";
+                    return except(db, line, w, ExceptionKind::Returned, detail.into(), e, counts).await;
+                }
+                returns::Applied::AmountMismatch => {
+                    drop(tx);
+                    let detail = "the provider returns another amount or currency than was paid out: not credited";
+                    return except(db, line, w, ExceptionKind::AmountMismatch, detail.into(), e, counts).await;
+                }
+            }
+        }
+    };
+    let decision = LineDecision { withdrawal_id: Some(w.id), result, applied, evidence: &e };
+    if !store::decide_line(&mut tx, line.id, &decision).await? {
+        // Another import decided this line first; what this one did rolls back.
+        return Ok(());
+    }
+    tx.commit().await?;
+    match (result, applied) {
+        (_, Some("completed")) => (counts.matched, counts.completed) = (counts.matched + 1, counts.completed + 1),
+        (_, Some("failed")) => (counts.matched, counts.failed) = (counts.matched + 1, counts.failed + 1),
+        (_, Some(_)) => counts.returns_credited += 1,
+        (LineResult::Returned, None) => counts.returns_already_applied += 1,
+        _ => counts.matched += 1,
+    }
+    Ok(())
+}
+
+/// A line decided without moving anything: matched, or an exception with why.
+struct Decided<'a> {
+    line: &'a LineRow,
+    withdrawal: Option<WithdrawalId>,
+    exception: Option<(ExceptionKind, String)>,
+    evidence: Value,
+}
+
+impl<'a> Decided<'a> {
+    fn exception(
+        line: &'a LineRow,
+        withdrawal: Option<WithdrawalId>,
+        kind: ExceptionKind,
+        detail: String,
+        evidence: Value,
+    ) -> Self {
+        Decided { line, withdrawal, exception: Some((kind, detail)), evidence }
+    }
+}
+
+/// Records one line's exception (found while confirming it), in its own transaction.
+async fn except(
+    db: &Db,
+    line: &LineRow,
+    w: &Withdrawal,
+    kind: ExceptionKind,
+    detail: String,
+    evidence: Value,
+    counts: &mut MatchCounts,
+) -> crate::storage::Result<()> {
+    record(db, &[Decided::exception(line, Some(w.id), kind, detail, evidence)], counts).await
+}
+
+/// Records decided lines and opens their exceptions as one batch in one transaction. A line
+/// another import decided first touches nothing (and its exception, the same by its dedupe key,
+/// opens nothing new).
+async fn record(db: &Db, decided: &[Decided<'_>], counts: &mut MatchCounts) -> crate::storage::Result<()> {
+    let mut writes = Writes::new();
+    let mut handles = Vec::with_capacity(decided.len());
+    for d in decided {
+        let result = match &d.exception {
+            None => LineResult::Matched,
+            Some((kind, _)) => kind.line_result().ok_or_else(|| {
+                crate::storage::StorageError::corrupt(format!("a line cannot open a {kind} exception"))
+            })?,
+        };
+        let decision = LineDecision { withdrawal_id: d.withdrawal, result, applied: None, evidence: &d.evidence };
+        let line = store::decide_line_in(&mut writes, d.line.id, &decision);
+        let opened = d.exception.as_ref().map(|(kind, detail)| {
+            let day = d.line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
+            let exception = NewException {
+                kind: *kind,
+                // A corrected line (same key, other content) that still differs is a new finding.
+                dedupe_key: format!("line:{kind}:{}:{}", d.line.line_key, d.line.content_digest),
+                withdrawal_id: d.withdrawal,
+                line_id: Some(d.line.id),
+                report_date: Some(&day),
+                transfer_id: Some(&d.line.transfer_id),
+                detail,
+                evidence: &d.evidence,
+            };
+            store::open_exception_in(&mut writes, &exception)
+        });
+        handles.push((line, opened));
+    }
+    let mut tx = db.begin().await?;
+    let ran = writes.run(&mut tx).await?;
+    tx.commit().await?;
+    for (d, (line, opened)) in decided.iter().zip(handles) {
+        match (opened, &d.exception) {
+            _ if !ran.applied(line) => {}
+            (None, _) => counts.matched += 1,
+            (Some(opened), Some((kind, detail))) if ran.applied(opened) => {
+                tracing::warn!(kind = kind.as_str(), line = d.line.line_no, detail, "settlement exception opened");
+                counts.exceptions_opened += 1;
+            }
+            (Some(_), _) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AccountId, Destination};
+
+    fn withdrawal(status: WithdrawalStatus) -> Withdrawal {
+        let usd = Currency::parse("USD").unwrap();
+        Withdrawal {
+            id: WithdrawalId::new(),
+            account_id: AccountId(uuid::Uuid::now_v7()),
+            status,
+            amount: Amount::new("40.00".parse().unwrap(), usd).unwrap(),
+            destination: Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+            reference: None,
+            failure_code: None,
+            version: 2,
+            idempotency_key: "k".into(),
+            correlation_id: "c".into(),
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+            sandbox: false,
+        }
+    }
+
+    fn line(w: &Withdrawal, amount: &str, status: TransferStatus) -> Verdict {
+        let t = Transfer {
+            id: "tr_1".into(),
+            reference: Some(w.id.to_string()),
+            amount: amount.parse().unwrap(),
+            currency: "USD".into(),
+            status,
+            failure_code: None,
+            return_code: None,
+            created_at: None,
+            updated_at: None,
+        };
+        Verdict::of_transfer(w, &t)
+    }
+
+    #[test]
+    fn every_line_against_every_state_has_one_outcome() {
+        use ExceptionKind as K;
+        use TransferStatus as T;
+        use WithdrawalStatus as S;
+        let cases = [
+            (S::Completed, T::Paid, Some(Plan::Matched)),
+            (S::Processing, T::Paid, Some(Plan::Confirm(Apply::Complete))),
+            (S::RequiresReview, T::Paid, Some(Plan::Confirm(Apply::Complete))),
+            (S::Failed, T::Paid, None),
+            (S::Pending, T::Paid, None),
+            (S::Failed, T::Failed, Some(Plan::Matched)),
+            (S::Processing, T::Failed, Some(Plan::Confirm(Apply::Fail))),
+            (S::RequiresReview, T::Failed, Some(Plan::Confirm(Apply::Fail))),
+            (S::Completed, T::Failed, None),
+            (S::Completed, T::Returned, Some(Plan::Confirm(Apply::CreditReturn))),
+        ];
+        for (held, status, wanted) in cases {
+            let w = withdrawal(held);
+            let got = plan(Some(&w), &line(&w, "40.00", status));
+            match wanted {
+                Some(plan) => assert_eq!(got, plan, "{held} / {status:?}"),
+                None => assert!(matches!(got, Plan::Exception(K::StatusMismatch, _)), "{held} / {status:?}: {got:?}"),
+            }
+        }
+        for held in [S::Processing, S::RequiresReview, S::Failed, S::Pending] {
+            let w = withdrawal(held);
+            assert!(matches!(plan(Some(&w), &line(&w, "40.00", T::Returned)), Plan::Exception(K::Returned, _)));
+        }
+        let w = withdrawal(S::Processing);
+        let off = plan(Some(&w), &line(&w, "40.01", T::Paid));
+        assert!(matches!(&off, Plan::Exception(K::AmountMismatch, why) if why.contains("amount")), "{off:?}");
+        assert!(matches!(plan(None, &line(&w, "40.00", T::Paid)), Plan::Exception(K::UnknownTransfer, _)));
+    }
+
+    #[test]
+    fn only_the_providers_matching_record_confirms_a_safe_outcome() {
+        let w = withdrawal(WithdrawalStatus::Completed);
+        let returned = line(&w, "40.00", TransferStatus::Returned);
+        let paid = line(&w, "40.00", TransferStatus::Paid);
+        let failed = line(&w, "40.00", TransferStatus::Failed);
+        assert!(Apply::CreditReturn.confirmed_by(&returned));
+        assert!(!Apply::CreditReturn.confirmed_by(&paid), "a spurious return is not credited");
+        assert!(Apply::Complete.confirmed_by(&paid) && Apply::Complete.confirmed_by(&returned));
+        assert!(!Apply::Complete.confirmed_by(&failed) && !Apply::Complete.confirmed_by(&Verdict::NoTransfer));
+        assert!(
+            Apply::Fail.confirmed_by(&failed)
+                && !Apply::Fail.confirmed_by(&Verdict::Pending(Transfer {
+                    id: "t".into(),
+                    reference: None,
+                    amount: 1.into(),
+                    currency: "USD".into(),
+                    status: TransferStatus::Pending,
+                    failure_code: None,
+                    return_code: None,
+                    created_at: None,
+                    updated_at: None,
+                }))
+        );
+        assert_eq!(Apply::CreditReturn.unconfirmed(&paid).0, ExceptionKind::Returned);
+        assert_eq!(Apply::Complete.unconfirmed(&failed).0, ExceptionKind::StatusMismatch);
+    }
+}

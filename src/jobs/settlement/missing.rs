@@ -1,0 +1,61 @@
+//! The `missing_from_report` sweep: a withdrawal completed here that no report shows paid within
+//! the grace days.
+
+use std::collections::HashSet;
+
+use chrono::{TimeDelta, Utc};
+use serde_json::json;
+
+use crate::config::SettlementSettings;
+use crate::domain::settlement::ExceptionKind;
+use crate::storage::settlement::{self as store, NewException};
+use crate::storage::{Db, DbTime};
+
+/// Opens a `missing_from_report` exception for every withdrawal completed more than the grace
+/// days ago (on a day reports cover) that no report line shows paid. Returns how many opened.
+pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::storage::Result<usize> {
+    let cutoff = DbTime::now().plus(-TimeDelta::days(settings.grace_days));
+    // A line that names the withdrawal but waits for the provider's confirmation is not a
+    // missing one.
+    let awaiting: HashSet<String> = store::awaiting_keys(db).await?.into_iter().collect();
+    let mut opened = 0;
+    loop {
+        let batch = store::missing_from_reports(db, cutoff, 500).await?;
+        if batch.is_empty() {
+            return Ok(opened);
+        }
+        let mut tx = db.begin().await?;
+        let mut new_here = 0;
+        for m in batch.iter().filter(|m| !awaiting.contains(&m.id.to_string())) {
+            let e = json!({
+                "source": "settlement_reports",
+                "completed_at": m.completed_at.0,
+                "amount_minor": m.amount,
+                "currency": m.currency,
+                "grace_days": settings.grace_days,
+                "checked_at": Utc::now(),
+            });
+            let detail = format!(
+                "completed at {}, but no imported report shows it paid within {} day(s)",
+                m.completed_at.0.format("%Y-%m-%d %H:%M:%SZ"),
+                settings.grace_days
+            );
+            let new = NewException {
+                kind: ExceptionKind::MissingFromReport,
+                dedupe_key: store::missing_key(m.id),
+                withdrawal_id: Some(m.id),
+                line_id: None,
+                report_date: None,
+                transfer_id: None,
+                detail: &detail,
+                evidence: &e,
+            };
+            new_here += usize::from(store::open_exception(&mut tx, &new).await?);
+        }
+        tx.commit().await?;
+        opened += new_here;
+        if batch.len() < 500 || new_here == 0 {
+            return Ok(opened);
+        }
+    }
+}
