@@ -557,7 +557,7 @@ pub async fn control(
     let request = ReasonRequest { reason: form.reason.unwrap_or_default() };
     let controlled = async {
         let run = api::uuid(&id)?;
-        let control = ReplayControl::parse(&action).ok_or_else(PageRefusal::not_found)?;
+        let control = action.parse::<ReplayControl>().map_err(|_| PageRefusal::not_found())?;
         api::control_replay(&state_, &session, run, control, &request).await
     };
     match controlled.await {

@@ -378,7 +378,7 @@ pub async fn decide(
     Path((id, verdict)): Path<(String, String)>,
     CsrfForm(session, form): CsrfForm<DecisionForm>,
 ) -> Response {
-    let Some(verdict) = DecisionVerdict::parse(&verdict) else {
+    let Ok(verdict) = verdict.parse::<DecisionVerdict>() else {
         return views::refused(StatusCode::NOT_FOUND, "Withdrawal", "no such decision action");
     };
     let request = ReasonRequest { reason: form.reason.clone().unwrap_or_default() };

@@ -154,7 +154,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
                 .unwrap_or_else(|_| l.amount_minor.to_string()),
             currency: l.currency,
             event_at: l.event_at.0,
-            result: l.result.map(|r| r.to_string()),
+            result: l.result,
             applied: l.applied,
             evidence: l.evidence.map(|e| e.0),
         })

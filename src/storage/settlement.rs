@@ -55,8 +55,7 @@ pub struct LineRow {
     pub amount_minor: i64,
     pub currency: String,
     pub fee_minor: i64,
-    /// `paid`, `failed` or `returned`.
-    pub status: String,
+    pub status: LineStatus,
     pub event_at: DbTime,
     pub withdrawal_id: Option<WithdrawalId>,
     pub result: Option<LineResult>,

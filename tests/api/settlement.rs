@@ -140,7 +140,7 @@ fn line(id: WithdrawalId, amount: &str, status: &str, at: &str) -> String {
 }
 
 fn result_of(lines: &[store::LineRow], status: &str) -> Option<LineResult> {
-    lines.iter().find(|l| l.status == status).and_then(|l| l.result)
+    lines.iter().find(|l| l.status.as_str() == status).and_then(|l| l.result)
 }
 
 async fn the_providers_report_parses_and_a_bad_line_refuses_it_whole(app: TestApp) {
@@ -260,7 +260,12 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     assert_eq!(result_of(&returned_lines, "paid"), Some(LineResult::Matched));
     assert_eq!(result_of(&returned_lines, "returned"), Some(LineResult::Returned));
     assert_eq!(
-        returned_lines.iter().find(|l| l.status == "returned").unwrap().applied.as_deref(),
+        returned_lines
+            .iter()
+            .find(|l| l.status == withdrawals::domain::settlement::LineStatus::Returned)
+            .unwrap()
+            .applied
+            .as_deref(),
         Some("return_credited")
     );
     assert_eq!(

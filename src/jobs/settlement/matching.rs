@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::Utc;
 use serde_json::{json, Value};
 
-use crate::domain::settlement::{ExceptionKind, LineResult};
+use crate::domain::settlement::{ExceptionKind, LineResult, LineStatus};
 use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::provider::{Gateway, Transfer, TransferStatus, Verdict};
 use crate::storage::batch::Writes;
@@ -159,11 +159,10 @@ fn differ(fields: usize) -> &'static str {
 fn as_transfer(line: &LineRow) -> Option<Transfer> {
     let currency = Currency::parse(&line.currency).ok()?;
     let amount = Amount::from_minor(line.amount_minor, currency).ok()?;
-    let status = match line.status.as_str() {
-        "paid" => TransferStatus::Paid,
-        "failed" => TransferStatus::Failed,
-        "returned" => TransferStatus::Returned,
-        _ => return None,
+    let status = match line.status {
+        LineStatus::Paid => TransferStatus::Paid,
+        LineStatus::Failed => TransferStatus::Failed,
+        LineStatus::Returned => TransferStatus::Returned,
     };
     Some(Transfer {
         id: line.transfer_id.clone(),

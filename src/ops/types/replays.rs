@@ -61,35 +61,14 @@ pub struct SampleLetter {
     pub side_effect_state: SideEffect,
 }
 
-/// `POST /ops/v1/replays/{id}/{pause|resume|cancel|approve}` (the path segment).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReplayControl {
-    Pause,
-    Resume,
-    Cancel,
-    /// A second operator (admin) lets a run over the threshold start.
-    Approve,
-}
-
-impl ReplayControl {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "pause" => Some(Self::Pause),
-            "resume" => Some(Self::Resume),
-            "cancel" => Some(Self::Cancel),
-            "approve" => Some(Self::Approve),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pause => "pause",
-            Self::Resume => "resume",
-            Self::Cancel => "cancel",
-            Self::Approve => "approve",
-        }
+crate::text_enum! {
+    /// `POST /ops/v1/replays/{id}/{pause|resume|cancel|approve}` (the path segment).
+    pub enum ReplayControl("replay control", 4) {
+        Pause = "pause",
+        Resume = "resume",
+        Cancel = "cancel",
+        /// A second operator (admin) lets a run over the threshold start.
+        Approve = "approve",
     }
 }
 

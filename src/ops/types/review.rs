@@ -7,6 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ExceptionView;
+use crate::domain::settlement::{LineResult, LineStatus};
 use crate::domain::{Category, DecisionStatus, SideEffect, WithdrawalStatus};
 
 /// A withdrawal as operators see it (account number masked).
@@ -54,13 +55,12 @@ pub struct SettlementLineView {
     pub report_id: Uuid,
     pub line: i32,
     pub transfer_id: String,
-    /// `paid`, `failed` or `returned`.
-    pub status: String,
+    pub status: LineStatus,
     pub amount: String,
     pub currency: String,
     pub event_at: DateTime<Utc>,
     /// `matched`, `amount_mismatch`, … or none while it waits for the provider's confirmation.
-    pub result: Option<String>,
+    pub result: Option<LineResult>,
     /// `completed`, `failed` or `return_credited`: what matching applied from it.
     pub applied: Option<String>,
     pub evidence: Option<Value>,
@@ -225,29 +225,12 @@ pub struct ReasonRequest {
     pub reason: String,
 }
 
-/// `POST /ops/v1/withdrawals/{id}/decision/{approve|reject}`: what a second operator does with a
-/// pending decision (the path segment).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionVerdict {
-    Approve,
-    Reject,
-}
-
-impl DecisionVerdict {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "approve" => Some(Self::Approve),
-            "reject" => Some(Self::Reject),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Approve => "approve",
-            Self::Reject => "reject",
-        }
+crate::text_enum! {
+    /// `POST /ops/v1/withdrawals/{id}/decision/{approve|reject}`: what a second operator does
+    /// with a pending decision (the path segment).
+    pub enum DecisionVerdict("decision verdict", 2) {
+        Approve = "approve",
+        Reject = "reject",
     }
 }
 
