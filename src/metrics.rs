@@ -82,26 +82,15 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (AUTH_FAILURES, "counter", "failed authentications, by surface (customer_api, ops_api, console)"),
 ];
 
-/// Where a credential was presented: the label of [`AUTH_FAILURES`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthSurface {
-    /// A `wdk_…` API key on the customer API.
-    CustomerApi,
-    /// A `wdo_…` operator token on `/ops/v1`.
-    OpsApi,
-    /// An operator token at the console's sign-in.
-    Console,
-}
-
-impl AuthSurface {
-    pub const ALL: [AuthSurface; 3] = [AuthSurface::CustomerApi, AuthSurface::OpsApi, AuthSurface::Console];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthSurface::CustomerApi => "customer_api",
-            AuthSurface::OpsApi => "ops_api",
-            AuthSurface::Console => "console",
-        }
+crate::text_enum! {
+    /// Where a credential was presented: the label of [`AUTH_FAILURES`].
+    pub enum AuthSurface("auth surface", 3) {
+        /// A `wdk_…` API key on the customer API.
+        CustomerApi = "customer_api",
+        /// A `wdo_…` operator token on `/ops/v1`.
+        OpsApi = "ops_api",
+        /// An operator token at the console's sign-in.
+        Console = "console",
     }
 }
 
