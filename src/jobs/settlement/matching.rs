@@ -138,12 +138,15 @@ pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
         },
         Verdict::Returned(_) => match held {
             Completed => Plan::Confirm(Apply::CreditReturn),
-            _ => Plan::Exception(
+            Pending | Processing | RequiresReview | Failed => Plan::Exception(
                 ExceptionKind::Returned,
                 format!("a return of a withdrawal we hold as {held}, never completed: not credited"),
             ),
         },
-        other => Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name())),
+        // A report line is a transfer with a status: it never reads as these.
+        other @ (Verdict::Pending(_) | Verdict::NoTransfer | Verdict::InFlight | Verdict::Unavailable(_)) => {
+            Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name()))
+        }
     }
 }
 
@@ -208,7 +211,8 @@ fn line_verdict(withdrawal: Option<&Withdrawal>, transfer: &Transfer) -> Verdict
         None => match transfer.status {
             TransferStatus::Failed => Verdict::Failed(transfer.clone()),
             TransferStatus::Returned => Verdict::Returned(transfer.clone()),
-            _ => Verdict::Paid(transfer.clone()),
+            // A report line is paid, failed or returned (`as_transfer`): never pending.
+            TransferStatus::Paid | TransferStatus::Pending => Verdict::Paid(transfer.clone()),
         },
     }
 }
