@@ -74,7 +74,7 @@ impl DatabaseGauges {
         let withdrawals = written
             .iter()
             .map(|status| {
-                let row = states.iter().find(|r| r.status == status.as_str());
+                let row = states.iter().find(|r| r.status == *status);
                 (*status, row.map_or(0, |r| r.count), age(row.and_then(|r| r.oldest_change)))
             })
             .collect();

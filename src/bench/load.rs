@@ -319,7 +319,7 @@ pub async fn end_to_end(
         let not_completed: BTreeMap<String, i64> = crate::storage::metrics::withdrawals_in_states(db, &NOT_COMPLETED)
             .await?
             .into_iter()
-            .map(|r| (r.status, r.count))
+            .map(|r| (r.status.to_string(), r.count))
             .collect();
         let count_of = |status: &str| not_completed.get(status).copied().unwrap_or(0);
         let accepted_now = accepted_total.load(Ordering::Relaxed) as i64;

@@ -172,7 +172,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
     let withdrawals = WithdrawalStatus::ALL
         .iter()
         .map(|status| {
-            let row = states.iter().find(|r| r.status == status.as_str());
+            let row = states.iter().find(|r| r.status == *status);
             StateCount {
                 state: status.as_str().to_owned(),
                 count: row.map_or(0, |r| r.count),

@@ -6,7 +6,7 @@ use crate::with_read_conn;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StateCount {
-    pub status: String,
+    pub status: WithdrawalStatus,
     pub count: i64,
     pub oldest_change: Option<DbTime>,
 }

@@ -187,12 +187,12 @@ async fn the_every_tick_state_counts_read_only_the_moving_states_and_agree_with_
     let some = queries::withdrawals_in_states(&app.db, &moving).await.unwrap();
     let all = queries::withdrawals_by_state(&app.db).await.unwrap();
     let view = |rows: &[queries::StateCount]| {
-        let mut v: Vec<(String, i64, Option<String>)> =
-            rows.iter().map(|r| (r.status.clone(), r.count, r.oldest_change.map(|t| t.0.to_rfc3339()))).collect();
+        let mut v: Vec<(WithdrawalStatus, i64, Option<String>)> =
+            rows.iter().map(|r| (r.status, r.count, r.oldest_change.map(|t| t.0.to_rfc3339()))).collect();
         v.sort();
         v
     };
-    let expected: Vec<_> = all.into_iter().filter(|r| moving.iter().any(|m| m.as_str() == r.status)).collect();
+    let expected: Vec<_> = all.into_iter().filter(|r| moving.contains(&r.status)).collect();
     assert_eq!(view(&some), view(&expected));
     assert_eq!(
         view(&some).iter().map(|(s, c, _)| (s.as_str(), *c)).collect::<Vec<_>>(),
