@@ -7,6 +7,7 @@ use chrono::TimeDelta;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, Route, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::DeadLetterId;
@@ -554,7 +555,10 @@ async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays
     config.in_flight_grace = Duration::from_millis(400);
     let patient =
         withdrawals::provider::breaker::BreakerConfig { minimum_number_of_calls: 1_000, ..Default::default() };
-    app.start_worker(withdrawals::startup::gateway_with(provider.provider.clone(), patient), config);
+    let gateway = withdrawals::startup::gateway_with(provider.provider.clone(), patient);
+    let hasty = CancellationToken::new();
+    let worker =
+        tokio::spawn(withdrawals::jobs::worker::Worker::new(app.db.clone(), gateway, config).run(hasty.clone()));
     for id in [paid, unpaid] {
         app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
         let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
@@ -562,6 +566,15 @@ async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays
     }
     assert_eq!(provider.mock.transfers().len(), 1, "only `paid` was executed");
     provider.mock.set_faults(FaultConfig::default());
+    // The outage is over: the hasty worker (a 200 ms provider timeout, an 800 ms window) stops
+    // before anything is replayed, and one with the ordinary test clocks takes over, so a loaded
+    // machine cannot turn a slow answer after the replay into a second dead letter.
+    hasty.cancel();
+    worker.await.unwrap().unwrap();
+    app.start_worker(
+        crate::harness::gateway_to(provider.mock.url(), Duration::from_secs(5)),
+        crate::harness::worker_config("w2"),
+    );
     let seen_before = provider.mock.requests().len();
 
     // Act: replay both letters.
