@@ -12,11 +12,10 @@ use serde::Deserialize;
 use super::api;
 use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, age, csrf_field, opt, role_note, state, text, when, Banner};
-use crate::domain::WithdrawalStatus;
+use crate::domain::{Evidence, StoredEvidence, WithdrawalStatus};
 use crate::http::AppState;
 use crate::ops::types::{
-    Decision, DecisionVerdict, OpsWithdrawal, Page, ProviderEvidence, ReasonRequest, ResolveRequest, WithdrawalDetail,
-    WithdrawalQuery,
+    Decision, DecisionVerdict, OpsWithdrawal, Page, ReasonRequest, ResolveRequest, WithdrawalDetail, WithdrawalQuery,
 };
 use crate::ops::Role;
 
@@ -195,7 +194,7 @@ fn decision_section(session: &Session, w: &OpsWithdrawal, d: &Decision) -> Marku
                 ", requested by " (d.requested_by_name) " " (when(d.requested_at))
                 ": " (d.reason)
             }
-            p { "When it was requested the provider said: " (provider_said(&ProviderEvidence::read(&d.request_evidence))) ". Approving asks the provider again." }
+            p { "When it was requested the provider said: " (provider_said(&d.request_evidence)) ". Approving asks the provider again." }
             (role_note(session, Role::Operator, "approve or reject decisions"))
             @if session.can(Role::Operator) {
                 div.actions {
@@ -211,17 +210,29 @@ fn decision_section(session: &Session, w: &OpsWithdrawal, d: &Decision) -> Marku
     }
 }
 
-/// What the provider said, from a decision's evidence.
-fn provider_said(evidence: &ProviderEvidence) -> Markup {
+/// What the provider said, from stored evidence; evidence this version cannot read is shown as
+/// such, never as nothing.
+fn provider_said(stored: &serde_json::Value) -> Markup {
+    match StoredEvidence::read(stored) {
+        Ok(StoredEvidence::Provider(evidence)) => provider_answer(&evidence),
+        Ok(StoredEvidence::SettlementLine(line)) => html! {
+            "the settlement report showed it " (state(line.verdict))
+            @if let Some(live) = &line.provider_record { "; asked then, " (provider_answer(live)) }
+        },
+        Err(unreadable) => html! { span.unreadable { (unreadable) } },
+    }
+}
+
+fn provider_answer(evidence: &Evidence) -> Markup {
     html! {
-        (state(opt(&evidence.verdict)))
-        @if let Some(t) = &evidence.transfer {
+        (state(evidence.verdict))
+        @if let Some(t) = evidence.transfer() {
             " (transfer " code { (t.id) } ", " (t.amount) " " (t.currency) ")"
         }
         @if let Some(fields) = &evidence.mismatch {
             " — differs in " (fields.join(", "))
         }
-        @if let Some(at) = evidence.asked_at { ", asked " (when(at)) }
+        ", asked " (when(evidence.asked_at))
     }
 }
 
@@ -269,10 +280,10 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
         events.push((
             t.at,
             html! {
-                span.kind { "Transition" } " " (state(opt(&t.from))) " → " (state(&t.to)) " by " (t.actor)
+                span.kind { "Transition" } " " (state(opt(&t.from))) " → " (state(t.to)) " by " (t.actor)
                 ": " (t.reason)
                 @if let Some(evidence) = t.evidence.as_ref().filter(|e| e.is_object()) {
-                    " — the provider said " (provider_said(&ProviderEvidence::read(evidence)))
+                    " — the provider said " (provider_said(evidence))
                 }
             },
         ));
@@ -302,7 +313,7 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
         events.push((
             r.at,
             html! {
-                span.kind { "Reconciliation" } " — the provider says " (state(&r.result))
+                span.kind { "Reconciliation" } " — the provider says " (state(r.result))
                 @if let Some(transfer) = &r.provider_transfer_id { ", transfer " code { (transfer) } }
                 ": " (r.detail)
             },
@@ -388,5 +399,31 @@ pub async fn decide(
             Redirect::to(&format!("/ops/withdrawals/{}?done={}", urlencode(&id), verdict.as_str())).into_response()
         }
         Err(r) => render(&state_, &session, &id, Some(Banner::error(r.to_string())), r.status, None).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{EvidenceSource, LineEvidence, VerdictKind};
+
+    #[test]
+    fn evidence_is_shown_as_written_and_an_unreadable_shape_says_so() {
+        let asked = Evidence::of(EvidenceSource::ProviderLookup, VerdictKind::NoTransfer, Utc::now());
+        let shown = provider_said(&asked.to_json()).into_string();
+        assert!(shown.contains("no_transfer") && shown.contains("asked"), "{shown}");
+
+        let line: LineEvidence = serde_json::from_value(serde_json::json!({
+            "source": "settlement_report", "report_id": uuid::Uuid::now_v7(), "line": 3, "line_key": "k",
+            "report_line": {"transfer_id": "tr_1", "idempotency_key": "k", "reference": "r", "amount_minor": 1000,
+                            "currency": "USD", "fee_minor": 0, "status": "paid", "event_at": Utc::now()},
+            "verdict": "paid", "ours": null, "provider_record": asked.clone(), "matched_at": Utc::now()
+        }))
+        .unwrap();
+        let shown = provider_said(&line.to_json()).into_string();
+        assert!(shown.contains("settlement report showed it") && shown.contains("no_transfer"), "{shown}");
+
+        let shown = provider_said(&serde_json::json!({"verdict": "paid"})).into_string();
+        assert!(shown.contains("cannot read"), "an older shape is named, not shown as nothing: {shown}");
     }
 }

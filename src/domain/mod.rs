@@ -25,10 +25,14 @@ mod status;
 mod text_enum;
 mod withdrawal;
 
-pub use decision::DecisionStatus;
+pub use decision::{DecisionStatus, ReviewAction};
 pub use destination::mask_account_number;
 pub use destination::{Destination, DestinationError};
-pub use evidence::{ReconciliationResult, SideEffect};
+pub use evidence::{
+    Approval, AttemptResult, BothRecords, Evidence, EvidenceSource, HeldRecord, LineEvidence, MissingEvidence,
+    OurRecord, ReconciliationResult, ReportLineRecord, SideEffect, StoredEvidence, TransferRecord, TransferStatus,
+    UnreadableEvidence, VerdictKind,
+};
 pub use failure::{Category, LetterEvent, LetterState};
 pub use idempotency::{IdempotencyKey, IdempotencyKeyError, IdempotencyState};
 pub use ids::{

@@ -51,6 +51,18 @@ text_enum! {
 }
 
 text_enum! {
+    /// What matching applied from a report line, once the provider's live record agreed.
+    pub enum LineApplied("settlement line effect", 3) {
+        /// The withdrawal was completed.
+        Completed = "completed",
+        /// The withdrawal was failed and its hold released.
+        Failed = "failed",
+        /// The return was credited back to the customer (SPEC §14.3).
+        ReturnCredited = "return_credited",
+    }
+}
+
+text_enum! {
     /// The kinds of settlement exception operators resolve.
     pub enum ExceptionKind("settlement exception kind", 5) {
         AmountMismatch = "amount_mismatch",
@@ -306,6 +318,7 @@ mod tests {
     #[test]
     fn evidence_names_round_trip() {
         crate::assert_text_enum_round_trips!(LineResult);
+        crate::assert_text_enum_round_trips!(LineApplied);
         crate::assert_text_enum_round_trips!(ExceptionKind);
         crate::assert_text_enum_round_trips!(ExceptionStatus);
         crate::assert_text_enum_round_trips!(Resolution);

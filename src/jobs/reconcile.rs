@@ -18,7 +18,10 @@ use super::context::JobContext;
 use super::retry::RetryDecision;
 use super::{JobKind, ReconcilePayout, SubmitPayout};
 use crate::dead_letter::Failure;
-use crate::domain::{Actor, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome, WithdrawalStatus};
+use crate::domain::{
+    Actor, Evidence, EvidenceSource, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome,
+    StoredEvidence, VerdictKind, WithdrawalStatus,
+};
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::attempts::{self, SideEffect};
 use crate::storage::jobs::{self as job_store, Finish};
@@ -80,17 +83,17 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
         Verdict::Paid(t) | Verdict::Returned(t) => {
             // A returned transfer was paid first: the withdrawal completes; the return's
             // re-credit is settlement's (SPEC §14.3).
-            let name = verdict.name();
+            let name = verdict.kind();
             let result = if matches!(verdict, Verdict::Returned(_)) { Outcome::Returned } else { Outcome::Paid };
             let to = WithdrawalStatus::Completed;
-            decide(&mut tx, ctx, from, to, "reconciliation found it paid", None, Some(&evidence)).await?;
+            decide(&mut tx, ctx, from, to, "reconciliation found it paid", None, Some(evidence)).await?;
             record(&mut tx, ctx, result, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Failed(t) => {
             let code = t.failure_code.as_deref().unwrap_or("provider_failed");
             let to = WithdrawalStatus::Failed;
-            decide(&mut tx, ctx, from, to, "reconciliation found it failed", Some(code), Some(&evidence)).await?;
+            decide(&mut tx, ctx, from, to, "reconciliation found it failed", Some(code), Some(evidence)).await?;
             record(&mut tx, ctx, Outcome::Failed, Some(&t.id), Some(code), "provider reports failed", None).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
@@ -194,9 +197,8 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
     };
     if from == WithdrawalStatus::RequiresReview {
         let reason = "controlled retry after reconciliation";
-        let evidence =
-            serde_json::json!({"source": "provider_lookup", "verdict": "no_transfer", "asked_at": chrono::Utc::now()});
-        decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(&evidence)).await?;
+        let evidence = Evidence::of(EvidenceSource::ProviderLookup, VerdictKind::NoTransfer, chrono::Utc::now());
+        decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(evidence)).await?;
     }
     let result_id = ReconciliationId::new();
     let follow_up = if job_store::has_live_job(&mut tx, id, JobKind::SubmitPayout).await? {
@@ -218,8 +220,9 @@ async fn decide(
     to: WithdrawalStatus,
     reason: &str,
     failure_code: Option<&str>,
-    evidence: Option<&serde_json::Value>,
+    evidence: Option<Evidence>,
 ) -> anyhow::Result<()> {
+    let evidence = evidence.map(StoredEvidence::from);
     let request = TransitionRequest {
         id: ctx.payload_withdrawal()?,
         from,
@@ -229,7 +232,7 @@ async fn decide(
         reason,
         correlation_id: &ctx.job.correlation_id,
         failure_code,
-        evidence,
+        evidence: evidence.as_ref(),
     };
     match store::transition(tx, &request).await? {
         TransitionOutcome::Applied(_) | TransitionOutcome::Stale => Ok(()),

@@ -11,7 +11,7 @@ use super::context::JobContext;
 use super::retry::{Exhausted, RetryDecision};
 use super::{enqueue_reconciliation, SubmitPayout};
 use crate::dead_letter::{Category, Failure};
-use crate::domain::{format_minor, Actor, Withdrawal, WithdrawalStatus};
+use crate::domain::{format_minor, Actor, AttemptResult, Withdrawal, WithdrawalStatus};
 use crate::provider::{Mismatch, SubmitOutcome, TransferRequest, TransferStatus, Verdict};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
 use crate::storage::batch::Writes;
@@ -188,7 +188,7 @@ pub(super) struct Decision<'a> {
     pub next: Next<'a>,
     /// The move out of `processing`: to, reason, failure code.
     settled: Option<(WithdrawalStatus, &'static str, Option<String>)>,
-    evidence: Option<serde_json::Value>,
+    evidence: Option<crate::domain::StoredEvidence>,
     /// A reconciliation to enqueue in the same transaction: its reason and when it runs.
     pub follow_up: Option<(&'static str, DbTime)>,
 }
@@ -221,7 +221,9 @@ impl<'a> Decision<'a> {
             _ => None,
         };
         // The provider's answer is the evidence of the move it causes.
-        let evidence = verdict.as_ref().map(|v| v.evidence_from("provider_create", withdrawal, chrono::Utc::now()));
+        let evidence = verdict.as_ref().map(|v| {
+            v.evidence_from(crate::domain::EvidenceSource::ProviderCreate, withdrawal, chrono::Utc::now()).into()
+        });
         let follow_up = match (outcome, &verdict) {
             (_, Some(Verdict::Pending(_))) => Some(("pending_transfer", DbTime::after(ctx.config().pending_poll))),
             (SubmitOutcome::Unknown(_), _) => Some(("unknown_outcome", DbTime::now())),
@@ -315,7 +317,11 @@ fn decide<'a>(
                 _ => None,
             };
             let record = AttemptOutcome {
-                outcome: if mismatch.is_some() { "mismatch" } else { transfer.status.as_str() },
+                outcome: if mismatch.is_some() {
+                    AttemptResult::Mismatch
+                } else {
+                    AttemptResult::of_transfer(transfer.status)
+                },
                 side_effect: Some(SideEffect::Confirmed),
                 http_status: Some(*http_status),
                 provider_transfer_id: Some(&transfer.id),
@@ -329,7 +335,7 @@ fn decide<'a>(
             (record, next)
         }
         SubmitOutcome::Retryable(error) => {
-            let record = error_record("retryable", SideEffect::NotStarted, error);
+            let record = error_record(AttemptResult::Retryable, SideEffect::NotStarted, error);
             let attempts_made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
             let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
             let policy = &ctx.config().submit_policy;
@@ -351,15 +357,15 @@ fn decide<'a>(
             (record, next)
         }
         SubmitOutcome::Unknown(error) => {
-            (error_record("unknown", SideEffect::Unknown, error), Next::Finish(Finish::Succeeded))
+            (error_record(AttemptResult::Unknown, SideEffect::Unknown, error), Next::Finish(Finish::Succeeded))
         }
         SubmitOutcome::Permanent { error, side_effect } => {
             let failure = Failure::permanent(error.code.clone(), error.message.clone()).with_side_effect(*side_effect);
-            (error_record("permanent", *side_effect, error), Next::DeadLetter(failure))
+            (error_record(AttemptResult::Permanent, *side_effect, error), Next::DeadLetter(failure))
         }
         SubmitOutcome::IdempotencyConflict(error) => {
             let failure = Failure::side_effect_unknown(error.code.clone(), error.message.clone());
-            (error_record("conflict", SideEffect::Unknown, error), Next::DeadLetter(failure))
+            (error_record(AttemptResult::Conflict, SideEffect::Unknown, error), Next::DeadLetter(failure))
         }
     }
 }
@@ -377,7 +383,7 @@ pub fn mismatch_failure(withdrawal: &Withdrawal, transfer: &crate::provider::Tra
 }
 
 fn error_record<'a>(
-    outcome: &'a str,
+    outcome: AttemptResult,
     side_effect: SideEffect,
     error: &'a crate::provider::ProviderError,
 ) -> AttemptOutcome<'a> {

@@ -1,51 +1,27 @@
-//! A decision on a withdrawal in review (SPEC §8.1): what an operator may decide ([`Decide`]),
-//! the check of it against the provider's record at that moment ([`check_with_provider`]) and
+//! A decision on a withdrawal in review (SPEC §8.1): what an operator asked for (a
+//! `domain::ReviewAction`, read by [`parse_action`]), the check of it against the provider's record at that moment ([`check_with_provider`]) and
 //! its guarded application ([`apply`]). Shared by a resolution applied at once (`review`) and one
 //! approved by a second operator (`decisions`); it imports neither.
 
 use chrono::Utc;
-use serde_json::{json, Value};
 
 use super::{Operator, Ops, OpsError, OpsResult};
-use crate::domain::{Actor, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{Actor, Evidence, ReviewAction, StoredEvidence, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::jobs::{JobKind, SubmitPayout};
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::jobs as job_store;
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use crate::storage::DbTime;
 
-/// What an operator may decide about a withdrawal in review.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decide {
-    Complete,
-    Fail,
-    Retry,
-    Reconcile,
-}
-
-impl Decide {
-    pub fn parse(raw: &str) -> OpsResult<Decide> {
-        match raw {
-            "complete" => Ok(Decide::Complete),
-            "fail" => Ok(Decide::Fail),
-            "retry" => Ok(Decide::Retry),
-            "reconcile" => Ok(Decide::Reconcile),
-            other => Err(OpsError::invalid(
-                "invalid_action",
-                "action",
-                format!("unknown action `{other}`: use complete, fail, retry or reconcile"),
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decide::Complete => "complete",
-            Decide::Fail => "fail",
-            Decide::Retry => "retry",
-            Decide::Reconcile => "reconcile",
-        }
-    }
+/// Reads the action an operator asked for, refusing an unknown one with the actions there are.
+pub fn parse_action(raw: &str) -> OpsResult<ReviewAction> {
+    raw.parse().map_err(|_| {
+        OpsError::invalid(
+            "invalid_action",
+            "action",
+            format!("unknown action `{raw}`: use complete, fail, retry or reconcile"),
+        )
+    })
 }
 
 /// The withdrawal, if it is in review at the version the operator looked at.
@@ -70,10 +46,10 @@ pub(super) async fn apply(
     tx: &mut crate::storage::Tx,
     operator: &Operator,
     current: &Withdrawal,
-    action: Decide,
+    action: ReviewAction,
     version: i64,
     reason: &str,
-    evidence: &Value,
+    evidence: &Evidence,
     correlation: &str,
 ) -> OpsResult<Withdrawal> {
     let id = current.id;
@@ -85,11 +61,12 @@ pub(super) async fn apply(
     }
     let actor = Actor::Operator(operator.id.to_string());
     let (to, failure_code) = match action {
-        Decide::Complete => (WithdrawalStatus::Completed, None),
-        Decide::Fail => (WithdrawalStatus::Failed, Some("rejected_by_operator")),
-        Decide::Retry => (WithdrawalStatus::Processing, None),
-        Decide::Reconcile => return Err(OpsError::Internal(anyhow::anyhow!("reconcile is not a transition"))),
+        ReviewAction::Complete => (WithdrawalStatus::Completed, None),
+        ReviewAction::Fail => (WithdrawalStatus::Failed, Some("rejected_by_operator")),
+        ReviewAction::Retry => (WithdrawalStatus::Processing, None),
+        ReviewAction::Reconcile => return Err(OpsError::Internal(anyhow::anyhow!("reconcile is not a transition"))),
     };
+    let stored = StoredEvidence::from(evidence.clone());
     let transition = TransitionRequest {
         id,
         from: WithdrawalStatus::RequiresReview,
@@ -99,10 +76,10 @@ pub(super) async fn apply(
         reason,
         correlation_id: correlation,
         failure_code,
-        evidence: Some(evidence),
+        evidence: Some(&stored),
     };
     let outcome = store::transition(tx, &transition).await?;
-    if action == Decide::Retry
+    if action == ReviewAction::Retry
         && matches!(outcome, TransitionOutcome::Applied(_))
         && !job_store::has_live_job(tx, id, JobKind::SubmitPayout).await?
     {
@@ -136,7 +113,7 @@ async fn reference_elsewhere(gateway: &crate::provider::Gateway, w: &Withdrawal,
             Some(Verdict::Mismatch(_, m)) => {
                 format!("; transfer {reference} is not this withdrawal's (it differs in {})", m.fields.join(", "))
             }
-            Some(v) => format!("; transfer {reference} is {}", v.name()),
+            Some(v) => format!("; transfer {reference} is {}", v.kind()),
             None => String::new(),
         },
         Ok(LookupOutcome::NotFound) => format!("; the provider has no transfer {reference}"),
@@ -162,9 +139,9 @@ fn unavailable(detail: &str) -> OpsError {
 pub(super) async fn check_with_provider(
     ops: &Ops<'_>,
     w: &Withdrawal,
-    action: Decide,
+    action: ReviewAction,
     reference: Option<&str>,
-) -> OpsResult<Value> {
+) -> OpsResult<Evidence> {
     let gateway = ops.gateway.ok_or_else(|| unavailable("this process cannot reach the provider"))?;
     let answer = gateway
         .lookup(&w.id.to_string(), &format!("ops-check-{}", w.id))
@@ -178,24 +155,22 @@ pub(super) async fn check_with_provider(
         LookupOutcome::Found(_) | LookupOutcome::Unavailable(_) => false,
     };
     let verdict = Verdict::of_lookup(w, &answer, in_flight);
-    let mut evidence = verdict.evidence(w, Utc::now());
-    evidence["action"] = json!(action.as_str());
+    let evidence = verdict.evidence(w, Utc::now()).for_action(action);
     let refused_complete =
         |detail: String| OpsError::invalid("provider_reference_mismatch", "provider_reference", detail);
     let conflict = |code: &str, detail: String| OpsError::conflict(code, detail);
     let reference = reference.unwrap_or_default();
     match (action, &verdict) {
         (_, Verdict::Unavailable(_)) => Err(unavailable("the provider did not answer; try later")),
-        (Decide::Complete, Verdict::Paid(t) | Verdict::Returned(t)) if t.id == reference => {
-            evidence["provider_reference"] = json!(reference);
-            Ok(evidence)
+        (ReviewAction::Complete, Verdict::Paid(t) | Verdict::Returned(t)) if t.id == reference => {
+            Ok(evidence.naming(reference))
         }
-        (Decide::Complete, Verdict::Mismatch(t, m)) => Err(refused_complete(format!(
+        (ReviewAction::Complete, Verdict::Mismatch(t, m)) => Err(refused_complete(format!(
             "the provider's transfer {} differs from the withdrawal in {}: never completed",
             t.id,
             m.fields.join(", ")
         ))),
-        (Decide::Complete, other) => {
+        (ReviewAction::Complete, other) => {
             let under_key = match other.transfer() {
                 Some(t) if matches!(other, Verdict::Paid(_) | Verdict::Returned(_)) => {
                     format!("the provider paid this withdrawal as transfer {}, not {reference}", t.id)

@@ -9,14 +9,14 @@
 //! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, another person ([`super::credentials::require_second_person`]) |
 //! | `POST /ops/v1/withdrawals/{id}/decision/reject` `{reason}` | operator (the requester may withdraw it) |
 
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::acts::{DecisionApprove, DecisionReject};
-use super::decide::{apply, check_with_provider, in_review, Decide};
+use super::decide::{apply, check_with_provider, in_review};
 use super::types::{Decided, Decision, List, OpsWithdrawal, ReasonRequest};
 use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
-use crate::domain::{DecisionStatus, Withdrawal, WithdrawalId};
+use crate::domain::{Approval, DecisionStatus, Evidence, ReviewAction, Withdrawal, WithdrawalId};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
@@ -35,7 +35,7 @@ pub fn view(d: &ReviewDecision, names: &super::Names) -> Decision {
     Decision {
         id: d.id.0,
         withdrawal_id: d.withdrawal_id.0,
-        action: d.action.clone(),
+        action: d.action,
         provider_reference: d.provider_reference.clone(),
         version: d.version,
         reason: d.reason.clone(),
@@ -58,22 +58,22 @@ pub(super) async fn request(
     ops: &Ops<'_>,
     operator: &Operator,
     w: &Withdrawal,
-    action: Decide,
+    action: ReviewAction,
     reference: Option<&str>,
     reason: &str,
-    evidence: &Value,
+    evidence: &Evidence,
     audited: &Audited<'_>,
 ) -> OpsResult<Decision> {
     let decision = ReviewDecision {
         id: crate::domain::DecisionId::new(),
         withdrawal_id: w.id,
-        action: action.as_str().to_owned(),
+        action,
         provider_reference: reference.map(str::to_owned),
         version: w.version,
         reason: reason.to_owned(),
         requested_by: operator.id,
         requested_at: DbTime::now(),
-        request_evidence: sqlx::types::Json(evidence.clone()),
+        request_evidence: sqlx::types::Json(evidence.to_json()),
         status: DecisionStatus::Pending,
         decided_by: None,
         decided_at: None,
@@ -164,14 +164,16 @@ async fn approve_checked(
     reason: &str,
 ) -> OpsResult<Decided> {
     super::credentials::require_second_person(ops, operator, pending.requested_by).await?;
-    let action = Decide::parse(&pending.action)?;
+    let action = pending.action;
     let withdrawal = pending.withdrawal_id;
     let current = in_review(ops, withdrawal, pending.version).await?;
     // Asked again now: the provider's record may have changed since the request.
-    let mut evidence = check_with_provider(ops, &current, action, pending.provider_reference.as_deref()).await?;
-    evidence["decision_id"] = json!(pending.id);
-    evidence["requested_by"] = json!(pending.requested_by);
-    evidence["approved_by"] = json!(operator.id.0);
+    let evidence =
+        check_with_provider(ops, &current, action, pending.provider_reference.as_deref()).await?.approving(Approval {
+            decision_id: pending.id.0,
+            requested_by: pending.requested_by.0,
+            approved_by: operator.id.0,
+        });
     let correlation = format!("ops-{}", Uuid::new_v4());
     let mut tx = ops.db.begin().await?;
     if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Approved, operator.id, reason).await? {

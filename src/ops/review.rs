@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::acts::{WithdrawalReconcile, WithdrawalResolve};
-use super::decide::{apply, check_with_provider, in_review, Decide};
+use super::decide::{apply, check_with_provider, in_review, parse_action};
 use super::types::{
     AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReasonRequest, ReconciliationView, Reconciling,
     ResolveRequest, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
@@ -16,6 +16,7 @@ use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
     OpsError, OpsResult, Role,
 };
+use crate::domain::ReviewAction;
 use crate::domain::{format_minor, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::jobs::enqueue_reconciliation;
 use crate::storage::review_decisions;
@@ -92,8 +93,8 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             worker_id: a.worker_id,
             started_at: a.started_at.0,
             finished_at: a.finished_at.map(|t| t.0),
-            outcome: a.outcome.map(|o| o.to_string()),
-            side_effect: a.side_effect.to_string(),
+            outcome: a.outcome,
+            side_effect: a.side_effect,
             http_status: a.http_status,
             provider_transfer_id: a.provider_transfer_id,
             failure_code: a.failure_code,
@@ -106,7 +107,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .into_iter()
         .map(|r| ReconciliationView {
             id: r.id.0,
-            result: r.result.to_string(),
+            result: r.result,
             provider_transfer_id: r.provider_transfer_id,
             failure_code: r.failure_code,
             detail: r.detail,
@@ -225,13 +226,8 @@ pub async fn reconcile_now(
 }
 
 impl Resolved {
-    fn applied(w: &Withdrawal, action: Decide) -> Self {
-        Resolved {
-            withdrawal: OpsWithdrawal::from(w),
-            action: action.as_str().to_owned(),
-            status: None,
-            decision: None,
-        }
+    fn applied(w: &Withdrawal, action: ReviewAction) -> Self {
+        Resolved { withdrawal: OpsWithdrawal::from(w), action, status: None, decision: None }
     }
 }
 
@@ -242,12 +238,12 @@ async fn resolve_checked(
     req: &ResolveRequest,
     audited: &Audited<'_>,
 ) -> OpsResult<Resolved> {
-    let action = Decide::parse(&req.action)?;
+    let action = parse_action(&req.action)?;
     let reason = require_reason(&req.reason)?;
     let db = ops.db;
     let current = in_review(ops, id, req.version).await?;
     let correlation = format!("ops-{}", Uuid::new_v4());
-    if action == Decide::Reconcile {
+    if action == ReviewAction::Reconcile {
         let mut tx = db.begin().await?;
         enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?;
         audited.record_ok(&mut tx, operator).await?;
@@ -264,7 +260,7 @@ async fn resolve_checked(
         ));
     }
     let reference = match action {
-        Decide::Complete => {
+        ReviewAction::Complete => {
             Some(req.provider_reference.as_deref().map(str::trim).filter(|r| !r.is_empty()).ok_or_else(|| {
                 OpsError::invalid(
                     "provider_reference_required",
@@ -273,16 +269,18 @@ async fn resolve_checked(
                 )
             })?)
         }
-        Decide::Fail | Decide::Retry | Decide::Reconcile => None,
+        ReviewAction::Fail | ReviewAction::Retry | ReviewAction::Reconcile => None,
     };
     // Asked before any transaction opens: a slow provider must not hold a writer.
     let evidence = check_with_provider(ops, &current, action, reference).await?;
-    if matches!(action, Decide::Complete | Decide::Fail) && ops.config.review.needs_approval(&current.amount) {
+    if matches!(action, ReviewAction::Complete | ReviewAction::Fail)
+        && ops.config.review.needs_approval(&current.amount)
+    {
         let decision =
             super::decisions::request(ops, operator, &current, action, reference, reason, &evidence, audited).await?;
         return Ok(Resolved {
             withdrawal: OpsWithdrawal::from(&current),
-            action: action.as_str().to_owned(),
+            action,
             status: Some("pending_approval".into()),
             decision: Some(decision),
         });

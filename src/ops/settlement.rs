@@ -15,7 +15,7 @@ use super::{
     decode_cursor, encode_cursor, page, page_limit, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
-use crate::domain::{Amount, Currency, SettlementExceptionId};
+use crate::domain::{Amount, Currency, SettlementExceptionId, StoredEvidence};
 use crate::jobs::settlement::{self as settlement, ImportError, Origin};
 use crate::provider::{ReportFetch, Verdict};
 use crate::storage::settlement::{self as store, ExceptionFilter, ExceptionRow};
@@ -294,9 +294,7 @@ pub async fn credit_return(
             .await
             .map_err(|_| OpsError::unavailable("provider_unavailable", "the provider breaker is open; try later"))?;
         let live = Verdict::of_lookup(&w, &answer, false);
-        let mut evidence = live.evidence(&w, chrono::Utc::now());
-        evidence["source"] = "operator_credit_return".into();
-        evidence["exception_id"] = id.0.to_string().into();
+        let evidence = StoredEvidence::from(live.evidence(&w, chrono::Utc::now()).crediting_return(id.0));
         let transfer = match &live {
             Verdict::Returned(t) => t.clone(),
             Verdict::Unavailable(_) => {
@@ -314,7 +312,7 @@ pub async fn credit_return(
             other => {
                 return Err(OpsError::conflict(
                     "return_not_at_provider",
-                    format!("the provider's record says {}, not returned: not credited", other.name()),
+                    format!("the provider's record says {}, not returned: not credited", other.kind()),
                 ))
             }
         };

@@ -5,12 +5,13 @@ use clap::Subcommand;
 use uuid::Uuid;
 
 use super::client::Client;
-use super::format::{age, at, at_or_dash, o};
+use super::format::{age, at, o};
 use super::Connection;
+use crate::domain::{Evidence, StoredEvidence};
 use crate::ops::routes;
 use crate::ops::types::{
-    Decided, Decision, List, OpsWithdrawal, Page, ProviderEvidence, ReasonRequest, Reconciling, ResolveRequest,
-    Resolved, WithdrawalDetail, WithdrawalQuery,
+    Decided, Decision, List, OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved,
+    WithdrawalDetail, WithdrawalQuery,
 };
 
 #[derive(Debug, Subcommand)]
@@ -182,10 +183,20 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
     }
     for t in &shown.transitions {
         println!("  transition  {} → {}  by {}: {}  ({})", o(&t.from), t.to, t.actor, t.reason, at(t.at));
-        let evidence = t.evidence.as_ref().map(ProviderEvidence::read).unwrap_or_default();
-        if let Some(verdict) = &evidence.verdict {
-            let transfer = evidence.transfer.as_ref().map_or("none", |t| t.id.as_str());
-            println!("    provider said: {verdict} (transfer {transfer}) at {}", at_or_dash(evidence.asked_at));
+        let said = |e: &Evidence| {
+            let transfer = e.transfer().map_or("none", |t| t.id.as_str());
+            format!("{} (transfer {transfer}) at {}", e.verdict, at(e.asked_at))
+        };
+        match t.evidence.as_ref().map(StoredEvidence::read) {
+            None => {}
+            Some(Ok(StoredEvidence::Provider(e))) => println!("    provider said: {}", said(&e)),
+            Some(Ok(StoredEvidence::SettlementLine(line))) => {
+                println!("    settlement report showed: {}", line.verdict);
+                if let Some(live) = &line.provider_record {
+                    println!("    provider said: {}", said(live));
+                }
+            }
+            Some(Err(unreadable)) => println!("    provider said: {unreadable}"),
         }
     }
     for a in &shown.provider_attempts {

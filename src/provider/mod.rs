@@ -34,16 +34,7 @@ pub struct TransferRequest {
     pub destination: crate::domain::Destination,
 }
 
-crate::text_enum! {
-    /// A transfer's status at the provider (SPEC §4): its name on the wire and in stored evidence.
-    pub enum TransferStatus("transfer status", 4) {
-        Pending = "pending",
-        Paid = "paid",
-        Failed = "failed",
-        /// Paid, then sent back by the bank: the money did go out (SPEC §4, §14.3).
-        Returned = "returned",
-    }
-}
+pub use crate::domain::TransferStatus;
 
 /// A transfer as the provider reports it. `amount` and `currency` are required: an answer
 /// without them cannot be checked against the withdrawal, so it decides nothing (SPEC §4).

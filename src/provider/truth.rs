@@ -6,10 +6,9 @@
 //! definitive) is the caller's knowledge, passed in.
 
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use super::{LookupOutcome, Transfer, TransferStatus};
-use crate::domain::Withdrawal;
+use crate::domain::{BothRecords, Evidence, EvidenceSource, OurRecord, TransferRecord, VerdictKind, Withdrawal};
 
 /// Which fields of the provider's transfer differ from the withdrawal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,26 +48,34 @@ pub fn check(withdrawal: &Withdrawal, transfer: &Transfer) -> Result<(), Mismatc
     }
 }
 
-/// Both records side by side, as stored in the evidence of a mismatch or a decision.
-pub fn both_records(withdrawal: &Withdrawal, transfer: &Transfer) -> Value {
-    json!({
-        "ours": {
-            "withdrawal_id": withdrawal.id,
-            "amount": withdrawal.amount.value().to_string(),
-            "currency": withdrawal.amount.currency().code(),
-            "reference": withdrawal.id.to_string(),
+/// Both records side by side, as stored in the evidence of a mismatch.
+pub fn both_records(withdrawal: &Withdrawal, transfer: &Transfer) -> BothRecords {
+    BothRecords {
+        ours: OurRecord {
+            withdrawal_id: withdrawal.id,
+            amount: withdrawal.amount.value(),
+            currency: withdrawal.amount.currency().code().to_owned(),
+            reference: withdrawal.id.to_string(),
         },
-        "provider": transfer_json(transfer),
-    })
+        provider: transfer.record(),
+    }
 }
 
-/// A transfer as stored in evidence (no destination: the provider's answer carries none).
-pub fn transfer_json(t: &Transfer) -> Value {
-    json!({
-        "id": t.id, "reference": t.reference, "amount": t.amount.to_string(), "currency": t.currency,
-        "status": t.status.as_str(), "failure_code": t.failure_code, "return_code": t.return_code,
-        "created_at": t.created_at, "updated_at": t.updated_at,
-    })
+impl Transfer {
+    /// The transfer as evidence keeps it.
+    pub fn record(&self) -> TransferRecord {
+        TransferRecord {
+            id: self.id.clone(),
+            reference: self.reference.clone(),
+            amount: self.amount,
+            currency: self.currency.clone(),
+            status: self.status,
+            failure_code: self.failure_code.clone(),
+            return_code: self.return_code.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
 }
 
 /// What the provider's record says about a withdrawal, once checked.
@@ -154,46 +161,43 @@ impl Verdict {
         }
     }
 
-    /// A short name: `no_transfer`, `in_flight`, `pending`, `paid`, `returned`, `failed`,
-    /// `mismatch`, `unavailable`.
-    pub fn name(&self) -> &'static str {
+    /// The verdict's name, as evidence and reports store it.
+    pub fn kind(&self) -> VerdictKind {
         match self {
-            Verdict::NoTransfer => "no_transfer",
-            Verdict::InFlight => "in_flight",
-            Verdict::Pending(_) => "pending",
-            Verdict::Paid(_) => "paid",
-            Verdict::Returned(_) => "returned",
-            Verdict::Failed(_) => "failed",
-            Verdict::Mismatch(..) => "mismatch",
-            Verdict::Unavailable(_) => "unavailable",
+            Verdict::NoTransfer => VerdictKind::NoTransfer,
+            Verdict::InFlight => VerdictKind::InFlight,
+            Verdict::Pending(_) => VerdictKind::Pending,
+            Verdict::Paid(_) => VerdictKind::Paid,
+            Verdict::Returned(_) => VerdictKind::Returned,
+            Verdict::Failed(_) => VerdictKind::Failed,
+            Verdict::Mismatch(..) => VerdictKind::Mismatch,
+            Verdict::Unavailable(_) => VerdictKind::Unavailable,
         }
     }
 
     /// The evidence a decision taken on this verdict rests on: what the provider said to a
     /// lookup by the operation key, when.
-    pub fn evidence(&self, withdrawal: &Withdrawal, asked_at: chrono::DateTime<chrono::Utc>) -> Value {
-        self.evidence_from("provider_lookup", withdrawal, asked_at)
+    pub fn evidence(&self, withdrawal: &Withdrawal, asked_at: chrono::DateTime<chrono::Utc>) -> Evidence {
+        self.evidence_from(EvidenceSource::ProviderLookup, withdrawal, asked_at)
     }
 
-    /// [`evidence`](Self::evidence) of an answer from `source` (`provider_lookup`,
-    /// `provider_create`).
+    /// [`evidence`](Self::evidence) of an answer from `source`.
     pub fn evidence_from(
         &self,
-        source: &str,
+        source: EvidenceSource,
         withdrawal: &Withdrawal,
         asked_at: chrono::DateTime<chrono::Utc>,
-    ) -> Value {
-        let mut e = json!({"source": source, "asked_at": asked_at, "verdict": self.name()});
+    ) -> Evidence {
+        let mut e = Evidence::of(source, self.kind(), asked_at);
         match self {
             Verdict::Mismatch(t, m) => {
-                e["mismatch"] = json!(m.fields);
-                e["records"] = both_records(withdrawal, t);
+                e.mismatch = Some(m.fields.iter().map(|f| (*f).to_owned()).collect());
+                e.records = Some(both_records(withdrawal, t));
             }
-            Verdict::Unavailable(why) => e["detail"] = json!(why),
-            other => {
-                if let Some(t) = other.transfer() {
-                    e["transfer"] = transfer_json(t);
-                }
+            Verdict::Unavailable(why) => e.detail = Some(why.clone()),
+            Verdict::NoTransfer | Verdict::InFlight => {}
+            Verdict::Pending(t) | Verdict::Paid(t) | Verdict::Returned(t) | Verdict::Failed(t) => {
+                e.transfer = Some(t.record())
             }
         }
         e
@@ -205,6 +209,7 @@ mod tests {
     use super::*;
     use crate::domain::{AccountId, Amount, Currency, Destination, WithdrawalId, WithdrawalStatus};
     use rust_decimal::Decimal;
+    use serde_json::json;
 
     #[test]
     fn transfer_statuses_read_and_write_their_wire_names() {
@@ -269,9 +274,9 @@ mod tests {
         // Several transfers under one key (never by contract): one that may pay wins.
         let failed = transfer(&w, "40.00", "USD", TransferStatus::Failed);
         let pending = transfer(&w, "40.00", "USD", TransferStatus::Pending);
-        assert_eq!(found(vec![failed.clone(), pending.clone()]).name(), "pending");
-        assert_eq!(found(vec![failed.clone()]).name(), "failed");
-        assert_eq!(found(vec![pending, wrong]).name(), "mismatch");
+        assert_eq!(found(vec![failed.clone(), pending.clone()]).kind(), VerdictKind::Pending);
+        assert_eq!(found(vec![failed.clone()]).kind(), VerdictKind::Failed);
+        assert_eq!(found(vec![pending, wrong]).kind(), VerdictKind::Mismatch);
         assert_eq!(Verdict::of_lookup(&w, &LookupOutcome::NotFound, true), Verdict::InFlight);
         assert_eq!(Verdict::of_lookup(&w, &LookupOutcome::NotFound, false), Verdict::NoTransfer);
         let may_pay: Vec<(&str, bool)> = [
@@ -284,7 +289,7 @@ mod tests {
             Verdict::Unavailable("x".into()),
         ]
         .iter()
-        .map(|v| (v.name(), v.may_pay()))
+        .map(|v| (v.kind().as_str(), v.may_pay()))
         .collect();
         assert_eq!(
             may_pay,
@@ -304,11 +309,35 @@ mod tests {
     fn the_evidence_of_a_mismatch_holds_both_records() {
         let w = withdrawal("40.00");
         let t = transfer(&w, "39.99", "USD", TransferStatus::Paid);
-        let e = Verdict::of_transfer(&w, &t).evidence(&w, chrono::Utc::now());
+        let e = Verdict::of_transfer(&w, &t).evidence(&w, chrono::Utc::now()).to_json();
         assert_eq!(e["verdict"], "mismatch");
         assert_eq!(e["mismatch"], json!(["amount"]));
         assert_eq!(e["records"]["ours"]["amount"], "40.00");
         assert_eq!(e["records"]["provider"]["amount"], "39.99");
         assert_eq!(e["records"]["provider"]["id"], t.id.as_str());
+    }
+
+    #[test]
+    fn the_evidence_of_every_verdict_reads_back_as_it_was_written() {
+        let w = withdrawal("40.00");
+        let paid = transfer(&w, "40.00", "USD", TransferStatus::Paid);
+        let verdicts = [
+            Verdict::NoTransfer,
+            Verdict::InFlight,
+            Verdict::Pending(paid.clone()),
+            Verdict::Paid(paid.clone()),
+            Verdict::Returned(paid.clone()),
+            Verdict::Failed(paid.clone()),
+            Verdict::of_transfer(&w, &transfer(&w, "41.00", "EUR", TransferStatus::Paid)),
+            Verdict::Unavailable("http_503: down".into()),
+        ];
+        for v in verdicts {
+            let e = v.evidence(&w, chrono::Utc::now()).for_action(crate::domain::ReviewAction::Complete).naming("tr_1");
+            let stored = e.to_json();
+            assert_eq!(Evidence::read(&stored).as_ref(), Ok(&e), "{stored}");
+            assert_eq!(stored["verdict"], v.kind().as_str());
+            assert_eq!(e.transfer().map(|t| t.id.as_str()), v.transfer().map(|t| t.id.as_str()), "{stored}");
+        }
+        assert!(Evidence::read(&json!({"verdict": "paid"})).is_err(), "a shape without source and time is unreadable");
     }
 }

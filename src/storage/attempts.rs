@@ -6,7 +6,7 @@
 
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::{AttemptId, JobId, WithdrawalId};
+use crate::domain::{AttemptId, AttemptResult, JobId, WithdrawalId};
 use crate::{with_conn, with_read_conn};
 
 pub use crate::domain::SideEffect;
@@ -21,7 +21,7 @@ pub struct AttemptRow {
     pub correlation_id: String,
     pub started_at: DbTime,
     pub finished_at: Option<DbTime>,
-    pub outcome: Option<String>,
+    pub outcome: Option<AttemptResult>,
     pub side_effect: SideEffect,
     pub http_status: Option<i64>,
     pub provider_transfer_id: Option<String>,
@@ -37,7 +37,10 @@ impl AttemptRow {
     /// transfer" rules a payment out.
     pub fn may_have_paid(&self) -> bool {
         self.side_effect == SideEffect::Unknown
-            || matches!(self.outcome.as_deref(), Some("pending" | "paid" | "returned" | "mismatch"))
+            || matches!(
+                self.outcome,
+                Some(AttemptResult::Pending | AttemptResult::Paid | AttemptResult::Returned | AttemptResult::Mismatch)
+            )
     }
 }
 
@@ -116,7 +119,7 @@ pub fn start_in(
 /// What a call produced, for the attempt row.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptOutcome<'a> {
-    pub outcome: &'a str,
+    pub outcome: AttemptResult,
     pub side_effect: Option<SideEffect>,
     pub http_status: Option<u16>,
     pub provider_transfer_id: Option<&'a str>,
@@ -132,7 +135,7 @@ pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &Atte
         Sql::new("UPDATE provider_attempts SET finished_at = ")
             .bind(DbTime::now())
             .sql(", outcome = ")
-            .bind(outcome.outcome)
+            .bind(outcome.outcome.as_str())
             .sql(", side_effect = ")
             .bind(outcome.side_effect.unwrap_or(SideEffect::Unknown).as_str())
             .sql(", http_status = ")

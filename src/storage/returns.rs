@@ -50,7 +50,7 @@ pub async fn apply(
     reported: Amount,
     return_code: &str,
     returned_at: DbTime,
-    evidence: &Value,
+    evidence: &crate::domain::StoredEvidence,
 ) -> Result<Applied> {
     if withdrawal.status != WithdrawalStatus::Completed {
         return Ok(Applied::NotCompleted);
@@ -72,7 +72,7 @@ pub async fn apply(
         .bind(withdrawal.amount.to_minor())
         .bind(return_code)
         .bind(returned_at)
-        .bind(Json(evidence))
+        .bind(Json(evidence.to_json()))
         .bind(DbTime::now())
         .execute(&mut *conn)
         .await?

@@ -14,7 +14,7 @@ pub struct ReviewDecision {
     pub id: DecisionId,
     pub withdrawal_id: WithdrawalId,
     /// `complete` or `fail`.
-    pub action: String,
+    pub action: crate::domain::ReviewAction,
     pub provider_reference: Option<String>,
     /// The withdrawal's version the requester decided on.
     pub version: i64,
@@ -73,7 +73,7 @@ pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested
         ))
         .bind(d.id)
         .bind(d.withdrawal_id)
-        .bind(&d.action)
+        .bind(d.action)
         .bind(&d.provider_reference)
         .bind(d.version)
         .bind(crate::redact::text(&d.reason))

@@ -60,7 +60,7 @@ pub struct LineRow {
     pub withdrawal_id: Option<WithdrawalId>,
     pub result: Option<LineResult>,
     /// `completed`, `failed` or `return_credited`: what matching applied from this line.
-    pub applied: Option<String>,
+    pub applied: Option<crate::domain::settlement::LineApplied>,
     pub evidence: Option<Json<Value>>,
     pub matched_at: Option<DbTime>,
 }
@@ -260,8 +260,8 @@ pub async fn lines_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<V
 pub struct LineDecision<'a> {
     pub withdrawal_id: Option<WithdrawalId>,
     pub result: LineResult,
-    pub applied: Option<&'a str>,
-    pub evidence: &'a Value,
+    pub applied: Option<crate::domain::settlement::LineApplied>,
+    pub evidence: &'a crate::domain::LineEvidence,
 }
 
 /// Records a line's result, once (`WHERE result IS NULL`), as a write of a larger batch: it
@@ -273,9 +273,9 @@ pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecis
             .sql(", result = ")
             .bind(d.result.as_str())
             .sql(", applied = ")
-            .bind(d.applied)
+            .bind(d.applied.map(|a| a.as_str()))
             .sql(", evidence = ")
-            .bind(d.evidence.clone())
+            .bind(d.evidence.to_json())
             .sql(", matched_at = ")
             .bind(DbTime::now())
             .sql(" WHERE id = ")

@@ -323,7 +323,7 @@ pub struct TransitionRequest<'a> {
     pub failure_code: Option<&'a str>,
     /// What the decision rested on (the provider's answer at that moment), stored with the
     /// transition row.
-    pub evidence: Option<&'a serde_json::Value>,
+    pub evidence: Option<&'a crate::domain::StoredEvidence>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -574,7 +574,7 @@ fn transition_in(
     actor: &Actor,
     reason: &str,
     correlation_id: &str,
-    evidence: Option<&serde_json::Value>,
+    evidence: Option<&crate::domain::StoredEvidence>,
 ) -> Uuid {
     let transition_id = Uuid::now_v7();
     writes.push(Sql::row(
@@ -592,7 +592,7 @@ fn transition_in(
             Arg::Text(correlation_id.to_owned()),
             Arg::Time(DbTime::now()),
             // Provider answers carry no account numbers, but evidence is redacted like the rest.
-            Arg::OptJson(evidence.map(crate::redact::json)),
+            Arg::OptJson(evidence.map(|e| crate::redact::json(&e.to_json()))),
         ],
         "",
     ));
@@ -602,8 +602,8 @@ fn transition_in(
 /// One recorded state change, oldest first in [`transitions`].
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TransitionRow {
-    pub from_status: Option<String>,
-    pub to_status: String,
+    pub from_status: Option<WithdrawalStatus>,
+    pub to_status: WithdrawalStatus,
     pub actor: String,
     pub reason: String,
     pub correlation_id: String,

@@ -439,7 +439,7 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
 
     app.eventually("the late worker to record its outcome", WAIT, || async {
         let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
-        calls[0].outcome.clone()
+        calls[0].outcome
     })
     .await;
     let current = store::get(&app.db, None, id).await.unwrap().unwrap();

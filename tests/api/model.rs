@@ -1224,7 +1224,7 @@ impl World {
         let transfers = self.mock().transfers();
         for w in &self.ws {
             for a in attempts::for_withdrawal(&self.app.db, w.id).await.unwrap() {
-                self.coverage.saw(format!("attempt: {}", a.outcome.as_deref().unwrap_or("unfinished")));
+                self.coverage.saw(format!("attempt: {}", a.outcome.map_or("unfinished", |o| o.as_str())));
             }
             for r in reconciliations::for_withdrawal(&self.app.db, w.id).await.unwrap() {
                 self.coverage.saw(format!("reconciliation: {}", r.result));

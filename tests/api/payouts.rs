@@ -61,7 +61,7 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(transfer.idempotency_key, id.to_string(), "the withdrawal id is the operation key");
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(recorded.len(), 1);
-    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"));
+    assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"));
     assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs[0].status, withdrawals::domain::JobStatus::Succeeded);
@@ -90,7 +90,7 @@ async fn three_503s_then_success_completes_with_every_attempt_recorded(app: Test
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
-    let outcomes: Vec<_> = recorded.iter().map(|a| a.outcome.clone().unwrap()).collect();
+    let outcomes: Vec<_> = recorded.iter().map(|a| a.outcome.unwrap().as_str()).collect();
     assert_eq!(outcomes, ["retryable", "retryable", "retryable", "paid"]);
     assert!(recorded[..3]
         .iter()
@@ -175,7 +175,8 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
     for id in &ids {
         let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
         let calls = attempts::for_withdrawal(&app.db, *id).await.unwrap();
-        let failed_calls = calls.iter().filter(|a| a.outcome.as_deref() == Some("retryable")).count() as i64;
+        let failed_calls =
+            calls.iter().filter(|a| a.outcome == Some(withdrawals::domain::AttemptResult::Retryable)).count() as i64;
         assert_eq!(job.attempts, failed_calls, "only real calls consume attempts ({id})");
         assert_eq!(executions_for(&provider.mock, *id), 1);
     }
@@ -354,7 +355,10 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     assert_eq!(submit.status, withdrawals::domain::JobStatus::Succeeded, "handed over, not retried");
     let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(recorded.len(), 1);
-    assert_eq!((recorded[0].outcome.as_deref(), recorded[0].side_effect.as_str()), (Some("unknown"), "unknown"));
+    assert_eq!(
+        (recorded[0].outcome.map(|o| o.as_str()), recorded[0].side_effect.as_str()),
+        (Some("unknown"), "unknown")
+    );
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"], "found → completed");
     let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
@@ -447,14 +451,14 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
         .unwrap()
         .into_iter()
         .map(|t| (t.to_status, t.actor))
-        .filter(|(to, _)| to == "completed")
+        .filter(|(to, _)| *to == WithdrawalStatus::Completed)
         .collect();
-    assert_eq!(moves, vec![("completed".to_owned(), "reconciliation".to_owned())]);
+    assert_eq!(moves, vec![(WithdrawalStatus::Completed, "reconciliation".to_owned())]);
     let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, stale).await.unwrap();
     assert_eq!(entries.iter().filter(|e| e.kind == "settle").count(), 1, "settled once: {entries:?}");
     let recorded = attempts::for_withdrawal(&app.db, stale).await.unwrap();
     assert_eq!(recorded.len(), 1);
-    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"), "the late worker still records its own attempt");
+    assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"), "the late worker still records its own attempt");
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
     for id in &ids {
         assert_eq!(executions_for(&provider.mock, *id), 1);
@@ -518,9 +522,13 @@ async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_th
     .await;
     let current = store::get(&app.db, None, changed).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Processing, 3), "not moved by the batch");
-    assert!(store::transitions(&app.db, changed).await.unwrap().iter().all(|t| t.to_status != "completed"));
+    assert!(store::transitions(&app.db, changed)
+        .await
+        .unwrap()
+        .iter()
+        .all(|t| t.to_status != WithdrawalStatus::Completed));
     let recorded = attempts::for_withdrawal(&app.db, changed).await.unwrap();
-    assert_eq!(recorded[0].outcome.as_deref(), Some("paid"), "its attempt's outcome is recorded");
+    assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"), "its attempt's outcome is recorded");
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "10.00".into(), "20.00".into()));
     app.assert_ledger_invariant().await;
 }

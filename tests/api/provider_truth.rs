@@ -17,7 +17,7 @@ use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::{dead_letters, reconciliations, withdrawals as store};
 
 use crate::both_backends;
-use crate::harness::{problem_code, serve_extra, worker_config, Customer, TestApp};
+use crate::harness::{operator_id, problem_code, serve_extra, worker_config, Customer, TestApp};
 use crate::ops::{call, paid_but_unknown, rejected_withdrawal, resolve, version_of};
 
 both_backends!(
@@ -211,7 +211,10 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
     // The attempt records the mismatch the submit saw, in the run that saw it: no detour
     // through reconciliation.
     let recorded = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
-    assert_eq!(recorded.iter().map(|a| a.outcome.as_deref()).collect::<Vec<_>>(), vec![Some("mismatch")]);
+    assert_eq!(
+        recorded.iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        vec![Some(withdrawals::domain::AttemptResult::Mismatch)]
+    );
     let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>(), vec!["submit_payout"], "{jobs:?}");
 
@@ -404,9 +407,13 @@ async fn a_large_decision_waits_for_a_second_operator_who_is_not_the_first(app: 
 
     assert_eq!(approved.status(), 200);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
-    let evidence = latest_transition_evidence(&app, id).await;
-    assert_eq!(evidence["decision_id"], requested["decision"]["id"]);
-    assert_eq!(evidence["verdict"], "no_transfer");
+    // The move rests on the answer to the approver's own question, typed as it was written.
+    let evidence = withdrawals::domain::Evidence::read(&latest_transition_evidence(&app, id).await).unwrap();
+    assert_eq!(evidence.verdict, withdrawals::domain::VerdictKind::NoTransfer);
+    assert_eq!(evidence.action, Some(withdrawals::domain::ReviewAction::Fail));
+    let approval = evidence.approval.expect("the approval it rests on");
+    assert_eq!(Some(approval.decision_id.to_string().as_str()), requested["decision"]["id"].as_str());
+    assert_eq!((approval.requested_by, approval.approved_by), (operator_id(&first), operator_id(&second)));
     let shown: Value =
         call(&app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(&first), None).await.json().await.unwrap();
     assert_eq!(shown["review_decisions"][0]["status"], "approved");
@@ -534,7 +541,7 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
     let decision = |version: i64| ReviewDecision {
         id: withdrawals::domain::DecisionId::new(),
         withdrawal_id: id,
-        action: "fail".into(),
+        action: withdrawals::domain::ReviewAction::Fail,
         provider_reference: None,
         version,
         reason: "A fails".into(),

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use withdrawals::domain::{Amount, Currency, WithdrawalStatus};
 use withdrawals::storage::returns::{self, Applied};
 use withdrawals::storage::withdrawals as store;
@@ -31,7 +31,19 @@ async fn apply(app: &TestApp, id: withdrawals::domain::WithdrawalId, code: &str)
 async fn apply_reported(app: &TestApp, id: withdrawals::domain::WithdrawalId, reported: Amount, code: &str) -> Applied {
     let mut tx = app.db.begin().await.unwrap();
     let withdrawal = store::get_in_tx(&mut tx, id).await.unwrap().unwrap();
-    let evidence = json!({"source": "test", "status": "returned", "return_code": code});
+    use withdrawals::provider::{Transfer, TransferStatus, Verdict};
+    let transfer = Transfer {
+        id: "tr_returned".into(),
+        reference: Some(withdrawal.id.to_string()),
+        amount: reported.value(),
+        currency: reported.currency().code().into(),
+        status: TransferStatus::Returned,
+        failure_code: None,
+        return_code: Some(code.into()),
+        created_at: None,
+        updated_at: None,
+    };
+    let evidence = Verdict::Returned(transfer).evidence(&withdrawal, chrono::Utc::now()).into();
     let applied = returns::apply(&mut tx, &withdrawal, reported, code, DbTime::now(), &evidence).await.unwrap();
     tx.commit().await.unwrap();
     applied
@@ -73,7 +85,7 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     assert!(body["return"]["returned_at"].is_string(), "{body}");
     let stored = returns::for_withdrawal(&app.db, id).await.unwrap().unwrap();
     assert_eq!((stored.amount_minor, stored.currency.as_str()), (2550, "USD"));
-    assert_eq!(stored.evidence.0["return_code"], "R01", "the evidence is stored with the return");
+    assert_eq!(stored.evidence.0["transfer"]["return_code"], "R01", "the evidence is stored with the return");
 }
 
 async fn a_return_for_a_withdrawal_we_never_completed_credits_nothing(app: TestApp) {

@@ -264,9 +264,8 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
             .iter()
             .find(|l| l.status == withdrawals::domain::settlement::LineStatus::Returned)
             .unwrap()
-            .applied
-            .as_deref(),
-        Some("return_credited")
+            .applied,
+        Some(withdrawals::domain::settlement::LineApplied::ReturnCredited)
     );
     assert_eq!(
         result_of(&store::lines_for_withdrawal(&app.db, spurious).await.unwrap(), "returned"),
@@ -437,7 +436,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert_eq!(evidence["provider_record"]["verdict"], "paid");
     assert_eq!(evidence["provider_record"]["transfer"]["amount"], "25.00");
     let lines = store::lines_for_withdrawal(&app.db, id).await.unwrap();
-    assert_eq!(lines[0].applied.as_deref(), Some("completed"));
+    assert_eq!(lines[0].applied, Some(withdrawals::domain::settlement::LineApplied::Completed));
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
     app.assert_ledger_invariant().await;
 

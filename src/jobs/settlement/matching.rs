@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
-use serde_json::{json, Value};
 
-use crate::domain::settlement::{ExceptionKind, LineResult, LineStatus};
-use crate::domain::{Actor, Amount, Currency, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::settlement::{ExceptionKind, LineApplied, LineResult, LineStatus};
+use crate::domain::{
+    Actor, Amount, Currency, Evidence, EvidenceSource, HeldRecord, LineEvidence, ReportLineRecord, StoredEvidence,
+    VerdictKind, Withdrawal, WithdrawalId, WithdrawalStatus,
+};
 use crate::provider::{Gateway, Transfer, TransferStatus, Verdict};
 use crate::storage::batch::Writes;
 use crate::storage::settlement::{self as store, LineDecision, LineRow, NewException};
@@ -37,7 +39,7 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
             return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
         };
         let verdict = line_verdict(w, &transfer);
-        let evidence = evidence(line, w, verdict.name(), None);
+        let evidence = evidence(line, w, verdict.kind(), None);
         match plan(w, &verdict) {
             Plan::Matched => decided.push(Decided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
             Plan::Exception(kind, detail) => {
@@ -45,7 +47,7 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
             }
             Plan::Confirm(apply) => {
                 if let Some(w) = w {
-                    to_confirm.push((line, w, transfer, verdict.name(), apply));
+                    to_confirm.push((line, w, transfer, verdict.kind(), apply));
                 }
             }
         }
@@ -90,7 +92,7 @@ impl Apply {
 
     /// The exception when the provider's record does not confirm the line.
     fn unconfirmed(self, live: &Verdict) -> (ExceptionKind, String) {
-        let says = live.name();
+        let says = live.kind();
         match self {
             Apply::Complete => {
                 (ExceptionKind::StatusMismatch, format!("the report shows it paid; the provider's record says {says}"))
@@ -145,7 +147,7 @@ pub fn plan(withdrawal: Option<&Withdrawal>, line: &Verdict) -> Plan {
         },
         // A report line is a transfer with a status: it never reads as these.
         other @ (Verdict::Pending(_) | Verdict::NoTransfer | Verdict::InFlight | Verdict::Unavailable(_)) => {
-            Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.name()))
+            Plan::Exception(ExceptionKind::StatusMismatch, format!("a report line read as {}", other.kind()))
         }
     }
 }
@@ -182,25 +184,38 @@ fn as_transfer(line: &LineRow) -> Option<Transfer> {
 
 /// The evidence of a line's match: the line itself, what we held, and the provider's live answer
 /// when one was asked for.
-fn evidence(line: &LineRow, withdrawal: Option<&Withdrawal>, verdict: &str, live: Option<Value>) -> Value {
-    json!({
-        "source": "settlement_report",
-        "report_id": line.report_id,
-        "line": line.line_no,
-        "line_key": line.line_key,
-        "report_line": {
-            "transfer_id": line.transfer_id, "idempotency_key": line.idempotency_key, "reference": line.reference,
-            "amount_minor": line.amount_minor, "currency": line.currency, "fee_minor": line.fee_minor,
-            "status": line.status, "event_at": line.event_at.0,
+fn evidence(
+    line: &LineRow,
+    withdrawal: Option<&Withdrawal>,
+    verdict: VerdictKind,
+    live: Option<Evidence>,
+) -> LineEvidence {
+    LineEvidence {
+        source: EvidenceSource::SettlementReport,
+        report_id: line.report_id,
+        line: line.line_no,
+        line_key: line.line_key.clone(),
+        report_line: ReportLineRecord {
+            transfer_id: line.transfer_id.clone(),
+            idempotency_key: line.idempotency_key.clone(),
+            reference: line.reference.clone(),
+            amount_minor: line.amount_minor,
+            currency: line.currency.clone(),
+            fee_minor: line.fee_minor,
+            status: line.status,
+            event_at: line.event_at.0,
         },
-        "verdict": verdict,
-        "ours": withdrawal.map(|w| json!({
-            "withdrawal_id": w.id, "status": w.status, "amount": w.amount.value().to_string(),
-            "currency": w.amount.currency().code(), "version": w.version,
-        })),
-        "provider_record": live,
-        "matched_at": Utc::now(),
-    })
+        verdict,
+        ours: withdrawal.map(|w| HeldRecord {
+            withdrawal_id: w.id,
+            status: w.status,
+            amount: w.amount.value(),
+            currency: w.amount.currency().code().to_owned(),
+            version: w.version,
+        }),
+        provider_record: live,
+        matched_at: Utc::now(),
+    }
 }
 
 /// The line as judged on the report: against the withdrawal under its key, or — with none to
@@ -226,7 +241,7 @@ async fn confirm(
     line: &LineRow,
     w: &Withdrawal,
     transfer: Transfer,
-    line_verdict: &str,
+    line_verdict: VerdictKind,
     apply: Apply,
     counts: &mut MatchCounts,
 ) -> crate::storage::Result<()> {
@@ -246,6 +261,7 @@ async fn confirm(
         return Ok(());
     }
     let e = evidence(line, Some(w), line_verdict, Some(live_evidence));
+    let stored = StoredEvidence::from(e.clone());
     if let Verdict::Mismatch(_, m) = &live {
         let detail =
             format!("the provider's record's {} {} from the withdrawal's", m.fields.join(", "), differ(m.fields.len()));
@@ -277,7 +293,7 @@ async fn confirm(
                 reason,
                 correlation_id: &format!("settlement:{}", line.report_id),
                 failure_code: failure_code.as_deref(),
-                evidence: Some(&e),
+                evidence: Some(&stored),
             };
             match withdrawals::transition(&mut tx, &request).await? {
                 TransitionOutcome::Applied(_) => {}
@@ -288,7 +304,7 @@ async fn confirm(
                     return Ok(());
                 }
             }
-            let done = if to == WithdrawalStatus::Completed { "completed" } else { "failed" };
+            let done = if to == WithdrawalStatus::Completed { LineApplied::Completed } else { LineApplied::Failed };
             (LineResult::Matched, Some(done))
         }
         Apply::CreditReturn => {
@@ -300,8 +316,8 @@ async fn confirm(
             };
             let code = t.return_code.clone().unwrap_or_else(|| "unspecified".into());
             let current = withdrawals::get_in_tx(&mut tx, w.id).await?.unwrap_or_else(|| w.clone());
-            match returns::apply(&mut tx, &current, reported, &code, line.event_at, &e).await? {
-                returns::Applied::Credited => (LineResult::Returned, Some("return_credited")),
+            match returns::apply(&mut tx, &current, reported, &code, line.event_at, &stored).await? {
+                returns::Applied::Credited => (LineResult::Returned, Some(LineApplied::ReturnCredited)),
                 returns::Applied::AlreadyApplied => (LineResult::Returned, None),
                 returns::Applied::NotCompleted => {
                     drop(tx);
@@ -323,11 +339,20 @@ async fn confirm(
     }
     tx.commit().await?;
     match (result, applied) {
-        (_, Some("completed")) => (counts.matched, counts.completed) = (counts.matched + 1, counts.completed + 1),
-        (_, Some("failed")) => (counts.matched, counts.failed) = (counts.matched + 1, counts.failed + 1),
-        (_, Some(_)) => counts.returns_credited += 1,
+        (_, Some(LineApplied::Completed)) => {
+            (counts.matched, counts.completed) = (counts.matched + 1, counts.completed + 1)
+        }
+        (_, Some(LineApplied::Failed)) => (counts.matched, counts.failed) = (counts.matched + 1, counts.failed + 1),
+        (_, Some(LineApplied::ReturnCredited)) => counts.returns_credited += 1,
         (LineResult::Returned, None) => counts.returns_already_applied += 1,
-        _ => counts.matched += 1,
+        (
+            LineResult::Matched
+            | LineResult::AmountMismatch
+            | LineResult::StatusMismatch
+            | LineResult::UnknownTransfer
+            | LineResult::SeenBefore,
+            None,
+        ) => counts.matched += 1,
     }
     Ok(())
 }
@@ -337,7 +362,7 @@ struct Decided<'a> {
     line: &'a LineRow,
     withdrawal: Option<WithdrawalId>,
     exception: Option<(ExceptionKind, String)>,
-    evidence: Value,
+    evidence: LineEvidence,
 }
 
 impl<'a> Decided<'a> {
@@ -346,7 +371,7 @@ impl<'a> Decided<'a> {
         withdrawal: Option<WithdrawalId>,
         kind: ExceptionKind,
         detail: String,
-        evidence: Value,
+        evidence: LineEvidence,
     ) -> Self {
         Decided { line, withdrawal, exception: Some((kind, detail)), evidence }
     }
@@ -359,7 +384,7 @@ async fn except(
     w: &Withdrawal,
     kind: ExceptionKind,
     detail: String,
-    evidence: Value,
+    evidence: LineEvidence,
     counts: &mut MatchCounts,
 ) -> crate::storage::Result<()> {
     record(db, &[Decided::exception(line, Some(w.id), kind, detail, evidence)], counts).await
@@ -380,6 +405,7 @@ async fn record(db: &Db, decided: &[Decided<'_>], counts: &mut MatchCounts) -> c
         };
         let decision = LineDecision { withdrawal_id: d.withdrawal, result, applied: None, evidence: &d.evidence };
         let line = store::decide_line_in(&mut writes, d.line.id, &decision);
+        let exception_evidence = d.evidence.to_json();
         let opened = d.exception.as_ref().map(|(kind, detail)| {
             let day = d.line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
             let exception = NewException {
@@ -391,7 +417,7 @@ async fn record(db: &Db, decided: &[Decided<'_>], counts: &mut MatchCounts) -> c
                 report_date: Some(&day),
                 transfer_id: Some(&d.line.transfer_id),
                 detail,
-                evidence: &d.evidence,
+                evidence: &exception_evidence,
             };
             store::open_exception_in(&mut writes, &exception)
         });

@@ -4,10 +4,10 @@
 use std::collections::HashSet;
 
 use chrono::{TimeDelta, Utc};
-use serde_json::json;
 
 use crate::config::SettlementSettings;
 use crate::domain::settlement::ExceptionKind;
+use crate::domain::{EvidenceSource, MissingEvidence};
 use crate::storage::settlement::{self as store, NewException};
 use crate::storage::{Db, DbTime};
 
@@ -27,14 +27,15 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
         let mut tx = db.begin().await?;
         let mut new_here = 0;
         for m in batch.iter().filter(|m| !awaiting.contains(&m.id.to_string())) {
-            let e = json!({
-                "source": "settlement_reports",
-                "completed_at": m.completed_at.0,
-                "amount_minor": m.amount,
-                "currency": m.currency,
-                "grace_days": settings.grace_days,
-                "checked_at": Utc::now(),
-            });
+            let e = MissingEvidence {
+                source: EvidenceSource::SettlementReports,
+                completed_at: m.completed_at.0,
+                amount_minor: m.amount,
+                currency: m.currency.clone(),
+                grace_days: settings.grace_days,
+                checked_at: Utc::now(),
+            }
+            .to_json();
             let detail = format!(
                 "completed at {}, but no imported report shows it paid within {} day(s)",
                 m.completed_at.0.format("%Y-%m-%d %H:%M:%SZ"),

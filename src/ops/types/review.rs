@@ -8,7 +8,9 @@ use uuid::Uuid;
 
 use super::ExceptionView;
 use crate::domain::settlement::{LineResult, LineStatus};
-use crate::domain::{Category, DecisionStatus, SideEffect, WithdrawalStatus};
+use crate::domain::{
+    AttemptResult, Category, DecisionStatus, ReconciliationResult, ReviewAction, SideEffect, WithdrawalStatus,
+};
 
 /// A withdrawal as operators see it (account number masked).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,14 +64,14 @@ pub struct SettlementLineView {
     /// `matched`, `amount_mismatch`, … or none while it waits for the provider's confirmation.
     pub result: Option<LineResult>,
     /// `completed`, `failed` or `return_credited`: what matching applied from it.
-    pub applied: Option<String>,
+    pub applied: Option<crate::domain::settlement::LineApplied>,
     pub evidence: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TransitionView {
-    pub from: Option<String>,
-    pub to: String,
+    pub from: Option<WithdrawalStatus>,
+    pub to: WithdrawalStatus,
     pub actor: String,
     pub reason: String,
     pub correlation_id: String,
@@ -113,8 +115,8 @@ pub struct AttemptView {
     pub worker_id: String,
     pub started_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
-    pub outcome: Option<String>,
-    pub side_effect: String,
+    pub outcome: Option<AttemptResult>,
+    pub side_effect: SideEffect,
     pub http_status: Option<i64>,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,
@@ -125,7 +127,7 @@ pub struct AttemptView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconciliationView {
     pub id: Uuid,
-    pub result: String,
+    pub result: ReconciliationResult,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,
     pub detail: String,
@@ -181,7 +183,7 @@ pub struct Reconciling {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Resolved {
     pub withdrawal: OpsWithdrawal,
-    pub action: String,
+    pub action: ReviewAction,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,7 +202,7 @@ impl Resolved {
 pub struct Decision {
     pub id: Uuid,
     pub withdrawal_id: Uuid,
-    pub action: String,
+    pub action: ReviewAction,
     pub provider_reference: Option<String>,
     pub version: i64,
     pub reason: String,
