@@ -6,7 +6,8 @@
 //!   typed ids, the withdrawal state machine (`check_transition`: one exhaustive match) and the
 //!   replay-run one, the stored states as enums (`JobStatus`, `SideEffect`,
 //!   `ReconciliationResult`, dead-letter `Category`), job kinds and queues (`JobKind`, `Queue`,
-//!   `JobType`) and their payloads, `Role`, the settlement report parser and kinds.
+//!   `JobType`) and their payloads, `Role`, the settlement report parser and kinds, the ledger's
+//!   `EntryKind`, and `Evidence` (what a money decision rested on, written and read as one type).
 //! - [`storage`] — every SQL statement, for SQLite and PostgreSQL behind one API: accounts,
 //!   balances and the ledger, withdrawals and guarded transitions (each applied one counted on
 //!   commit), idempotency records, credentials, jobs, dead letters, reconciliations, replays,

@@ -16,6 +16,7 @@ mod idempotency;
 mod ids;
 pub mod input_text;
 pub mod job;
+mod ledger;
 mod money;
 mod reference;
 mod replay;
@@ -41,6 +42,7 @@ pub use ids::{
     SettlementReportId, TransitionId, WithdrawalId,
 };
 pub use job::JobStatus;
+pub use ledger::EntryKind;
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};
 pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};

@@ -51,6 +51,16 @@ text_enum! {
 }
 
 text_enum! {
+    /// Where a settlement report came from.
+    pub enum ReportSource("settlement report source", 2) {
+        /// Fetched from the provider's reports endpoint.
+        Provider = "provider",
+        /// A file an operator supplied.
+        File = "file",
+    }
+}
+
+text_enum! {
     /// What matching applied from a report line, once the provider's live record agreed.
     pub enum LineApplied("settlement line effect", 3) {
         /// The withdrawal was completed.
@@ -319,6 +329,7 @@ mod tests {
     fn evidence_names_round_trip() {
         crate::assert_text_enum_round_trips!(LineResult);
         crate::assert_text_enum_round_trips!(LineApplied);
+        crate::assert_text_enum_round_trips!(ReportSource);
         crate::assert_text_enum_round_trips!(ExceptionKind);
         crate::assert_text_enum_round_trips!(ExceptionStatus);
         crate::assert_text_enum_round_trips!(Resolution);

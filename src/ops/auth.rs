@@ -30,31 +30,20 @@ impl Operator {
     }
 }
 
-/// Why a presented credential was refused: logged and counted (issue 27), never told to the
-/// caller, who gets the same 401 for each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialRefusal {
-    /// Not `<prefix>_<id>_<secret>` (another kind of credential, a typo, a guess).
-    Malformed,
-    /// No credential has that id.
-    Unknown,
-    /// An API key that was revoked.
-    Revoked,
-    /// An operator who was disabled (or whose stored role is not one we know).
-    Disabled,
-    /// The id exists and the secret is wrong.
-    WrongSecret,
-}
-
-impl CredentialRefusal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CredentialRefusal::Malformed => "malformed",
-            CredentialRefusal::Unknown => "unknown",
-            CredentialRefusal::Revoked => "revoked",
-            CredentialRefusal::Disabled => "disabled",
-            CredentialRefusal::WrongSecret => "wrong_secret",
-        }
+crate::text_enum! {
+    /// Why a presented credential was refused: logged and counted (issue 27, the `reason` label
+    /// of `auth_failures_total`), never told to the caller, who gets the same 401 for each.
+    pub enum CredentialRefusal("credential refusal", 5) {
+        /// Not `<prefix>_<id>_<secret>` (another kind of credential, a typo, a guess).
+        Malformed = "malformed",
+        /// No credential has that id.
+        Unknown = "unknown",
+        /// An API key that was revoked.
+        Revoked = "revoked",
+        /// An operator who was disabled (or whose stored role is not one we know).
+        Disabled = "disabled",
+        /// The id exists and the secret is wrong.
+        WrongSecret = "wrong_secret",
     }
 }
 

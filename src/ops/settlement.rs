@@ -16,7 +16,7 @@ use super::{
 };
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
 use crate::domain::{Amount, Currency, SettlementExceptionId, StoredEvidence};
-use crate::jobs::settlement::{self as settlement, ImportError, Origin};
+use crate::jobs::settlement::{self as settlement, ImportError, ReportSource};
 use crate::provider::{ReportFetch, Verdict};
 use crate::storage::settlement::{self as store, ExceptionFilter, ExceptionRow};
 use crate::storage::{returns, withdrawals, DbTime};
@@ -43,7 +43,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
     let audited = Audited::new(&SettlementImport::ACT, target, "", parameters);
     let done = async {
         let (bytes, origin) = match (req.csv, req.date) {
-            (Some(csv), _) => (csv.into_bytes(), Origin::File),
+            (Some(csv), _) => (csv.into_bytes(), ReportSource::File),
             (None, Some(date)) => {
                 let gateway = ops.gateway.ok_or_else(|| {
                     OpsError::unavailable("provider_unavailable", "this process cannot reach the provider")
@@ -56,7 +56,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
                     ),
                     other => OpsError::unavailable("provider_unavailable", other.to_string()),
                 })?;
-                (bytes, Origin::Provider)
+                (bytes, ReportSource::Provider)
             }
             (None, None) => {
                 return Err(OpsError::invalid("date_or_csv_required", "date", "give the report's date or its CSV"))
@@ -67,7 +67,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
             id: uuid::Uuid::now_v7(),
             state: crate::domain::settlement::ImportState::Queued,
             report_date: date.to_string(),
-            source: origin.as_str().to_owned(),
+            source: origin,
             digest: report.digest.clone(),
             line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
             requested_by: operator.id,

@@ -153,31 +153,14 @@ impl BreakerConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BreakerState {
-    Closed,
-    Open,
-    HalfOpen,
-    ForcedOpen,
-    ForcedClosed,
-}
-
-impl BreakerState {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Open => "open",
-            Self::HalfOpen => "half_open",
-            Self::ForcedOpen => "forced_open",
-            Self::ForcedClosed => "forced_closed",
-        }
-    }
-}
-
-impl fmt::Display for BreakerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// Where a breaker stands: by its own counts, or by an operator's override.
+    pub enum BreakerState("breaker state", 5) {
+        Closed = "closed",
+        Open = "open",
+        HalfOpen = "half_open",
+        ForcedOpen = "forced_open",
+        ForcedClosed = "forced_closed",
     }
 }
 

@@ -7,46 +7,9 @@ use uuid::Uuid;
 
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{DbTime, Result, Tx};
+pub use crate::domain::EntryKind;
 use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
 use crate::{with_conn, with_read_conn};
-
-/// Why a balance moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryKind {
-    /// Money arriving from outside (the account's funding; the invariant's right-hand side).
-    Funding,
-    /// available → held, when a withdrawal is created.
-    Hold,
-    /// held → paid out, when the provider confirms.
-    Settle,
-    /// held → available, when a withdrawal definitively fails.
-    Release,
-    /// paid out → available, when the bank returns a paid payout (SPEC §14.3).
-    Return,
-}
-
-impl EntryKind {
-    fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::Funding => "funding",
-            EntryKind::Hold => "hold",
-            EntryKind::Settle => "settle",
-            EntryKind::Release => "release",
-            EntryKind::Return => "return",
-        }
-    }
-
-    /// (available, held, paid_out) deltas for `amount` minor units.
-    fn deltas(self, amount: i64) -> (i64, i64, i64) {
-        match self {
-            EntryKind::Funding => (amount, 0, 0),
-            EntryKind::Hold => (-amount, amount, 0),
-            EntryKind::Settle => (0, -amount, amount),
-            EntryKind::Release => (amount, -amount, 0),
-            EntryKind::Return => (amount, 0, -amount),
-        }
-    }
-}
 
 pub async fn create_account(tx: &mut Tx, name: &str) -> Result<AccountId> {
     let id = AccountId::new();
@@ -494,7 +457,7 @@ pub async fn funding_entries(db: &super::Db, account: AccountId) -> Result<Vec<F
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LedgerEntry {
     pub id: Uuid,
-    pub kind: String,
+    pub kind: EntryKind,
     pub currency: String,
     pub available_delta: i64,
     pub held_delta: i64,

@@ -29,8 +29,7 @@ pub struct ReportRow {
     pub report_date: String,
     pub version: i32,
     pub digest: String,
-    /// `provider` (fetched) or `file`.
-    pub source: String,
+    pub source: crate::domain::settlement::ReportSource,
     pub line_count: i32,
     /// `{"added": [keys], "removed": [keys], "changed": [keys]}` against the previous version.
     pub differences: Json<Value>,
@@ -156,7 +155,7 @@ pub async fn insert_report(tx: &mut Tx, r: &ReportRow) -> Result<bool> {
         .bind(&r.report_date)
         .bind(r.version)
         .bind(&r.digest)
-        .bind(&r.source)
+        .bind(r.source)
         .bind(r.line_count)
         .bind(&r.differences)
         .bind(&r.imported_by)
@@ -578,7 +577,7 @@ pub struct ImportRow {
     pub id: uuid::Uuid,
     pub state: ImportState,
     pub report_date: String,
-    pub source: String,
+    pub source: crate::domain::settlement::ReportSource,
     pub digest: String,
     pub line_count: i32,
     pub requested_by: OperatorId,
@@ -605,7 +604,7 @@ pub async fn insert_import(tx: &mut Tx, row: &ImportRow, report: &[u8]) -> Resul
         .bind(row.id)
         .bind(row.state)
         .bind(&row.report_date)
-        .bind(&row.source)
+        .bind(row.source)
         .bind(&row.digest)
         .bind(row.line_count)
         .bind(row.requested_by)

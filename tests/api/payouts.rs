@@ -455,7 +455,11 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
         .collect();
     assert_eq!(moves, vec![(WithdrawalStatus::Completed, "reconciliation".to_owned())]);
     let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, stale).await.unwrap();
-    assert_eq!(entries.iter().filter(|e| e.kind == "settle").count(), 1, "settled once: {entries:?}");
+    assert_eq!(
+        entries.iter().filter(|e| e.kind == withdrawals::domain::EntryKind::Settle).count(),
+        1,
+        "settled once: {entries:?}"
+    );
     let recorded = attempts::for_withdrawal(&app.db, stale).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"), "the late worker still records its own attempt");

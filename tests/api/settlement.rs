@@ -485,7 +485,7 @@ async fn lines_that_contradict_our_state_are_status_mismatches_and_move_nothing(
         line(failed, "20.00", "returned", &at)
     );
     let summary = imported(&app, &operator, json!({"csv": csv})).await;
-    assert_eq!(summary.source, "file");
+    assert_eq!(summary.source, settlement_job::ReportSource::File);
     assert_eq!(summary.matching.exceptions_opened, 3, "{summary:?}");
     let open = exceptions(&app, &operator, "").await;
     let kinds: Vec<(&str, &str)> =
@@ -900,7 +900,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
         &settings,
         Some(today),
         csv.as_bytes(),
-        settlement_job::Origin::File,
+        settlement_job::ReportSource::File,
         "interrupted-run",
     )
     .await

@@ -15,7 +15,7 @@ use crate::storage::{audit, Db, DbTime, Tx};
 
 use super::import::{fetch, import};
 use super::matching::match_day;
-use super::{ImportError, Origin};
+use super::{ImportError, ReportSource};
 
 /// How many days back the daily run looks for a report that was never fetched (the worker was
 /// down, the job was never enqueued).
@@ -107,7 +107,8 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         }
     };
     let by = format!("worker:{}", ctx.worker_id());
-    match import(ctx.db(), Some(ctx.gateway()), settings, Some(payload.date), &bytes, Origin::Provider, &by).await {
+    match import(ctx.db(), Some(ctx.gateway()), settings, Some(payload.date), &bytes, ReportSource::Provider, &by).await
+    {
         Ok(_) => {
             // Lines of earlier days that waited for the provider's confirmation are tried again.
             for day in store::days_awaiting(ctx.db()).await? {
@@ -142,7 +143,7 @@ async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate)
     }
     store::start_import(db, import_id).await?;
     let bytes = store::import_bytes(db, import_id).await?.unwrap_or_default();
-    let origin = if row.source == Origin::Provider.as_str() { Origin::Provider } else { Origin::File };
+    let origin = row.source;
     let by = format!("operator:{}", row.requested_by.0);
     let settings = &ctx.config().settlement;
     let outcome = import(db, Some(ctx.gateway()), settings, Some(date), &bytes, origin, &by).await;

@@ -14,7 +14,7 @@ use crate::storage::{Db, DbTime};
 
 use super::matching::match_day;
 use super::missing::sweep_missing;
-use super::{Differences, ImportError, ImportSummary, Origin};
+use super::{Differences, ImportError, ImportSummary, ReportSource};
 
 /// Fetches a day's report from the provider.
 pub async fn fetch(gateway: &Gateway, date: NaiveDate) -> Result<Vec<u8>, ReportFetch> {
@@ -72,7 +72,7 @@ pub async fn import(
     settings: &SettlementSettings,
     date: Option<NaiveDate>,
     bytes: &[u8],
-    origin: Origin,
+    origin: ReportSource,
     imported_by: &str,
 ) -> Result<ImportSummary, ImportError> {
     let (date, report) = check(settings, date, bytes)?;
@@ -117,7 +117,7 @@ async fn store_version(
     db: &Db,
     report: &SettlementReport,
     date: NaiveDate,
-    origin: Origin,
+    origin: ReportSource,
     imported_by: &str,
 ) -> Result<Option<(ReportRow, usize, Differences)>, ImportError> {
     let day = date.format("%Y-%m-%d").to_string();
@@ -163,7 +163,7 @@ async fn store_version(
         report_date: day,
         version: previous.as_ref().map_or(1, |p| p.version + 1),
         digest: report.digest.clone(),
-        source: origin.as_str().to_owned(),
+        source: origin,
         line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
         differences: sqlx::types::Json(differences),
         imported_by: imported_by.to_owned(),

@@ -40,24 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::settlement::ReportError;
 
-/// Where a report came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// Fetched from the provider's reports endpoint.
-    Provider,
-    /// A file an operator supplied.
-    File,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Provider => "provider",
-            Origin::File => "file",
-        }
-    }
-}
+pub use crate::domain::settlement::ReportSource;
 
 /// Why an import stored nothing.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +87,7 @@ pub struct ImportSummary {
     pub date: NaiveDate,
     pub version: i32,
     pub digest: String,
-    pub source: String,
+    pub source: ReportSource,
     /// This exact report was stored before: nothing new was stored.
     pub already_imported: bool,
     pub lines: usize,

@@ -151,7 +151,7 @@ pub struct DeadLetterBrief {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LedgerEntryView {
-    pub kind: String,
+    pub kind: crate::domain::EntryKind,
     pub available: String,
     pub held: String,
     pub paid_out: String,

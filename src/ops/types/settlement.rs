@@ -39,7 +39,7 @@ pub struct ImportView {
     pub id: Uuid,
     pub state: ImportState,
     pub date: String,
-    pub source: String,
+    pub source: crate::domain::settlement::ReportSource,
     pub digest: String,
     pub lines: i64,
     pub lines_done: i64,
@@ -72,7 +72,7 @@ pub struct ReportView {
     pub date: String,
     pub version: i32,
     pub digest: String,
-    pub source: String,
+    pub source: crate::domain::settlement::ReportSource,
     pub lines: i32,
     /// Against the previous version: counts and (up to 100 each) the line keys added, removed,
     /// changed.
