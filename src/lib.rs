@@ -79,7 +79,8 @@
 //! 13. `domain`
 //!
 //! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
-//! provider mock), `http-guard/` (the connection cap and header/idle timeouts both listen with),
+//! provider mock), `provider-contract/` (the contract values the service and the mock share),
+//! `http-guard/` (the connection cap and header/idle timeouts both listen with),
 //! `fuzz/` (fuzz targets).
 
 /// This build: the crate version and the git commit it was built from (`build.rs`; "unknown"

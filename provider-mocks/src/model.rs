@@ -45,15 +45,8 @@ impl CreateTransfer {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TransferStatus {
-    Pending,
-    Paid,
-    Failed,
-    /// Paid, then the bank sent the money back (SPEC §4, §14.3).
-    Returned,
-}
+/// The status values are the contract's own, shared with the service.
+pub use provider_contract::TransferStatus;
 
 /// A transfer as the provider API shows it to clients.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -69,7 +69,7 @@ pub(crate) struct ReportLine {
     pub amount: String,
     pub currency: String,
     pub fee: String,
-    pub status: &'static str,
+    pub status: crate::TransferStatus,
     pub at: DateTime<Utc>,
     /// Tie-breaker for lines with the same `at` (recording order).
     pub seq: u64,
@@ -112,7 +112,7 @@ pub(crate) fn to_csv(lines: &[ReportLine]) -> Result<String, csv::Error> {
             &line.amount,
             &line.currency,
             &line.fee,
-            line.status,
+            line.status.as_str(),
             &at,
         ])?;
     }

@@ -305,7 +305,7 @@ impl State {
             let omit_paid = has(&|f| matches!(f, ReportFault::OmitPaid { idempotency_key } if idempotency_key == key));
             let spurious_return = record.status == TransferStatus::Paid
                 && has(&|f| matches!(f, ReportFault::SpuriousReturn { idempotency_key } if idempotency_key == key));
-            let line = |status: &'static str, at: DateTime<Utc>, seq: u64| ReportLine {
+            let line = |status: TransferStatus, at: DateTime<Utc>, seq: u64| ReportLine {
                 transfer_id: record.id.clone(),
                 idempotency_key: key.to_string(),
                 reference: record.reference.clone(),
@@ -317,17 +317,16 @@ impl State {
                 seq,
             };
             for event in transfer.events.iter().filter(|e| e.at.date_naive() == date) {
+                // A report states what settled: a pending transfer is not on it yet.
                 let status = match event.status {
                     TransferStatus::Pending => continue,
                     TransferStatus::Paid if omit_paid => continue,
-                    TransferStatus::Paid => "paid",
-                    TransferStatus::Failed => "failed",
-                    TransferStatus::Returned => "returned",
+                    settled @ (TransferStatus::Paid | TransferStatus::Failed | TransferStatus::Returned) => settled,
                 };
                 let copies = if duplicate { 2 } else { 1 };
                 lines.extend(std::iter::repeat_n(line(status, event.at, event.seq), copies));
-                if status == "paid" && spurious_return {
-                    lines.extend(std::iter::repeat_n(line("returned", event.at, event.seq), copies));
+                if status == TransferStatus::Paid && spurious_return {
+                    lines.extend(std::iter::repeat_n(line(TransferStatus::Returned, event.at, event.seq), copies));
                 }
             }
         }
@@ -348,7 +347,7 @@ impl State {
                         amount: amount.to_string(),
                         currency: currency.clone(),
                         fee: zero_fee(currency),
-                        status: "paid",
+                        status: TransferStatus::Paid,
                         at: noon(date),
                         seq: u64::MAX,
                     });
@@ -360,7 +359,7 @@ impl State {
                     amount: amount.clone(),
                     currency: "USD".to_string(),
                     fee: zero_fee("USD"),
-                    status: "paid",
+                    status: TransferStatus::Paid,
                     at: noon(date),
                     seq: u64::MAX,
                 }),

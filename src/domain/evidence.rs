@@ -17,16 +17,8 @@ use super::settlement::LineStatus;
 use super::{SettlementReportId, WithdrawalId, WithdrawalStatus};
 use crate::text_enum;
 
-text_enum! {
-    /// A transfer's status at the provider (SPEC §4): its name on the wire and in stored evidence.
-    pub enum TransferStatus("transfer status", 4) {
-        Pending = "pending",
-        Paid = "paid",
-        Failed = "failed",
-        /// Paid, then sent back by the bank: the money did go out (SPEC §4, §14.3).
-        Returned = "returned",
-    }
-}
+/// A transfer's status at the provider (SPEC §4), as the contract shared with the mock names it.
+pub use provider_contract::TransferStatus;
 
 text_enum! {
     /// What the provider's record says about a withdrawal once checked against it: the name of
@@ -408,7 +400,6 @@ mod tests {
         crate::assert_text_enum_round_trips!(SideEffect);
         crate::assert_text_enum_round_trips!(ReconciliationResult);
         crate::assert_text_enum_round_trips!(AttemptResult);
-        crate::assert_text_enum_round_trips!(TransferStatus);
         crate::assert_text_enum_round_trips!(VerdictKind);
         crate::assert_text_enum_round_trips!(EvidenceSource);
     }
