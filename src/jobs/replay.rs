@@ -23,7 +23,7 @@ use crate::domain::{
     Actor, DeadLetterEventId, DeadLetterId, JobId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
     SideEffect, WithdrawalId, WithdrawalStatus,
 };
-use crate::storage::dead_letters::{self, Event};
+use crate::storage::dead_letters::{self, DeadLetter, Event};
 use crate::storage::jobs::{self as job_store, NewJob};
 use crate::storage::replays::{self, ReplayItem, ReplayRun};
 use crate::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
@@ -140,81 +140,24 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         return Ok(false);
     }
     let Some(letter) = dead_letters::get(db, item.dead_letter_id).await? else {
-        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some("dead letter not found"), None).await?;
-        tx.commit().await?;
-        return Ok(true);
+        return skip(tx, item, "dead letter not found").await;
     };
     // Replay what the producer wrote (the job row), not the envelope's redacted copy.
     let original = job_store::job_row(db, letter.job_id).await?.map(|job| job.payload);
-    let skip = |reason: String| reason;
-    let decision: Result<(JobKind, Vec<u8>, i64, Option<WithdrawalId>), String> = (|| {
-        if letter.payload_version != run.expected_payload_version {
-            return Err(skip(format!(
-                "payload version {} is not the expected {}",
-                letter.payload_version, run.expected_payload_version
-            )));
-        }
-        let bytes = match (&original, &letter.payload, &letter.raw_payload) {
-            (Some(original), _, _) => original.clone(),
-            (None, Some(json), _) => serde_json::to_vec(&json.0).map_err(|e| e.to_string())?,
-            (None, None, Some(raw)) => raw.clone(),
-            (None, None, None) => return Err("no payload stored".to_owned()),
-        };
-        let kind: JobKind = letter.job_type.parse().map_err(|_| {
-            skip(format!("no handler knows {} payload version {}", letter.job_type, letter.payload_version))
-        })?;
-        let (upgraded, version) =
-            payload::upgrade(kind, letter.payload_version, &bytes).map_err(|e| skip(e.to_string()))?;
-        let from_payload = serde_json::from_slice::<serde_json::Value>(&upgraded)
-            .ok()
-            .and_then(|v| v["withdrawal_id"].as_str().and_then(|s| s.parse().ok()));
-        Ok((kind, upgraded, version, letter.withdrawal_id.or(from_payload)))
-    })();
-    let (kind, payload, version, withdrawal) = match decision {
+    let Replayable { kind, payload, version, withdrawal } = match replayable(run, &letter, original) {
         Ok(ok) => ok,
-        Err(reason) => {
-            replays::finish_item(
-                &mut tx,
-                item.id,
-                ReplayItemStatus::Skipped,
-                Some(&crate::redact::text(&reason)),
-                None,
-            )
-            .await?;
-            tx.commit().await?;
-            return Ok(true);
-        }
+        Err(reason) => return skip(tx, item, &crate::redact::text(&reason)).await,
     };
     let Some(withdrawal) = withdrawal else {
-        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some("no withdrawal to replay"), None)
-            .await?;
-        tx.commit().await?;
-        return Ok(true);
+        return skip(tx, item, "no withdrawal to replay").await;
     };
     let correlation = format!("replay-{}", run.id);
-    let actor = Actor::Operator(run.started_by.to_string());
     let unknown =
         letter.side_effect_state == SideEffect::Unknown || super::side_effect_unreconciled(db, withdrawal).await?;
     if unknown {
-        // The provider may have paid: ask it first; reconciliation retries only on proof.
-        let job = super::enqueue_reconciliation(
-            &mut tx,
-            withdrawal,
-            "replay_side_effect_unknown",
-            &correlation,
-            DbTime::now(),
-        )
-        .await?;
-        if let Some(job) = job {
-            replays::link_job(&mut tx, job, item.id).await?;
-        }
-        let detail = "side effect unknown: reconciliation instead of resubmission";
-        replays::finish_item(&mut tx, item.id, ReplayItemStatus::Reconciling, Some(detail), job).await?;
-        tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Reconciling.as_str()));
-        record_event(&mut tx, &letter.id, run, item, job, "reconciliation enqueued").await?;
-        tx.commit().await?;
-        return Ok(true);
+        return reconcile_first(tx, run, item, &letter.id, withdrawal, &correlation).await;
     }
+    let actor = Actor::Operator(run.started_by.to_string());
     let moved = store::transition(
         &mut tx,
         &TransitionRequest {
@@ -232,16 +175,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     .await?;
     if !matches!(moved, TransitionOutcome::Applied(_)) {
         let now = store::get_in_tx(&mut tx, withdrawal).await?.map(|w| w.status.to_string()).unwrap_or_default();
-        replays::finish_item(
-            &mut tx,
-            item.id,
-            ReplayItemStatus::Skipped,
-            Some(&format!("withdrawal is {now}, not requires_review")),
-            None,
-        )
-        .await?;
-        tx.commit().await?;
-        return Ok(true);
+        return skip(tx, item, &format!("withdrawal is {now}, not requires_review")).await;
     }
     // The run's destination was checked when it started (payouts or reconciliation).
     let queue = run.destination_queue.parse().unwrap_or(Queue::Payouts);
@@ -261,6 +195,72 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     replays::finish_item(&mut tx, item.id, ReplayItemStatus::Released, None, Some(job)).await?;
     tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Released.as_str()));
     record_event(&mut tx, &letter.id, run, item, Some(job), "released").await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A dead letter's job as it would run again: its kind, its payload upgraded to the current
+/// version, and the withdrawal it concerns.
+struct Replayable {
+    kind: JobKind,
+    payload: Vec<u8>,
+    version: i64,
+    withdrawal: Option<WithdrawalId>,
+}
+
+/// Whether the letter can run again as the run expects, and as what; the reason to skip it when
+/// it cannot. `original` is the payload the producer wrote, when its job row still exists.
+fn replayable(run: &ReplayRun, letter: &DeadLetter, original: Option<Vec<u8>>) -> Result<Replayable, String> {
+    if letter.payload_version != run.expected_payload_version {
+        return Err(format!(
+            "payload version {} is not the expected {}",
+            letter.payload_version, run.expected_payload_version
+        ));
+    }
+    let bytes = match (original, &letter.payload, &letter.raw_payload) {
+        (Some(original), _, _) => original,
+        (None, Some(json), _) => serde_json::to_vec(&json.0).map_err(|e| e.to_string())?,
+        (None, None, Some(raw)) => raw.clone(),
+        (None, None, None) => return Err("no payload stored".to_owned()),
+    };
+    let kind: JobKind = letter
+        .job_type
+        .parse()
+        .map_err(|_| format!("no handler knows {} payload version {}", letter.job_type, letter.payload_version))?;
+    let (payload, version) = payload::upgrade(kind, letter.payload_version, &bytes).map_err(|e| e.to_string())?;
+    let from_payload = serde_json::from_slice::<serde_json::Value>(&payload)
+        .ok()
+        .and_then(|v| v["withdrawal_id"].as_str().and_then(|s| s.parse().ok()));
+    Ok(Replayable { kind, payload, version, withdrawal: letter.withdrawal_id.or(from_payload) })
+}
+
+/// Finishes the item as skipped, saying why, and commits.
+async fn skip(mut tx: crate::storage::Tx, item: &ReplayItem, reason: &str) -> anyhow::Result<bool> {
+    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some(reason), None).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The provider may have paid: ask it first (a reconciliation job); reconciliation retries only
+/// on proof that nothing was paid.
+async fn reconcile_first(
+    mut tx: crate::storage::Tx,
+    run: &ReplayRun,
+    item: &ReplayItem,
+    letter: &DeadLetterId,
+    withdrawal: WithdrawalId,
+    correlation: &str,
+) -> anyhow::Result<bool> {
+    let job =
+        super::enqueue_reconciliation(&mut tx, withdrawal, "replay_side_effect_unknown", correlation, DbTime::now())
+            .await?;
+    if let Some(job) = job {
+        replays::link_job(&mut tx, job, item.id).await?;
+    }
+    let detail = "side effect unknown: reconciliation instead of resubmission";
+    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Reconciling, Some(detail), job).await?;
+    tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Reconciling.as_str()));
+    record_event(&mut tx, letter, run, item, job, "reconciliation enqueued").await?;
     tx.commit().await?;
     Ok(true)
 }

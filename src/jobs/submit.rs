@@ -20,18 +20,55 @@ use crate::storage::withdrawals::{self as store, TransitionRequest};
 use crate::storage::DbTime;
 
 pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<()> {
-    let id = payload.withdrawal_id;
-    let job = &ctx.job;
     let actor = Actor::Worker(ctx.worker_id().to_owned());
+    let Ready { withdrawal, permit, attempt_no, attempt, attempts_in_budget, first_attempt_at } =
+        match prepare(ctx, payload.withdrawal_id, &actor).await? {
+            Prepared::Call(ready) => *ready,
+            Prepared::Done => return Ok(()),
+        };
+    let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
+    let decision = Decision::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
+    record(ctx, &withdrawal, &actor, attempt, &decision).await
+}
+
+/// What the writes before the call left: a call to make, or a job already finished (skipped,
+/// dead-lettered, handed to reconciliation, deferred, or its lease lost).
+enum Prepared {
+    Call(Box<Ready>),
+    Done,
+}
+
+/// A call the provider may receive: its permit, its attempt row (committed, side effect
+/// unknown), and the withdrawal's retry budget so far.
+struct Ready {
+    withdrawal: Withdrawal,
+    permit: crate::provider::breaker::Permit,
+    attempt_no: i64,
+    attempt: crate::domain::AttemptId,
+    attempts_in_budget: i64,
+    first_attempt_at: DbTime,
+}
+
+/// A finished job, whatever finished it.
+fn done(finished: anyhow::Result<()>) -> anyhow::Result<Prepared> {
+    finished.map(|()| Prepared::Done)
+}
+
+/// The transaction before the call: skip what no longer awaits payout, refuse a sandbox
+/// mismatch, claim `pending → processing`, and either start the attempt row (committed before
+/// the call) or hand over to reconciliation or defer while the breaker is open.
+async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Actor) -> anyhow::Result<Prepared> {
+    let job = &ctx.job;
     let mut tx = ctx.db().begin().await?;
     let Some((withdrawal, last)) = store::get_with_last_attempt(&mut tx, id).await? else {
         drop(tx);
-        return ctx
-            .poison(
+        return done(
+            ctx.poison(
                 super::payload::UNKNOWN_WITHDRAWAL,
                 &format!("the payload names withdrawal {id}, which does not exist"),
             )
-            .await;
+            .await,
+        );
     };
 
     if matches!(
@@ -40,7 +77,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     ) {
         // Someone else decided (customer cancel, reconciliation, operator): nothing to send.
         tracing::info!(status = %withdrawal.status, "submit skipped: withdrawal no longer awaits payout");
-        return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
+        return done(ctx.finish_or_rollback(tx, &Finish::Succeeded).await);
     }
 
     if withdrawal.sandbox != ctx.config().sandbox {
@@ -51,7 +88,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             "sandbox_mismatch",
             format!("a {ours} withdrawal reached {theirs} provider's worker; nothing was sent"),
         );
-        return ctx.dead_letter(tx, &failure).await;
+        return done(ctx.dead_letter(tx, &failure).await);
     }
 
     // The writes before the call go out as one batch: the guarded `pending → processing` and —
@@ -62,7 +99,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
         from: WithdrawalStatus::Pending,
         to: WithdrawalStatus::Processing,
         expected_version: None,
-        actor: &actor,
+        actor,
         reason: "worker claimed the submit job",
         correlation_id: &job.correlation_id,
         failure_code: None,
@@ -90,27 +127,28 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     let counts = writes.run(&mut tx).await?;
     if let Step::Call { leased, .. } = &step {
         if !ctx.leased_for_attempt(counts.applied(*leased)) {
-            return Ok(());
+            return Ok(Prepared::Done);
         }
     }
     if let Some(claim) = claim {
         if !claim.settle(&mut tx, &counts, &withdrawal, &claiming, after_claim).await? {
             // Cancelled or claimed in between: let the next run see the new state.
             drop(tx);
-            return ctx
-                .finish_in_own_tx(&Finish::Reschedule {
+            return done(
+                ctx.finish_in_own_tx(&Finish::Reschedule {
                     run_at: DbTime::now(),
                     consumed_attempt: false,
                     error: "withdrawal moved while claiming",
                 })
-                .await;
+                .await,
+            );
         }
     }
     let (permit, attempt_no, attempt) = match step {
         Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
         Step::Reconcile => {
             enqueue_reconciliation(&mut tx, id, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
-            return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
+            return done(ctx.finish_or_rollback(tx, &Finish::Succeeded).await);
         }
         Step::Defer(rejected) => {
             // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
@@ -118,7 +156,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             tracing::info!(retry_in_ms = wait.as_millis() as u64, "breaker open: submit deferred");
             let run_at = DbTime::after(wait);
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
-            return ctx.finish_or_rollback(tx, &how).await;
+            return done(ctx.finish_or_rollback(tx, &how).await);
         }
     };
     let (attempts_in_budget, first) = match &last {
@@ -128,13 +166,29 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     };
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
     tx.commit().await?;
+    Ok(Prepared::Call(Box::new(Ready {
+        withdrawal,
+        permit,
+        attempt_no,
+        attempt,
+        attempts_in_budget,
+        first_attempt_at,
+    })))
+}
 
-    let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
-    let decision = Decision::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
-    let settle = decision.settle(id, &actor, &job.correlation_id, None);
-
-    // One fenced transaction: the attempt's outcome, the guarded move and the job's finish as
-    // one batch; then, if the move applied, its transition row and ledger entries.
+/// The transaction after the call, fenced by the lease: the attempt's outcome, the guarded move
+/// and the job's finish as one batch; then, if the move applied, its transition row and ledger
+/// entries, the reconciliation to follow, or the dead letter.
+async fn record(
+    ctx: &JobContext,
+    withdrawal: &Withdrawal,
+    actor: &Actor,
+    attempt: crate::domain::AttemptId,
+    decision: &Decision<'_>,
+) -> anyhow::Result<()> {
+    let job = &ctx.job;
+    let id = withdrawal.id;
+    let settle = decision.settle(id, actor, &job.correlation_id, None);
     let mut tx = ctx.db().begin().await?;
     let mut writes = Writes::new();
     attempts::record_outcome_in(&mut writes, attempt, &decision.record);
@@ -152,7 +206,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
     if let (Some(moved), Some(req)) = (moved, &settle) {
         // Not applied: reconciliation or an operator already decided; the late worker changes
         // nothing but its own records.
-        moved.settle(&mut tx, &counts, &withdrawal, req, Writes::new()).await?;
+        moved.settle(&mut tx, &counts, withdrawal, req, Writes::new()).await?;
     }
     if let Some((reason, run_at)) = decision.follow_up {
         enqueue_reconciliation(&mut tx, id, reason, &job.correlation_id, run_at).await?;

@@ -189,6 +189,85 @@ async fn start_checked(
 ) -> OpsResult<Started> {
     let settings = ops.config.replay;
     let reason = require_reason(&req.reason)?;
+    let limits = limits(&settings, req, operator)?;
+    let letters = select(ops, req, settings.max_selection).await?;
+    if letters.is_empty() {
+        return Err(OpsError::invalid("empty_selection", "selection", "the selection matches no open dead letter"));
+    }
+    if letters.len() as i64 > settings.max_selection {
+        return Err(OpsError::invalid(
+            "selection_too_large",
+            "selection",
+            format!("at most {} items per run", settings.max_selection),
+        ));
+    }
+    let needs_approval = letters.len() as i64 > settings.approval_threshold;
+    if req.dry_run {
+        return dry_run(ops, operator, req, &letters, needs_approval, audited).await.map(Started::DryRun);
+    }
+    if let Some(expected) = &req.expected_selection_digest {
+        if *expected != selection_digest(&letters) {
+            return Err(OpsError::conflict("selection_changed",
+                format!(
+                    "the selection is no longer the one the dry run showed (it now holds {} dead letters); run the dry run again",
+                    letters.len()
+                ),
+            ));
+        }
+    }
+    let ids: Vec<DeadLetterId> = letters.iter().map(|d| d.id).collect();
+    let active: std::collections::HashMap<DeadLetterId, ReplayRunId> =
+        replays::active_runs_for(ops.db, &ids).await?.into_iter().collect();
+    if let Some((letter, run)) = letters.iter().find_map(|d| active.get(&d.id).map(|run| (d.id, *run))) {
+        return Err(already_replaying(letter, run));
+    }
+    let now = DbTime::now();
+    let run = ReplayRun {
+        id: ReplayRunId::new(),
+        started_by: operator.id,
+        reason: crate::redact::text(reason),
+        selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
+        expected_payload_version: req.expected_payload_version,
+        destination_queue: req.destination_queue.clone(),
+        status: if needs_approval { ReplayStatus::AwaitingApproval } else { ReplayStatus::Running },
+        total: letters.len() as i64,
+        rate_per_second: limits.rate,
+        max_concurrency: limits.concurrency,
+        auto_pause_threshold: limits.auto_pause,
+        dead_letter_baseline: 0,
+        approved_by: None,
+        paused_reason: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let mut tx = ops.db.begin().await?;
+    replays::insert_run(&mut tx, &run).await?;
+    for letter in &letters {
+        if let Err(err) = replays::insert_item(&mut tx, run.id, letter.id).await {
+            drop(tx);
+            return Err(match err {
+                StorageError::Database(ref db) if is_unique_violation(db) => {
+                    let holder = replays::active_run_for(ops.db, letter.id).await?.unwrap_or_default();
+                    already_replaying(letter.id, holder)
+                }
+                other => other.into(),
+            });
+        }
+    }
+    let audited = Audited { target_id: run.id.to_string(), ..audited.clone_shallow() };
+    audited.record_ok(&mut tx, operator).await?;
+    tx.commit().await?;
+    Ok(Started::Run(Box::new(named_run_view(ops, &run, None).await?)))
+}
+
+/// A run's pace, checked: within the bounds, and beyond an operator's limits only for an admin.
+struct Limits {
+    rate: i64,
+    concurrency: i64,
+    auto_pause: i64,
+}
+
+fn limits(settings: &crate::config::ReplaySettings, req: &StartReplay, operator: &Operator) -> OpsResult<Limits> {
     if !req.destination_queue.parse().is_ok_and(|q| Queue::REPLAY_DESTINATIONS.contains(&q)) {
         return Err(OpsError::invalid(
             "unknown_queue",
@@ -218,97 +297,42 @@ async fn start_checked(
             ),
         ));
     }
-    let letters = select(ops, req, settings.max_selection).await?;
-    if letters.is_empty() {
-        return Err(OpsError::invalid("empty_selection", "selection", "the selection matches no open dead letter"));
-    }
-    if letters.len() as i64 > settings.max_selection {
-        return Err(OpsError::invalid(
-            "selection_too_large",
-            "selection",
-            format!("at most {} items per run", settings.max_selection),
-        ));
-    }
-    let needs_approval = letters.len() as i64 > settings.approval_threshold;
-    if req.dry_run {
-        let sample = letters
-            .iter()
-            .take(5)
-            .map(|d| SampleLetter {
-                dead_letter_id: d.id.0,
-                withdrawal_id: d.withdrawal_id.map(|w| w.0),
-                category: d.category,
-                error_code: d.error_code.clone(),
-                payload_version: d.payload_version,
-                side_effect_state: d.side_effect_state,
-            })
-            .collect();
-        let mismatched = letters.iter().filter(|d| d.payload_version != req.expected_payload_version).count();
-        let mut tx = ops.db.begin().await?;
-        audited.record_ok(&mut tx, operator).await?;
-        tx.commit().await?;
-        return Ok(Started::DryRun(DryRun {
-            dry_run: true,
-            count: letters.len() as i64,
-            sample,
-            needs_approval,
-            payload_version_mismatches: mismatched as i64,
-            selection_digest: selection_digest(&letters),
-        }));
-    }
-    if let Some(expected) = &req.expected_selection_digest {
-        if *expected != selection_digest(&letters) {
-            return Err(OpsError::conflict("selection_changed",
-                format!(
-                    "the selection is no longer the one the dry run showed (it now holds {} dead letters); run the dry run again",
-                    letters.len()
-                ),
-            ));
-        }
-    }
-    let ids: Vec<DeadLetterId> = letters.iter().map(|d| d.id).collect();
-    let active: std::collections::HashMap<DeadLetterId, ReplayRunId> =
-        replays::active_runs_for(ops.db, &ids).await?.into_iter().collect();
-    if let Some((letter, run)) = letters.iter().find_map(|d| active.get(&d.id).map(|run| (d.id, *run))) {
-        return Err(already_replaying(letter, run));
-    }
-    let now = DbTime::now();
-    let run = ReplayRun {
-        id: ReplayRunId::new(),
-        started_by: operator.id,
-        reason: crate::redact::text(reason),
-        selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
-        expected_payload_version: req.expected_payload_version,
-        destination_queue: req.destination_queue.clone(),
-        status: if needs_approval { ReplayStatus::AwaitingApproval } else { ReplayStatus::Running },
-        total: letters.len() as i64,
-        rate_per_second: rate,
-        max_concurrency: concurrency,
-        auto_pause_threshold: auto_pause,
-        dead_letter_baseline: 0,
-        approved_by: None,
-        paused_reason: None,
-        created_at: now,
-        updated_at: now,
-    };
+    Ok(Limits { rate, concurrency, auto_pause })
+}
+
+/// What a run of this selection would do, audited, changing nothing else.
+async fn dry_run(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    req: &StartReplay,
+    letters: &[dead_letters::DeadLetter],
+    needs_approval: bool,
+    audited: &Audited<'_>,
+) -> OpsResult<DryRun> {
+    let sample = letters
+        .iter()
+        .take(5)
+        .map(|d| SampleLetter {
+            dead_letter_id: d.id.0,
+            withdrawal_id: d.withdrawal_id.map(|w| w.0),
+            category: d.category,
+            error_code: d.error_code.clone(),
+            payload_version: d.payload_version,
+            side_effect_state: d.side_effect_state,
+        })
+        .collect();
+    let mismatched = letters.iter().filter(|d| d.payload_version != req.expected_payload_version).count();
     let mut tx = ops.db.begin().await?;
-    replays::insert_run(&mut tx, &run).await?;
-    for letter in &letters {
-        if let Err(err) = replays::insert_item(&mut tx, run.id, letter.id).await {
-            drop(tx);
-            return Err(match err {
-                StorageError::Database(ref db) if is_unique_violation(db) => {
-                    let holder = replays::active_run_for(ops.db, letter.id).await?.unwrap_or_default();
-                    already_replaying(letter.id, holder)
-                }
-                other => other.into(),
-            });
-        }
-    }
-    let audited = Audited { target_id: run.id.to_string(), ..audited.clone_shallow() };
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(Started::Run(Box::new(named_run_view(ops, &run, None).await?)))
+    Ok(DryRun {
+        dry_run: true,
+        count: letters.len() as i64,
+        sample,
+        needs_approval,
+        payload_version_mismatches: mismatched as i64,
+        selection_digest: selection_digest(letters),
+    })
 }
 
 fn already_replaying(dead_letter: DeadLetterId, run: ReplayRunId) -> OpsError {
