@@ -5,127 +5,17 @@
 //! longer import each other.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::TimeDelta;
 use tokio_util::sync::CancellationToken;
 
-use super::retry::RetryPolicy;
-use super::Queue;
+pub use crate::config::WorkerConfig;
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobId, LeaseToken, WithdrawalId};
 use crate::provider::Gateway;
 use crate::storage::batch::{Writes, Written};
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::{Db, Tx};
-
-/// How a worker runs. Every duration is data, so tests can run the same code fast.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    pub worker_id: String,
-    pub queues: Vec<&'static str>,
-    /// Jobs running at once in this worker.
-    pub concurrency: usize,
-    /// Jobs claimed per round trip.
-    pub batch_size: u32,
-    pub lease: Duration,
-    /// How often a running job extends its lease; zero disables heartbeats (the lease must then
-    /// outlast the longest job).
-    pub heartbeat: Duration,
-    /// Polling fallback when no notification arrives.
-    pub poll_interval: Duration,
-    /// A job whose lease expired this many times is dead-lettered as `crashed`.
-    pub max_receives: i64,
-    /// A handler that fails (rather than deciding the job's outcome) is run again under this
-    /// policy: exponential backoff with full jitter, counted in consecutive failed runs, its time
-    /// budget from the job's creation. Exhausted, the job is dead-lettered as `infrastructure`
-    /// when the last failure was our database's (SPEC §5), as `code_bug` otherwise.
-    pub handler_error_policy: RetryPolicy,
-    /// How long shutdown waits for in-flight jobs before handing them back.
-    pub shutdown_grace: Duration,
-    pub submit_policy: RetryPolicy,
-    /// Added at random to a breaker deferral so deferred jobs don't stampede the probe.
-    pub breaker_jitter: Duration,
-    /// The shortest breaker deferral (a half-open breaker whose probes are busy says "now").
-    pub breaker_min_defer: Duration,
-    /// When a `pending` transfer is first polled.
-    pub pending_poll: Duration,
-    /// Policy of the reconciliation job: its `max_elapsed` is the reconciliation window.
-    pub reconcile_policy: RetryPolicy,
-    /// Policy of a settlement import whose report the provider could not serve (its own, not
-    /// reconciliation's).
-    pub import_policy: RetryPolicy,
-    /// A withdrawal in `processing` longer than this with no live job is swept into reconciliation.
-    pub processing_sla: Duration,
-    pub sweep_interval: Duration,
-    /// How long an attempt may still be in flight at the provider (its request timeout plus a
-    /// margin). Reconciliation does not trust "not found" for an attempt younger than this.
-    pub in_flight_grace: Duration,
-    /// This worker pays through a sandbox provider: it pays only withdrawals marked `sandbox`,
-    /// and a real worker never pays those.
-    pub sandbox: bool,
-    /// The daily settlement import and its grace days (SPEC §14).
-    pub settlement: crate::config::SettlementSettings,
-}
-
-impl WorkerConfig {
-    /// How long a job waits when the breaker is open (SPEC §5): until the breaker's next probe
-    /// (`retry_in`), at least `breaker_min_defer`, plus up to `breaker_jitter` at random so the
-    /// deferred jobs do not stampede the probe. The one deferral of submit and reconcile.
-    pub fn breaker_deferral(&self, retry_in: Duration) -> Duration {
-        let jitter_ms = u64::try_from(self.breaker_jitter.as_millis()).unwrap_or(u64::MAX);
-        retry_in.max(self.breaker_min_defer)
-            + Duration::from_millis(rand::Rng::gen_range(&mut rand::thread_rng(), 0..=jitter_ms))
-    }
-
-    /// Refuses settings that would break the worker's own guarantees.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.concurrency > 0 && self.batch_size > 0, "concurrency and batch size must be positive");
-        anyhow::ensure!(
-            !self.lease.is_zero() && !self.poll_interval.is_zero(),
-            "lease and poll interval must be positive"
-        );
-        anyhow::ensure!(
-            self.heartbeat.is_zero() || self.heartbeat * 2 < self.lease,
-            "the heartbeat ({:?}) must be shorter than half the lease ({:?}), or zero to disable it",
-            self.heartbeat,
-            self.lease
-        );
-        anyhow::ensure!(!self.sweep_interval.is_zero(), "the sweep interval must be positive");
-        anyhow::ensure!(self.max_receives > 0, "limits must be positive");
-        self.handler_error_policy.validate().map_err(|e| anyhow::anyhow!("handler error policy: {e}"))?;
-        self.submit_policy.validate().map_err(|e| anyhow::anyhow!("submit policy: {e}"))?;
-        self.reconcile_policy.validate().map_err(|e| anyhow::anyhow!("reconcile policy: {e}"))?;
-        self.import_policy.validate().map_err(|e| anyhow::anyhow!("settlement import policy: {e}"))?;
-        Ok(())
-    }
-
-    pub fn new(worker_id: impl Into<String>) -> Self {
-        Self {
-            worker_id: worker_id.into(),
-            queues: Queue::ALL.map(Queue::as_str).to_vec(),
-            concurrency: 16,
-            batch_size: 16,
-            lease: Duration::from_secs(30),
-            heartbeat: Duration::from_secs(10),
-            poll_interval: Duration::from_secs(1),
-            max_receives: 5,
-            handler_error_policy: RetryPolicy::handler_errors(),
-            shutdown_grace: Duration::from_secs(10),
-            submit_policy: RetryPolicy::payout_submit(),
-            breaker_jitter: Duration::from_secs(1),
-            breaker_min_defer: Duration::from_secs(1),
-            pending_poll: Duration::from_secs(5),
-            reconcile_policy: RetryPolicy::reconciliation(),
-            import_policy: RetryPolicy::settlement_import(),
-            processing_sla: Duration::from_secs(15 * 60),
-            sweep_interval: Duration::from_secs(60),
-            in_flight_grace: Duration::from_secs(15),
-            sandbox: false,
-            settlement: crate::config::SettlementSettings::default(),
-        }
-    }
-}
 
 /// A handler for an extra job kind (plugged in with [`Worker::with_handler`]).
 pub type Handler =
@@ -268,25 +158,5 @@ pub(crate) async fn heartbeat_loop(worker: Worker, job: JobId, token: LeaseToken
             }
             Err(err) => tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "heartbeat failed"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_breaker_deferral_waits_for_the_probe_at_least_the_minimum_plus_bounded_jitter() {
-        let mut config = WorkerConfig::new("w");
-        config.breaker_min_defer = Duration::from_millis(500);
-        config.breaker_jitter = Duration::from_millis(100);
-        for _ in 0..200 {
-            let short = config.breaker_deferral(Duration::from_millis(10));
-            assert!(short >= Duration::from_millis(500) && short <= Duration::from_millis(600), "{short:?}");
-            let long = config.breaker_deferral(Duration::from_secs(5));
-            assert!(long >= Duration::from_secs(5) && long <= Duration::from_millis(5_100), "{long:?}");
-        }
-        config.breaker_jitter = Duration::ZERO;
-        assert_eq!(config.breaker_deferral(Duration::from_secs(2)), Duration::from_secs(2));
     }
 }

@@ -5,28 +5,10 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use crate::config::ProviderConfig;
+
 use super::classify::{classify_error, classify_get, classify_lookup, classify_response};
 use super::{BoxFuture, LookupOutcome, Provider, ProviderError, ReportFetch, SubmitOutcome, TransferRequest};
-
-#[derive(Clone)]
-pub struct ProviderConfig {
-    /// e.g. `https://payouts.example.com` (no trailing slash needed).
-    pub base_url: String,
-    pub api_key: SecretString,
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
-}
-
-impl std::fmt::Debug for ProviderConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &"[redacted]")
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
-}
 
 pub struct HttpProvider {
     base_url: String,

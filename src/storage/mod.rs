@@ -41,6 +41,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Postgres, Sqlite, Transaction};
 
+pub use crate::config::PoolSettings;
+
 pub use time::DbTime;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -197,19 +199,6 @@ macro_rules! with_read_conn {
 impl SqliteDb {
     pub fn reader(&self) -> &SqlitePool {
         &self.reader
-    }
-}
-
-/// Connection settings that are not part of the URL.
-#[derive(Debug, Clone)]
-pub struct PoolSettings {
-    pub max_connections: u32,
-    pub acquire_timeout: Duration,
-}
-
-impl Default for PoolSettings {
-    fn default() -> Self {
-        Self { max_connections: 16, acquire_timeout: Duration::from_secs(10) }
     }
 }
 

@@ -1,6 +1,23 @@
-//! Runtime settings shared by the HTTP layer and the CLI, with the defaults a sandbox needs, and
-//! how durations travel in settings ([`millis`]). Low in the module graph: it imports only
-//! `domain`, so every layer (storage included) may read its settings types.
+//! Every settings type of the service and its defaults, in one place: the API's ([`AppConfig`]
+//! and its parts), the worker's ([`WorkerConfig`]), the retry policies ([`RetryPolicy`], one per
+//! job kind), the provider breaker's ([`BreakerConfig`]), how to reach the provider
+//! ([`ProviderConfig`]) and the database pool ([`PoolSettings`]); and how durations travel in
+//! settings ([`millis`]). The CLI's flags take their defaults from here, and a test checks the
+//! README's configuration table against them. Low in the module graph: it imports only
+//! `domain`, so every layer (storage included) may read its settings types; the behaviour that
+//! uses a setting (the breaker, the backoff) lives with that behaviour.
+
+mod breaker;
+mod pool;
+mod provider;
+mod retry;
+mod worker;
+
+pub use breaker::{BreakerConfig, BreakerConfigError, SlidingWindow};
+pub use pool::PoolSettings;
+pub use provider::ProviderConfig;
+pub use retry::{PolicyError, RetryPolicy};
+pub use worker::WorkerConfig;
 
 use chrono::TimeDelta;
 use rust_decimal::Decimal;
