@@ -16,7 +16,7 @@ use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::SettlementExceptionResolve;
 use crate::ops::types::{
-    AuditEntry, AuditQuery, Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, Decided, DecisionVerdict,
+    ApproveOrReject, AuditEntry, AuditQuery, Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, DecisionResult,
     ExceptionQuery, ExceptionView, List, OpsWithdrawal, Overview, Page, ReasonRequest, ReplayControl, ReplayQuery,
     ReplayRunView, ReportQuery, ReportView, Resolution, ResolveExceptionRequest, ResolveRequest, Resolved, StartReplay,
     Started, WithdrawalDetail, WithdrawalQuery,
@@ -134,13 +134,13 @@ pub async fn decide(
     state: &AppState,
     session: &Session,
     id: WithdrawalId,
-    verdict: DecisionVerdict,
+    verdict: ApproveOrReject,
     request: &ReasonRequest,
-) -> Result<Decided, PageRefusal> {
+) -> Result<DecisionResult, PageRefusal> {
     let (ops, operator, request) = (state.ops(), &session.operator, request.clone());
     Ok(match verdict {
-        DecisionVerdict::Approve => ops::decisions::approve(&ops, operator, id, request).await?,
-        DecisionVerdict::Reject => ops::decisions::reject(&ops, operator, id, request).await?,
+        ApproveOrReject::Approve => ops::decisions::approve(&ops, operator, id, request).await?,
+        ApproveOrReject::Reject => ops::decisions::reject(&ops, operator, id, request).await?,
     })
 }
 

@@ -15,7 +15,8 @@ use super::views::{self, age, csrf_field, opt, role_note, state, text, when, Ban
 use crate::domain::{Evidence, StoredEvidence, WithdrawalStatus};
 use crate::http::AppState;
 use crate::ops::types::{
-    Decision, DecisionVerdict, OpsWithdrawal, Page, ReasonRequest, ResolveRequest, WithdrawalDetail, WithdrawalQuery,
+    ApproveOrReject, OpsWithdrawal, Page, ReasonRequest, ResolveRequest, ReviewDecisionView, WithdrawalDetail,
+    WithdrawalQuery,
 };
 use crate::ops::Role;
 
@@ -162,13 +163,13 @@ async fn render(
     (code, views::page(session, "Withdrawal", banner, body)).into_response()
 }
 
-fn pending_decision(shown: &WithdrawalDetail) -> Option<&Decision> {
+fn pending_decision(shown: &WithdrawalDetail) -> Option<&ReviewDecisionView> {
     shown.review_decisions.iter().find(|d| d.status == crate::domain::DecisionStatus::Pending)
 }
 
 /// A decision waiting for a second operator (the two-person rule): who asked for what, on which
 /// provider answer; approve (not the requester) or reject.
-fn decision_section(session: &Session, w: &OpsWithdrawal, d: &Decision) -> Markup {
+fn decision_section(session: &Session, w: &OpsWithdrawal, d: &ReviewDecisionView) -> Markup {
     let id = w.id;
     let mine = d.requested_by == session.operator.id.0;
     let form = |verdict: &str, label: &str, help: &str| {
@@ -389,7 +390,7 @@ pub async fn decide(
     Path((id, verdict)): Path<(String, String)>,
     CsrfForm(session, form): CsrfForm<DecisionForm>,
 ) -> Response {
-    let Ok(verdict) = verdict.parse::<DecisionVerdict>() else {
+    let Ok(verdict) = verdict.parse::<ApproveOrReject>() else {
         return views::refused(StatusCode::NOT_FOUND, "Withdrawal", "no such decision action");
     };
     let request = ReasonRequest { reason: form.reason.clone().unwrap_or_default() };

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::context::JobContext;
-use super::submit::{self, Decision, Next};
+use super::submit::{self, AfterCall, Next};
 use super::{enqueue_reconciliation, JobKind, SubmitPayout};
 use crate::dead_letter::{self, Category};
 use crate::domain::{Actor, AttemptId, Withdrawal, WithdrawalStatus};
@@ -141,7 +141,7 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     let decisions: Vec<Row> = answers
         .iter()
         .map(|(row, w, attempt, outcome)| {
-            (*row, w, *attempt, Decision::of(&batch[*row].ctx, outcome, w, 1, first_attempt_at))
+            (*row, w, *attempt, AfterCall::of(&batch[*row].ctx, outcome, w, 1, first_attempt_at))
         })
         .collect();
     let mut alone = alone;
@@ -166,7 +166,7 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
 
 /// A called row: its index in the batch, its withdrawal as read before the calls, its attempt,
 /// and what the provider's answer decides.
-type Row<'a> = (usize, &'a Withdrawal, AttemptId, Decision<'a>);
+type Row<'a> = (usize, &'a Withdrawal, AttemptId, AfterCall<'a>);
 
 /// Step 3 for `rows` (the whole batch, or one row when the whole batch failed): one fenced
 /// transaction, then the metrics of what it committed.

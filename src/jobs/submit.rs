@@ -27,7 +27,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             Prepared::Done => return Ok(()),
         };
     let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
-    let decision = Decision::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
+    let decision = AfterCall::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
     record(ctx, &withdrawal, &actor, attempt, &decision).await
 }
 
@@ -184,7 +184,7 @@ async fn record(
     withdrawal: &Withdrawal,
     actor: &Actor,
     attempt: crate::domain::AttemptId,
-    decision: &Decision<'_>,
+    decision: &AfterCall<'_>,
 ) -> anyhow::Result<()> {
     let job = &ctx.job;
     let id = withdrawal.id;
@@ -237,7 +237,7 @@ pub(super) async fn call(
 
 /// What the provider's answer to one attempt decides: the attempt row's outcome, how the job
 /// ends, the move it causes (with the answer as its evidence), and a reconciliation to follow.
-pub(super) struct Decision<'a> {
+pub(super) struct AfterCall<'a> {
     pub record: AttemptOutcome<'a>,
     pub next: Next<'a>,
     /// The move out of `processing`: to, reason, failure code.
@@ -247,7 +247,7 @@ pub(super) struct Decision<'a> {
     pub follow_up: Option<(&'static str, DbTime)>,
 }
 
-impl<'a> Decision<'a> {
+impl<'a> AfterCall<'a> {
     pub fn of(
         ctx: &JobContext,
         outcome: &'a SubmitOutcome,
@@ -283,7 +283,7 @@ impl<'a> Decision<'a> {
             (SubmitOutcome::Unknown(_), _) => Some(("unknown_outcome", DbTime::now())),
             _ => None,
         };
-        Decision { record, next, settled, evidence, follow_up }
+        AfterCall { record, next, settled, evidence, follow_up }
     }
 
     /// The guarded move out of `processing` the answer causes, if any, made by `actor`; with

@@ -14,14 +14,14 @@ use uuid::Uuid;
 
 use super::acts::{DecisionApprove, DecisionReject};
 use super::decide::{apply, check_with_provider, in_review};
-use super::types::{Decided, Decision, List, OpsWithdrawal, ReasonRequest};
+use super::types::{DecisionResult, List, OpsWithdrawal, ReasonRequest, ReviewDecisionView};
 use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
 use crate::domain::{Approval, DecisionStatus, Evidence, ReviewAction, Withdrawal, WithdrawalId};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
 use crate::storage::DbTime;
 
 /// Stored decisions as operators see them, with the operators' names.
-pub async fn views(ops: &Ops<'_>, rows: &[ReviewDecision]) -> OpsResult<Vec<Decision>> {
+pub async fn views(ops: &Ops<'_>, rows: &[ReviewDecision]) -> OpsResult<Vec<ReviewDecisionView>> {
     let names = super::names(
         ops.db,
         rows.iter().flat_map(|d| [Some(d.requested_by.0), d.decided_by.map(|o| o.0)]).flatten().collect(),
@@ -31,8 +31,8 @@ pub async fn views(ops: &Ops<'_>, rows: &[ReviewDecision]) -> OpsResult<Vec<Deci
 }
 
 /// A stored decision as operators see it.
-pub fn view(d: &ReviewDecision, names: &super::Names) -> Decision {
-    Decision {
+pub fn view(d: &ReviewDecision, names: &super::Names) -> ReviewDecisionView {
+    ReviewDecisionView {
         id: d.id.0,
         withdrawal_id: d.withdrawal_id.0,
         action: d.action,
@@ -63,7 +63,7 @@ pub(super) async fn request(
     reason: &str,
     evidence: &Evidence,
     audited: &Audited<'_>,
-) -> OpsResult<Decision> {
+) -> OpsResult<ReviewDecisionView> {
     let decision = ReviewDecision {
         id: crate::domain::DecisionId::new(),
         withdrawal_id: w.id,
@@ -104,19 +104,29 @@ pub(super) async fn request(
 }
 
 /// Decisions waiting for a second operator, oldest first.
-pub async fn list(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<Decision>> {
+pub async fn list(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<ReviewDecisionView>> {
     operator.require(Role::Viewer)?;
     let rows = review_decisions::list_pending(ops.db, 500).await?;
     Ok(List { data: views(ops, &rows).await? })
 }
 
 /// A second operator applies the pending decision on `id`, checked against the provider again now.
-pub async fn approve(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: ReasonRequest) -> OpsResult<Decided> {
+pub async fn approve(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: WithdrawalId,
+    req: ReasonRequest,
+) -> OpsResult<DecisionResult> {
     decide(ops, operator, id, req, &DecisionApprove::ACT).await
 }
 
 /// The pending decision on `id` is dropped; nothing moves (the requester may withdraw it).
-pub async fn reject(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: ReasonRequest) -> OpsResult<Decided> {
+pub async fn reject(
+    ops: &Ops<'_>,
+    operator: &Operator,
+    id: WithdrawalId,
+    req: ReasonRequest,
+) -> OpsResult<DecisionResult> {
     decide(ops, operator, id, req, &DecisionReject::ACT).await
 }
 
@@ -126,7 +136,7 @@ async fn decide(
     id: WithdrawalId,
     req: ReasonRequest,
     act: &Act,
-) -> OpsResult<Decided> {
+) -> OpsResult<DecisionResult> {
     ops.authorize(operator, act, &id.to_string()).await?;
     let approve = act.name == DecisionApprove::ACT.name;
     let mut audited = Audited::new(act, id.to_string(), &req.reason, json!({}));
@@ -145,7 +155,7 @@ async fn decide(
             }
             audited.record_ok(&mut tx, operator).await?;
             tx.commit().await?;
-            Ok(Decided { decision_id: pending.id.0, status: DecisionStatus::Rejected, withdrawal: None })
+            Ok(DecisionResult { decision_id: pending.id.0, status: DecisionStatus::Rejected, withdrawal: None })
         }
     }
     .await;
@@ -162,7 +172,7 @@ async fn approve_checked(
     operator: &Operator,
     pending: &ReviewDecision,
     reason: &str,
-) -> OpsResult<Decided> {
+) -> OpsResult<DecisionResult> {
     super::credentials::require_second_person(ops, operator, pending.requested_by).await?;
     let action = pending.action;
     let withdrawal = pending.withdrawal_id;
@@ -189,7 +199,7 @@ async fn approve_checked(
     );
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
-    Ok(Decided {
+    Ok(DecisionResult {
         decision_id: pending.id.0,
         status: DecisionStatus::Approved,
         withdrawal: Some(OpsWithdrawal::from(&moved)),

@@ -10,8 +10,8 @@ use super::Connection;
 use crate::domain::{Evidence, StoredEvidence};
 use crate::ops::routes;
 use crate::ops::types::{
-    Decided, Decision, List, OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved,
-    WithdrawalDetail, WithdrawalQuery,
+    DecisionResult, List, OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved,
+    ReviewDecisionView, WithdrawalDetail, WithdrawalQuery,
 };
 
 #[derive(Debug, Subcommand)]
@@ -123,7 +123,7 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
             }
         }
         ReviewCommand::Decisions => {
-            let answer = client.get::<List<Decision>>(&routes::REVIEW_DECISIONS.path(&[]), &()).await?;
+            let answer = client.get::<List<ReviewDecisionView>>(&routes::REVIEW_DECISIONS.path(&[]), &()).await?;
             let Some(decisions) = answer.unless_json(conn.json) else { return Ok(()) };
             println!("{:<38} {:<9} {:<24}  reason", "withdrawal", "action", "requested by");
             for d in decisions.data {
@@ -138,7 +138,7 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         }
         ReviewCommand::Approve { id, reason } => {
             let path = routes::DECISION_APPROVE.path(&[&id]);
-            let answer = client.post::<_, Decided>(&path, &ReasonRequest { reason }).await?;
+            let answer = client.post::<_, DecisionResult>(&path, &ReasonRequest { reason }).await?;
             if let Some(decided) = answer.unless_json(conn.json) {
                 let w = decided.withdrawal.as_ref();
                 println!("approved: {id} is now {} (version {})", o(&w.map(|w| w.status)), o(&w.map(|w| w.version)));
@@ -146,7 +146,7 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         }
         ReviewCommand::Reject { id, reason } => {
             let path = routes::DECISION_REJECT.path(&[&id]);
-            let answer = client.post::<_, Decided>(&path, &ReasonRequest { reason }).await?;
+            let answer = client.post::<_, DecisionResult>(&path, &ReasonRequest { reason }).await?;
             if answer.unless_json(conn.json).is_some() {
                 println!("rejected: the decision on {id} is dropped; nothing moved");
             }

@@ -10,7 +10,7 @@ use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{DecisionApprove, DecisionReject};
 use crate::ops::routes;
-use crate::ops::types::{Decided, Decision, List, ReasonRequest};
+use crate::ops::types::{DecisionResult, List, ReasonRequest, ReviewDecisionView};
 use crate::ops::{self, Operator};
 
 pub fn router() -> Router<AppState> {
@@ -20,7 +20,7 @@ pub fn router() -> Router<AppState> {
         .route(routes::DECISION_REJECT.template(), post(reject))
 }
 
-async fn list(State(state): State<AppState>, operator: Operator) -> Result<Json<List<Decision>>, ApiError> {
+async fn list(State(state): State<AppState>, operator: Operator) -> Result<Json<List<ReviewDecisionView>>, ApiError> {
     Ok(Json(ops::decisions::list(&state.ops(), &operator).await?))
 }
 
@@ -29,7 +29,7 @@ async fn approve(
     Authorized(operator, _): Authorized<DecisionApprove>,
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
-) -> Result<Json<Decided>, ApiError> {
+) -> Result<Json<DecisionResult>, ApiError> {
     Ok(Json(ops::decisions::approve(&state.ops(), &operator, WithdrawalId(id), req).await?))
 }
 
@@ -38,6 +38,6 @@ async fn reject(
     Authorized(operator, _): Authorized<DecisionReject>,
     PathId(id): PathId,
     OpsJson(req): OpsJson<ReasonRequest>,
-) -> Result<Json<Decided>, ApiError> {
+) -> Result<Json<DecisionResult>, ApiError> {
     Ok(Json(ops::decisions::reject(&state.ops(), &operator, WithdrawalId(id), req).await?))
 }

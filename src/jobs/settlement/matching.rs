@@ -41,9 +41,9 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
         let verdict = line_verdict(w, &transfer);
         let evidence = evidence(line, w, verdict.kind(), None);
         match plan(w, &verdict) {
-            Plan::Matched => decided.push(Decided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
+            Plan::Matched => decided.push(LineDecided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
             Plan::Exception(kind, detail) => {
-                decided.push(Decided::exception(line, w.map(|w| w.id), kind, detail, evidence))
+                decided.push(LineDecided::exception(line, w.map(|w| w.id), kind, detail, evidence))
             }
             Plan::Confirm(apply) => {
                 if let Some(w) = w {
@@ -358,14 +358,14 @@ async fn confirm(
 }
 
 /// A line decided without moving anything: matched, or an exception with why.
-struct Decided<'a> {
+struct LineDecided<'a> {
     line: &'a LineRow,
     withdrawal: Option<WithdrawalId>,
     exception: Option<(ExceptionKind, String)>,
     evidence: LineEvidence,
 }
 
-impl<'a> Decided<'a> {
+impl<'a> LineDecided<'a> {
     fn exception(
         line: &'a LineRow,
         withdrawal: Option<WithdrawalId>,
@@ -373,7 +373,7 @@ impl<'a> Decided<'a> {
         detail: String,
         evidence: LineEvidence,
     ) -> Self {
-        Decided { line, withdrawal, exception: Some((kind, detail)), evidence }
+        LineDecided { line, withdrawal, exception: Some((kind, detail)), evidence }
     }
 }
 
@@ -387,13 +387,13 @@ async fn except(
     evidence: LineEvidence,
     counts: &mut MatchCounts,
 ) -> crate::storage::Result<()> {
-    record(db, &[Decided::exception(line, Some(w.id), kind, detail, evidence)], counts).await
+    record(db, &[LineDecided::exception(line, Some(w.id), kind, detail, evidence)], counts).await
 }
 
 /// Records decided lines and opens their exceptions as one batch in one transaction. A line
 /// another import decided first touches nothing (and its exception, the same by its dedupe key,
 /// opens nothing new).
-async fn record(db: &Db, decided: &[Decided<'_>], counts: &mut MatchCounts) -> crate::storage::Result<()> {
+async fn record(db: &Db, decided: &[LineDecided<'_>], counts: &mut MatchCounts) -> crate::storage::Result<()> {
     let mut writes = Writes::new();
     let mut handles = Vec::with_capacity(decided.len());
     for d in decided {

@@ -37,7 +37,7 @@ pub struct OpsWithdrawal {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WithdrawalDetail {
     pub withdrawal: OpsWithdrawal,
-    pub review_decisions: Vec<Decision>,
+    pub review_decisions: Vec<ReviewDecisionView>,
     pub transitions: Vec<TransitionView>,
     pub provider_attempts: Vec<AttemptView>,
     pub reconciliation_results: Vec<ReconciliationView>,
@@ -187,7 +187,7 @@ pub struct Resolved {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decision: Option<Decision>,
+    pub decision: Option<ReviewDecisionView>,
 }
 
 impl Resolved {
@@ -199,7 +199,7 @@ impl Resolved {
 
 /// A review decision under the two-person rule.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Decision {
+pub struct ReviewDecisionView {
     pub id: Uuid,
     pub withdrawal_id: Uuid,
     pub action: ReviewAction,
@@ -230,7 +230,7 @@ pub struct ReasonRequest {
 crate::text_enum! {
     /// `POST /ops/v1/withdrawals/{id}/decision/{approve|reject}`: what a second operator does
     /// with a pending decision (the path segment).
-    pub enum DecisionVerdict("decision verdict", 2) {
+    pub enum ApproveOrReject("decision verdict", 2) {
         Approve = "approve",
         Reject = "reject",
     }
@@ -238,7 +238,7 @@ crate::text_enum! {
 
 /// What approving or rejecting a pending decision did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Decided {
+pub struct DecisionResult {
     pub decision_id: Uuid,
     /// `approved` or `rejected`.
     pub status: DecisionStatus,
