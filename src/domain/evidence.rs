@@ -135,6 +135,12 @@ pub struct Approval {
     pub approved_by: Uuid,
 }
 
+/// Evidence as stored (before redaction, which storage applies): plain data, so it always
+/// serialises.
+fn stored_json(evidence: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(evidence).expect("evidence is plain data")
+}
+
 /// Stored evidence this version cannot read: shown as such, with the stored JSON, never as
 /// "nothing known".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -166,7 +172,7 @@ impl Evidence {
 
     /// The evidence as stored (before redaction, which storage applies).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("evidence is plain data")
+        stored_json(self)
     }
 
     /// The answer asked for an operator's `action`.
@@ -324,13 +330,13 @@ pub struct MissingEvidence {
 
 impl MissingEvidence {
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("evidence is plain data")
+        stored_json(self)
     }
 }
 
 impl LineEvidence {
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("evidence is plain data")
+        stored_json(self)
     }
 }
 
@@ -378,7 +384,7 @@ impl StoredEvidence {
 
     /// The evidence as stored (before redaction, which storage applies).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("evidence is plain data")
+        stored_json(self)
     }
 
     /// The provider's answer this evidence rests on: its own, or the live one a report line was

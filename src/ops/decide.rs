@@ -49,7 +49,7 @@ pub(super) async fn apply(
     action: ReviewAction,
     version: i64,
     reason: &str,
-    evidence: &Evidence,
+    evidence: Evidence,
     correlation: &str,
 ) -> OpsResult<Withdrawal> {
     let id = current.id;
@@ -66,7 +66,7 @@ pub(super) async fn apply(
         ReviewAction::Retry => (WithdrawalStatus::Processing, None),
         ReviewAction::Reconcile => return Err(OpsError::Internal(anyhow::anyhow!("reconcile is not a transition"))),
     };
-    let stored = StoredEvidence::from(evidence.clone());
+    let stored = StoredEvidence::from(evidence);
     let transition = TransitionRequest {
         id,
         from: WithdrawalStatus::RequiresReview,

@@ -190,7 +190,7 @@ async fn approve_checked(
         return Err(already_decided());
     }
     let moved =
-        apply(&mut tx, operator, &current, action, pending.version, &pending.reason, &evidence, &correlation).await?;
+        apply(&mut tx, operator, &current, action, pending.version, &pending.reason, evidence, &correlation).await?;
     let audited = Audited::new(
         &DecisionApprove::ACT,
         withdrawal.to_string(),

@@ -286,7 +286,7 @@ async fn resolve_checked(
         });
     }
     let mut tx = db.begin().await?;
-    let withdrawal = apply(&mut tx, operator, &current, action, req.version, reason, &evidence, &correlation).await?;
+    let withdrawal = apply(&mut tx, operator, &current, action, req.version, reason, evidence, &correlation).await?;
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
     Ok(Resolved::applied(&withdrawal, action))
