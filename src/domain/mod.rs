@@ -8,6 +8,7 @@
 //! The states stored as TEXT ([`ReplayStatus`], [`JobStatus`], [`SideEffect`], …) derive
 //! `sqlx::Type` through [`text_enum!`](crate::text_enum), so rows come back typed.
 
+mod approval;
 mod decision;
 mod destination;
 mod evidence;
@@ -26,6 +27,7 @@ mod status;
 mod text_enum;
 mod withdrawal;
 
+pub use approval::{may_approve, ApprovalKind, NotSecondPerson};
 pub use decision::{DecisionStatus, ReviewAction};
 pub use destination::mask_account_number;
 pub use destination::{Destination, DestinationError};

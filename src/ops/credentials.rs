@@ -18,11 +18,10 @@
 //! or a rotation also ends the operator's console sessions.
 //!
 //! Each operator credential records who issued it (create, rotate, re-enable): the caller, or the
-//! local actor for `operators create` run with only `DATABASE_URL`. [`require_second_person`] is
-//! the two-person rule's check (review decisions and replay runs): the approver must not be the
-//! requester, and their current credential must have been issued by themselves or by an operator
-//! other than the requester — never by the local actor (anyone with database access could have
-//! minted it) nor before the issuer was recorded.
+//! local actor for `operators create` run with only `DATABASE_URL`; the two-person rule
+//! ([`super::approvals::second_person`]) reads it: an approver's current credential must have
+//! been issued by themselves or by an operator other than the requester — never by the local
+//! actor (anyone with database access could have minted it) nor before the issuer was recorded.
 
 use serde_json::json;
 use uuid::Uuid;
@@ -96,14 +95,8 @@ pub async fn create_key(
     account: AccountId,
     req: CreateKey,
 ) -> OpsResult<ApiKeyView> {
-    ops.authorize(operator, &ApiKeyCreate::ACT, &account.to_string()).await?;
-    let audited = Audited::new(
-        &ApiKeyCreate::ACT,
-        account.to_string(),
-        req.reason.as_deref().unwrap_or(""),
-        json!({"label": req.label}),
-    );
-    let result = async {
+    let (reason, parameters) = (req.reason.as_deref().unwrap_or(""), json!({"label": req.label}));
+    ops.perform(operator, &ApiKeyCreate::ACT, account.to_string(), reason, parameters, async |audited| {
         let reason = optional_reason(&req.reason, "new API key")?;
         let label = match req.label.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -128,16 +121,13 @@ pub async fn create_key(
         tx.commit().await?;
         let row = stored::get_api_key(ops.db, ApiKeyId(issued.id)).await?.ok_or_else(OpsError::not_found)?;
         Ok(ApiKeyView { api_key: Some(issued.token), ..key_view(&row) })
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
 /// The key fails from the next request on.
 pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key_id: Uuid, req: ReasonRequest) -> OpsResult<ApiKeyView> {
-    ops.authorize(operator, &ApiKeyRevoke::ACT, &key_id.to_string()).await?;
-    let audited = Audited::new(&ApiKeyRevoke::ACT, key_id.to_string(), &req.reason, json!({}));
-    let result = async {
+    ops.perform(operator, &ApiKeyRevoke::ACT, key_id.to_string(), &req.reason, json!({}), async |audited| {
         let reason = require_reason(&req.reason)?;
         let current = stored::get_api_key(ops.db, ApiKeyId(key_id)).await?.ok_or_else(OpsError::not_found)?;
         let done = Audited { parameters: json!({"account_id": current.account_id}), ..audited.clone_shallow() };
@@ -150,9 +140,8 @@ pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key_id: Uuid, req: R
         tx.commit().await?;
         tracing::info!(key_id = %key_id, account_id = %revoked.account_id, operator = %operator.id, "API key revoked");
         Ok(key_view(&revoked))
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
 /// Every operator, oldest first, with status; no secrets.
@@ -170,9 +159,7 @@ pub async fn disable(
     target: OperatorId,
     req: ReasonRequest,
 ) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorDisable::ACT, &target.to_string()).await?;
-    let audited = Audited::new(&OperatorDisable::ACT, target.to_string(), &req.reason, json!({}));
-    let result = async {
+    ops.perform(operator, &OperatorDisable::ACT, target.to_string(), &req.reason, json!({}), async |audited| {
         let reason = require_reason(&req.reason)?;
         let mut tx = ops.db.begin().await?;
         let row = match stored::disable_operator(&mut tx, target, &crate::redact::text(reason)).await? {
@@ -195,9 +182,8 @@ pub async fn disable(
         tx.commit().await?;
         tracing::info!(target_operator = %target, operator = %operator.id, "operator disabled");
         Ok(OperatorView { sessions_ended: Some(ended), ..operator_view(&row) })
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
 /// Their current token works again (rotate it too if it may have leaked). Console sessions
@@ -208,9 +194,7 @@ pub async fn enable(
     target: OperatorId,
     req: ReasonRequest,
 ) -> OpsResult<OperatorView> {
-    ops.authorize(operator, &OperatorEnable::ACT, &target.to_string()).await?;
-    let audited = Audited::new(&OperatorEnable::ACT, target.to_string(), &req.reason, json!({}));
-    let result = async {
+    ops.perform(operator, &OperatorEnable::ACT, target.to_string(), &req.reason, json!({}), async |audited| {
         require_reason(&req.reason)?;
         if stored::get_operator(ops.db, target).await?.is_none() {
             return Err(OpsError::not_found());
@@ -223,9 +207,8 @@ pub async fn enable(
         tx.commit().await?;
         tracing::info!(target_operator = %target, operator = %operator.id, "operator enabled");
         Ok(operator_view(&row))
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
 /// A new token, in this answer only; the old one fails from the next request on and the
@@ -238,10 +221,9 @@ pub async fn rotate_token(
     target: OperatorId,
     req: OptionalReason,
 ) -> OpsResult<OperatorView> {
-    let act = authorize_rotation(ops, operator, target).await?;
     let own = target == operator.id;
-    let audited = Audited::new(&act, target.to_string(), req.reason.as_deref().unwrap_or(""), json!({}));
-    let result = async {
+    let reason = req.reason.as_deref().unwrap_or("");
+    ops.perform(operator, &rotation_act(operator, target), target.to_string(), reason, json!({}), async |audited| {
         let reason = optional_reason(&req.reason, "token rotated")?;
         let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, target.0);
         let mut tx = ops.db.begin().await?;
@@ -264,17 +246,23 @@ pub async fn rotate_token(
             sessions_ended: Some(ended),
             ..operator_view(&row)
         })
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
-/// The role a rotation of `target`'s token needs, checked (and a refusal audited): any role for
-/// one's own token, admin for another's. Answers the act the rotation is audited as.
-pub async fn authorize_rotation(ops: &Ops<'_>, operator: &Operator, target: OperatorId) -> OpsResult<super::Act> {
-    let act = if target == operator.id { OperatorRotateOwnToken::ACT } else { OperatorRotateToken::ACT };
-    ops.authorize(operator, &act, &target.to_string()).await?;
-    Ok(act)
+/// What a rotation of `target`'s token is authorised and audited as: any role for one's own
+/// token, admin for another's.
+pub fn rotation_act(operator: &Operator, target: OperatorId) -> super::Act {
+    if target == operator.id {
+        OperatorRotateOwnToken::ACT
+    } else {
+        OperatorRotateToken::ACT
+    }
+}
+
+/// The role a rotation of `target`'s token needs, checked (and a refusal audited).
+pub async fn authorize_rotation(ops: &Ops<'_>, operator: &Operator, target: OperatorId) -> OpsResult<()> {
+    ops.authorize(operator, &rotation_act(operator, target), &target.to_string()).await
 }
 
 /// The operator as the issuer of a credential they write.
@@ -326,12 +314,12 @@ pub async fn create_locally(
     role: Role,
 ) -> OpsResult<(OperatorId, String)> {
     let operator = actor.as_operator();
-    let audited = Audited::new(&OperatorCreate::ACT, "new", "", json!({"name": name, "role": role.as_str()}));
+    let parameters = json!({"name": name, "role": role.as_str()});
     // The row the audit names, refusals included, must exist before either is written.
     let mut tx = ops.db.begin().await?;
     stored::ensure_local_actor(&mut tx).await?;
     tx.commit().await?;
-    let result = async {
+    ops.perform(&operator, &OperatorCreate::ACT, "", "", parameters, async |audited| {
         let name = name.trim();
         if name.is_empty() || name.chars().count() > MAX_LABEL_CHARS || name.chars().any(char::is_control) {
             return Err(OpsError::invalid(
@@ -349,39 +337,6 @@ pub async fn create_locally(
         tx.commit().await?;
         tracing::info!(new_operator = %id, actor = %actor.name(), "operator created locally");
         Ok((id, issued.token))
-    }
-    .await;
-    audited.or_refuse(ops, &operator, result).await
-}
-
-/// The two-person rule (SPEC §8, §8.1, §8.3): `approver` may approve what `requester` asked for
-/// only if they are another person. Refused (403) when they are the requester
-/// (`second_operator_required`), and `approval_needs_another_person` when the approver's current
-/// credential was issued by the requester, by a local actor, or before issuers were recorded: in
-/// each case the requester may hold that token. Rotating one's own token clears it.
-pub async fn require_second_person(ops: &Ops<'_>, approver: &Operator, requester: OperatorId) -> OpsResult<()> {
-    if approver.id == requester {
-        return Err(OpsError::forbidden(
-            "second_operator_required",
-            "this must be approved by an operator other than the one who requested it",
-        ));
-    }
-    let row = stored::get_operator(ops.db, approver.id).await?.ok_or_else(OpsError::unauthenticated)?;
-    let why = match row.credential_issued_by.map(OperatorId) {
-        Some(issuer) if issuer == requester => "your current token was issued by the operator who requested this",
-        Some(issuer) if issuer == LOCAL_ACTOR => {
-            "your current token was issued with database access only (operators create), which anyone with \
-             DATABASE_URL could do"
-        }
-        None => "your current token was issued before issuers were recorded",
-        Some(_) => return Ok(()),
-    };
-    Err(OpsError::forbidden(
-        "approval_needs_another_person",
-        format!(
-            "{why}, so it cannot stand for a second person. Rotate your own token \
-             (withdrawals operators rotate-token {}) or have an admin other than the requester issue it, then approve",
-            approver.id
-        ),
-    ))
+    })
+    .await
 }

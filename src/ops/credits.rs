@@ -68,10 +68,8 @@ pub async fn credit(
     key: &IdempotencyKey,
     req: CreditRequest,
 ) -> OpsResult<Credited> {
-    ops.authorize(operator, &AccountCredit::ACT, &account.to_string()).await?;
     let parameters = json!({"amount": req.amount, "currency": req.currency, "idempotency_key": key.as_str()});
-    let audited = Audited::new(&AccountCredit::ACT, account.to_string(), &req.reason, parameters);
-    let result = async {
+    ops.perform(operator, &AccountCredit::ACT, account.to_string(), &req.reason, parameters, async |audited| {
         let reason = require_reason(&req.reason)?;
         let amount = parse_amount(ops, &req.amount, &req.currency)?;
         let fingerprint = fingerprint(account, &amount, reason);
@@ -149,9 +147,8 @@ pub async fn credit(
         tx.commit().await?;
         tracing::info!(account_id = %account, credit_id = %id, actor = %actor, "account credited");
         Ok(Credited { credit: view, replayed: false })
-    }
-    .await;
-    audited.or_refuse(ops, operator, result).await
+    })
+    .await
 }
 
 /// The stored credit under `key` if the request is the same one; 422 `idempotency_key_reused` if

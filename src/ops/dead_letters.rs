@@ -11,8 +11,7 @@ use super::types::{
     ReasonRequest,
 };
 use super::{
-    decode_cursor, encode_cursor, page, page_limit, require_reason, Action, Audited, Operator, Ops, OpsError,
-    OpsResult, Role,
+    decode_cursor, encode_cursor, page, page_limit, require_reason, Action, Operator, Ops, OpsError, OpsResult, Role,
 };
 use crate::domain::{DeadLetterId, JobStatus, LetterEvent, LetterState};
 use crate::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
@@ -172,9 +171,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsRe
 
 /// Closes an open dead letter with a reason (it stays, archived).
 pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: ReasonRequest) -> OpsResult<Closed> {
-    ops.authorize(operator, &DeadLetterClose::ACT, &id.to_string()).await?;
-    let audited = Audited::new(&DeadLetterClose::ACT, id.to_string(), &req.reason, serde_json::json!({}));
-    let done = async {
+    ops.perform(operator, &DeadLetterClose::ACT, id.to_string(), &req.reason, serde_json::json!({}), async |audited| {
         let reason = require_reason(&req.reason)?;
         dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         let mut tx = ops.db.begin().await?;
@@ -193,6 +190,6 @@ pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: Re
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         Ok(Closed { id: id.0, state: LetterState::Closed, closed_at: event.at.0 })
-    };
-    audited.or_refuse(ops, operator, done.await).await
+    })
+    .await
 }

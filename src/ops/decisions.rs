@@ -6,19 +6,22 @@
 //! | route | role |
 //! |---|---|
 //! | `GET /ops/v1/review-decisions` (pending, oldest first) | viewer |
-//! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, another person ([`super::credentials::require_second_person`]) |
+//! | `POST /ops/v1/withdrawals/{id}/decision/approve` `{reason}` | operator, another person ([`super::approvals`]) |
 //! | `POST /ops/v1/withdrawals/{id}/decision/reject` `{reason}` | operator (the requester may withdraw it) |
 
 use serde_json::json;
 use uuid::Uuid;
 
-use super::acts::{DecisionApprove, DecisionReject};
+use super::acts::DecisionReject;
+use super::approvals::{self, Approvable};
 use super::decide::{apply, check_with_provider, in_review};
 use super::types::{DecisionResult, List, OpsWithdrawal, ReasonRequest, ReviewDecisionView};
-use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
-use crate::domain::{Approval, DecisionStatus, Evidence, ReviewAction, Withdrawal, WithdrawalId};
+use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult, RefusalKind, Role};
+use crate::domain::{
+    Approval, ApprovalKind, DecisionStatus, Evidence, OperatorId, ReviewAction, Withdrawal, WithdrawalId,
+};
 use crate::storage::review_decisions::{self, Requested, ReviewDecision};
-use crate::storage::DbTime;
+use crate::storage::{DbTime, Tx};
 
 /// Stored decisions as operators see them, with the operators' names.
 pub async fn views(ops: &Ops<'_>, rows: &[ReviewDecision]) -> OpsResult<Vec<ReviewDecisionView>> {
@@ -110,14 +113,26 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<ReviewDe
     Ok(List { data: views(ops, &rows).await? })
 }
 
-/// A second operator applies the pending decision on `id`, checked against the provider again now.
+/// A second operator applies the pending decision on `id`, checked against the provider again now
+/// (the approval flow of [`super::approvals`]).
 pub async fn approve(
     ops: &Ops<'_>,
     operator: &Operator,
     id: WithdrawalId,
     req: ReasonRequest,
 ) -> OpsResult<DecisionResult> {
-    decide(ops, operator, id, req, &DecisionApprove::ACT).await
+    let act = approvals::approve_act(ApprovalKind::ReviewDecision);
+    ops.perform(operator, &act, id.to_string(), &req.reason, json!({}), async |audited| {
+        let reason = require_reason(&req.reason)?;
+        let pending = pending_on(ops, id, audited).await?;
+        let moved = approvals::approve(ops, operator, &pending, reason, audited).await?;
+        Ok(DecisionResult {
+            decision_id: pending.id.0,
+            status: DecisionStatus::Approved,
+            withdrawal: Some(OpsWithdrawal::from(&moved)),
+        })
+    })
+    .await
 }
 
 /// The pending decision on `id` is dropped; nothing moves (the requester may withdraw it).
@@ -127,81 +142,66 @@ pub async fn reject(
     id: WithdrawalId,
     req: ReasonRequest,
 ) -> OpsResult<DecisionResult> {
-    decide(ops, operator, id, req, &DecisionReject::ACT).await
+    ops.perform(operator, &DecisionReject::ACT, id.to_string(), &req.reason, json!({}), async |audited| {
+        let reason = require_reason(&req.reason)?;
+        let pending = pending_on(ops, id, audited).await?;
+        let mut tx = ops.db.begin().await?;
+        if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Rejected, operator.id, reason).await? {
+            return Err(already_decided());
+        }
+        audited.record_ok(&mut tx, operator).await?;
+        tx.commit().await?;
+        Ok(DecisionResult { decision_id: pending.id.0, status: DecisionStatus::Rejected, withdrawal: None })
+    })
+    .await
 }
 
-async fn decide(
-    ops: &Ops<'_>,
-    operator: &Operator,
-    id: WithdrawalId,
-    req: ReasonRequest,
-    act: &Act,
-) -> OpsResult<DecisionResult> {
-    ops.authorize(operator, act, &id.to_string()).await?;
-    let approve = act.name == DecisionApprove::ACT.name;
-    let mut audited = Audited::new(act, id.to_string(), &req.reason, json!({}));
-    let result = async {
-        let reason = require_reason(&req.reason)?;
-        let pending = review_decisions::pending_for(ops.db, id).await?.ok_or_else(|| {
-            OpsError::refused(RefusalKind::NotFound, "no_pending_decision", "no decision waits on this withdrawal")
-        })?;
-        audited.parameters = json!({"decision_id": pending.id, "decision_action": pending.action});
-        if approve {
-            approve_checked(ops, operator, &pending, reason).await
-        } else {
-            let mut tx = ops.db.begin().await?;
-            if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Rejected, operator.id, reason).await? {
-                return Err(already_decided());
-            }
-            audited.record_ok(&mut tx, operator).await?;
-            tx.commit().await?;
-            Ok(DecisionResult { decision_id: pending.id.0, status: DecisionStatus::Rejected, withdrawal: None })
-        }
-    }
-    .await;
-    // A decision's audit row went with its own transaction; a refusal writes its own.
-    audited.or_refuse(ops, operator, result).await
+/// The decision waiting on `id`, named in the action's audit row from now on.
+async fn pending_on(ops: &Ops<'_>, id: WithdrawalId, audited: &mut Audited<'_>) -> OpsResult<ReviewDecision> {
+    let pending = review_decisions::pending_for(ops.db, id).await?.ok_or_else(|| {
+        OpsError::refused(RefusalKind::NotFound, "no_pending_decision", "no decision waits on this withdrawal")
+    })?;
+    audited.parameters = json!({"decision_id": pending.id, "decision_action": pending.action});
+    Ok(pending)
 }
 
 fn already_decided() -> OpsError {
     OpsError::conflict("decision_already_decided", "another operator decided first")
 }
 
-async fn approve_checked(
-    ops: &Ops<'_>,
-    operator: &Operator,
-    pending: &ReviewDecision,
-    reason: &str,
-) -> OpsResult<DecisionResult> {
-    super::credentials::require_second_person(ops, operator, pending.requested_by).await?;
-    let action = pending.action;
-    let withdrawal = pending.withdrawal_id;
-    let current = in_review(ops, withdrawal, pending.version).await?;
-    // Asked again now: the provider's record may have changed since the request.
-    let evidence =
-        check_with_provider(ops, &current, action, pending.provider_reference.as_deref()).await?.approving(Approval {
-            decision_id: pending.id.0,
-            requested_by: pending.requested_by.0,
-            approved_by: operator.id.0,
-        });
-    let correlation = format!("ops-{}", Uuid::new_v4());
-    let mut tx = ops.db.begin().await?;
-    if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Approved, operator.id, reason).await? {
-        return Err(already_decided());
+impl Approvable for ReviewDecision {
+    const KIND: ApprovalKind = ApprovalKind::ReviewDecision;
+    /// The withdrawal as it stands, and the provider's answer now (with the approval).
+    type Checked = (Withdrawal, Evidence);
+    type Applied = Withdrawal;
+
+    fn requested_by(&self) -> OperatorId {
+        self.requested_by
     }
-    let moved =
-        apply(&mut tx, operator, &current, action, pending.version, &pending.reason, evidence, &correlation).await?;
-    let audited = Audited::new(
-        &DecisionApprove::ACT,
-        withdrawal.to_string(),
-        reason,
-        json!({"decision_id": pending.id, "decision_action": pending.action}),
-    );
-    audited.record_ok(&mut tx, operator).await?;
-    tx.commit().await?;
-    Ok(DecisionResult {
-        decision_id: pending.id.0,
-        status: DecisionStatus::Approved,
-        withdrawal: Some(OpsWithdrawal::from(&moved)),
-    })
+
+    /// Still in review at the version decided on, and asked again now: the provider's record may
+    /// have changed since the request.
+    async fn check(&self, ops: &Ops<'_>, approver: &Operator) -> OpsResult<Self::Checked> {
+        let current = in_review(ops, self.withdrawal_id, self.version).await?;
+        let evidence =
+            check_with_provider(ops, &current, self.action, self.provider_reference.as_deref()).await?.approving(
+                Approval { decision_id: self.id.0, requested_by: self.requested_by.0, approved_by: approver.id.0 },
+            );
+        Ok((current, evidence))
+    }
+
+    async fn apply(
+        &self,
+        _ops: &Ops<'_>,
+        tx: &mut Tx,
+        approver: &Operator,
+        reason: &str,
+        (current, evidence): Self::Checked,
+    ) -> OpsResult<Withdrawal> {
+        if !review_decisions::decide(tx, self.id, DecisionStatus::Approved, approver.id, reason).await? {
+            return Err(already_decided());
+        }
+        let correlation = format!("ops-{}", Uuid::new_v4());
+        apply(tx, approver, &current, self.action, self.version, &self.reason, evidence, &correlation).await
+    }
 }

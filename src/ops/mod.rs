@@ -8,6 +8,7 @@
 //! one append-only audit row for every action that changes anything or is refused. Answers are
 //! the DTOs of [`types`]; failures are [`OpsError`]. Owns no SQL: storage does.
 
+pub mod approvals;
 pub mod audit;
 mod auth;
 pub mod credentials;
@@ -102,7 +103,7 @@ actions! {
     OperatorDisable => "operator.disable", "operator", Admin, "";
     OperatorEnable => "operator.enable", "operator", Admin, "";
     /// Another operator's token (marks the new one as issued by the caller: see
-    /// `credentials::require_second_person`).
+    /// `approvals::second_person`).
     OperatorRotateToken => "operator.rotate_token", "operator", Admin, "";
     /// One's own token: every role, so a person can make their credential their own.
     OperatorRotateOwnToken => "operator.rotate_token", "operator", Viewer, "";
@@ -149,6 +150,30 @@ impl<'a> Ops<'a> {
                 Err(audited.refuse(self, operator, forbidden).await)
             }
         }
+    }
+}
+
+impl Ops<'_> {
+    /// The one way an action that changes something runs: the role first ([`Ops::authorize`],
+    /// a refusal audited), then `body` with the action's audit row — which `body` writes in the
+    /// transaction that does the work ([`Audited::record_ok`]), and may add to as it learns
+    /// what it acts on — and any failure of `body` audited as the action's refusal, with what the
+    /// row held then. `target` empty names the action's default target.
+    pub async fn perform<T>(
+        &self,
+        operator: &Operator,
+        act: &Act,
+        target: impl Into<String>,
+        reason: &str,
+        parameters: Value,
+        body: impl AsyncFnOnce(&mut Audited<'_>) -> OpsResult<T>,
+    ) -> OpsResult<T> {
+        let target = target.into();
+        self.authorize(operator, act, &target).await?;
+        let target = if target.is_empty() { act.default_target.to_owned() } else { target };
+        let mut audited = Audited::new(act, target, reason, parameters);
+        let result = body(&mut audited).await;
+        audited.or_refuse(self, operator, result).await
     }
 }
 

@@ -12,7 +12,7 @@ use super::types::{
     BreakerChanged, BreakerOverrideView, BreakerProcessView, BreakerView, CategoryCount, DeadLetterOverview, List,
     Overview, QueueDepth, ReasonRequest, ReplayCount, StateCount,
 };
-use super::{require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role};
+use super::{require_reason, Act, Action, Operator, Ops, OpsError, OpsResult, Role};
 use crate::domain::{JobStatus, WithdrawalStatus};
 use crate::jobs::Queue;
 use crate::provider::cluster;
@@ -92,9 +92,7 @@ pub async fn force_breaker(
     req: ReasonRequest,
 ) -> OpsResult<BreakerChanged> {
     let act = action.act();
-    ops.authorize(operator, &act, name).await?;
-    let audited = Audited::new(&act, name, &req.reason, serde_json::json!({"breaker": name}));
-    let done = async {
+    ops.perform(operator, &act, name, &req.reason, serde_json::json!({"breaker": name}), async |audited| {
         let reason = require_reason(&req.reason)?;
         if !breaker_list(ops).await?.iter().any(|b| b.name == name) {
             return Err(OpsError::not_found());
@@ -117,8 +115,8 @@ pub async fn force_breaker(
         }
         let breaker = breaker_list(ops).await?.into_iter().find(|b| b.name == name).ok_or_else(OpsError::not_found)?;
         Ok(BreakerChanged { name: name.to_owned(), action: action.as_str().to_owned(), breaker })
-    };
-    audited.or_refuse(ops, operator, done.await).await
+    })
+    .await
 }
 
 /// What an admin does to a breaker.

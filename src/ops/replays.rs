@@ -7,7 +7,8 @@ use chrono::Utc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::acts::{ReplayApprove, ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
+use super::acts::{ReplayCancel, ReplayPause, ReplayResume, ReplayStart};
+use super::approvals::{self, Approvable};
 use super::types::{
     DryRun, List, ReasonRequest, ReplayControl, ReplayItemView, ReplayProgress, ReplayQuery, ReplayRunView,
     SampleLetter, StartReplay, Started,
@@ -15,11 +16,11 @@ use super::types::{
 use super::{
     page_limit, parameters_of, require_reason, Act, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
-use crate::domain::{DeadLetterId, ReplayAction, ReplayRunId, ReplayStatus};
+use crate::domain::{ApprovalKind, DeadLetterId, OperatorId, ReplayAction, ReplayRunId, ReplayStatus};
 use crate::jobs::Queue;
 use crate::storage::dead_letters::{self, DeadLetterFilter};
 use crate::storage::replays::{self, ReplayRun};
-use crate::storage::{is_unique_violation, DbTime, StorageError};
+use crate::storage::{is_unique_violation, DbTime, StorageError, Tx};
 
 /// A short fingerprint of exactly which dead letters a selection holds (order-independent).
 pub fn selection_digest(letters: &[dead_letters::DeadLetter]) -> String {
@@ -174,11 +175,11 @@ async fn select(ops: &Ops<'_>, req: &StartReplay, limit: i64) -> OpsResult<Vec<d
 
 /// Starts a replay run — or, with `dry_run`, reports what it would select and changes nothing.
 pub async fn start(ops: &Ops<'_>, operator: &Operator, req: StartReplay) -> OpsResult<Started> {
-    ops.authorize(operator, &ReplayStart::ACT, "").await?;
     let act = if req.dry_run { super::Act { name: "replay.dry_run", ..ReplayStart::ACT } } else { ReplayStart::ACT };
-    let audited = Audited::new(&act, "new", &req.reason, parameters_of(&req));
-    let result = start_checked(ops, operator, &req, &audited).await;
-    audited.or_refuse(ops, operator, result).await
+    ops.perform(operator, &act, "", &req.reason, parameters_of(&req), async |audited| {
+        start_checked(ops, operator, &req, audited).await
+    })
+    .await
 }
 
 async fn start_checked(
@@ -366,11 +367,11 @@ pub fn control_act(control: ReplayControl) -> Act {
         ReplayControl::Pause => ReplayPause::ACT,
         ReplayControl::Resume => ReplayResume::ACT,
         ReplayControl::Cancel => ReplayCancel::ACT,
-        ReplayControl::Approve => ReplayApprove::ACT,
+        ReplayControl::Approve => approvals::approve_act(ApprovalKind::ReplayRun),
     }
 }
 
-/// Pauses, resumes, cancels or approves run `id`.
+/// Pauses, resumes, cancels or approves run `id` (approval through [`approvals::approve`]).
 pub async fn control(
     ops: &Ops<'_>,
     operator: &Operator,
@@ -379,45 +380,80 @@ pub async fn control(
     req: ReasonRequest,
 ) -> OpsResult<ReplayRunView> {
     let act = control_act(control);
-    ops.authorize(operator, &act, &id.to_string()).await?;
-    let audited = Audited::new(&act, id.to_string(), &req.reason, json!({}));
-    let done = async {
+    ops.perform(operator, &act, id.to_string(), &req.reason, json!({}), async |audited| {
         let reason = require_reason(&req.reason)?;
         let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
-        let mut tx = ops.db.begin().await?;
-        let changed = match control {
-            ReplayControl::Pause => {
-                let reason = crate::redact::text(reason);
-                replays::set_status(&mut tx, id, ReplayAction::Pause, Some(&reason), None).await?
+        match control {
+            ReplayControl::Approve => approvals::approve(ops, operator, &run, reason, audited).await?,
+            ReplayControl::Pause | ReplayControl::Resume | ReplayControl::Cancel => {
+                let mut tx = ops.db.begin().await?;
+                change(ops, &mut tx, &run, control, reason, operator.id).await?;
+                audited.record_ok(&mut tx, operator).await?;
+                tx.commit().await?;
             }
-            ReplayControl::Resume => {
-                let resumed = replays::set_status(&mut tx, id, ReplayAction::Resume, None, None).await?;
-                let seen = replays::progress(ops.db, id).await?.new_dead_letters;
-                replays::reset_baseline(&mut tx, id, seen).await?;
-                resumed
-            }
-            ReplayControl::Cancel => {
-                let ok = replays::set_status(&mut tx, id, ReplayAction::Cancel, Some(reason), None).await?;
-                if ok {
-                    replays::cancel_pending(&mut tx, id).await?;
-                }
-                ok
-            }
-            ReplayControl::Approve => {
-                super::credentials::require_second_person(ops, operator, run.started_by).await?;
-                replays::set_status(&mut tx, id, ReplayAction::Approve, None, Some(operator.id)).await?
-            }
-        };
-        if !changed {
-            return Err(OpsError::conflict(
-                "invalid_run_state",
-                format!("cannot {} a run that is {}", control.as_str(), run.status),
-            ));
         }
-        audited.record_ok(&mut tx, operator).await?;
-        tx.commit().await?;
         let run = replays::get_run(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         named_run_view(ops, &run, None).await
+    })
+    .await
+}
+
+/// Moves `run` by `control` in `tx` (`by` the operator); 409 `invalid_run_state` when its state
+/// does not allow it (SPEC §8.3's state machine, `domain::replay`).
+async fn change(
+    ops: &Ops<'_>,
+    tx: &mut Tx,
+    run: &ReplayRun,
+    control: ReplayControl,
+    reason: &str,
+    by: OperatorId,
+) -> OpsResult<()> {
+    let id = run.id;
+    let changed = match control {
+        ReplayControl::Pause => {
+            let reason = crate::redact::text(reason);
+            replays::set_status(tx, id, ReplayAction::Pause, Some(&reason), None).await?
+        }
+        ReplayControl::Resume => {
+            let resumed = replays::set_status(tx, id, ReplayAction::Resume, None, None).await?;
+            let seen = replays::progress(ops.db, id).await?.new_dead_letters;
+            replays::reset_baseline(tx, id, seen).await?;
+            resumed
+        }
+        ReplayControl::Cancel => {
+            let ok = replays::set_status(tx, id, ReplayAction::Cancel, Some(reason), None).await?;
+            if ok {
+                replays::cancel_pending(tx, id).await?;
+            }
+            ok
+        }
+        ReplayControl::Approve => replays::set_status(tx, id, ReplayAction::Approve, None, Some(by)).await?,
     };
-    audited.or_refuse(ops, operator, done.await).await
+    if !changed {
+        return Err(OpsError::conflict(
+            "invalid_run_state",
+            format!("cannot {} a run that is {}", control.as_str(), run.status),
+        ));
+    }
+    Ok(())
+}
+
+/// A run over the approval threshold waits for a second person, who lets it start.
+impl Approvable for ReplayRun {
+    const KIND: ApprovalKind = ApprovalKind::ReplayRun;
+    type Checked = ();
+    type Applied = ();
+
+    fn requested_by(&self) -> OperatorId {
+        self.started_by
+    }
+
+    /// Nothing beyond the second person: each item is checked as it is released.
+    async fn check(&self, _ops: &Ops<'_>, _approver: &Operator) -> OpsResult<()> {
+        Ok(())
+    }
+
+    async fn apply(&self, ops: &Ops<'_>, tx: &mut Tx, approver: &Operator, reason: &str, (): ()) -> OpsResult<()> {
+        change(ops, tx, self, ReplayControl::Approve, reason, approver.id).await
+    }
 }

@@ -178,10 +178,11 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
 /// or `reconcile`, checked against the provider now. Applied at once (200), or — at or above the
 /// approval threshold — stored for a second operator (202, [`Resolved::is_pending_approval`]).
 pub async fn resolve(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId, req: ResolveRequest) -> OpsResult<Resolved> {
-    ops.authorize(operator, &WithdrawalResolve::ACT, &id.to_string()).await?;
-    let audited = Audited::new(&WithdrawalResolve::ACT, id.to_string(), &req.reason, parameters_of(&req));
-    let result = resolve_checked(ops, operator, id, &req, &audited).await;
-    audited.or_refuse(ops, operator, result).await
+    let act = &WithdrawalResolve::ACT;
+    ops.perform(operator, act, id.to_string(), &req.reason, parameters_of(&req), async |audited| {
+        resolve_checked(ops, operator, id, &req, audited).await
+    })
+    .await
 }
 
 /// A withdrawal still in `processing` — a worker that died mid-call, an outcome nobody learned —
@@ -195,9 +196,7 @@ pub async fn reconcile_now(
     id: WithdrawalId,
     req: ReasonRequest,
 ) -> OpsResult<Reconciling> {
-    ops.authorize(operator, &WithdrawalReconcile::ACT, &id.to_string()).await?;
-    let audited = Audited::new(&WithdrawalReconcile::ACT, id.to_string(), &req.reason, serde_json::json!({}));
-    let done = async {
+    ops.perform(operator, &WithdrawalReconcile::ACT, id.to_string(), &req.reason, serde_json::json!({}), async |audited| {
         require_reason(&req.reason)?;
         let current = store::get(ops.db, None, id).await?.ok_or_else(OpsError::not_found)?;
         if current.status != WithdrawalStatus::Processing {
@@ -221,8 +220,8 @@ pub async fn reconcile_now(
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         Ok(Reconciling { withdrawal: OpsWithdrawal::from(&current), job_id: job.0 })
-    };
-    audited.or_refuse(ops, operator, done.await).await
+    })
+    .await
 }
 
 impl Resolved {

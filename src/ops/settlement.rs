@@ -34,14 +34,12 @@ pub fn parse_day(raw: &str, field: &str) -> OpsResult<NaiveDate> {
 /// this one way, small or large. The `settlement.import` audit row is prepared here and inserted
 /// by the job's final transaction, with the import's outcome; a refused request is audited here.
 pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> OpsResult<ImportView> {
-    ops.authorize(operator, &SettlementImport::ACT, "").await?;
     let target = req.date.map(|d| d.to_string()).unwrap_or_else(|| "file".to_owned());
     let parameters = serde_json::json!({
         "date": req.date, "source": if req.csv.is_some() { "file" } else { "provider" },
         "bytes": req.csv.as_ref().map(String::len),
     });
-    let audited = Audited::new(&SettlementImport::ACT, target, "", parameters);
-    let done = async {
+    ops.perform(operator, &SettlementImport::ACT, target, "", parameters, async |audited| {
         let (bytes, origin) = match (req.csv, req.date) {
             (Some(csv), _) => (csv.into_bytes(), ReportSource::File),
             (None, Some(date)) => {
@@ -71,7 +69,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
             digest: report.digest.clone(),
             line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
             requested_by: operator.id,
-            audit: sqlx::types::Json(prepared_audit(&audited, operator)),
+            audit: sqlx::types::Json(prepared_audit(audited, operator)),
             summary: None,
             error: None,
             created_at: DbTime::now(),
@@ -84,11 +82,8 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         tx.commit().await?;
         tracing::info!(import_id = %row.id, %date, lines = row.line_count, "settlement import queued");
         import_view(ops.db, row).await
-    };
-    match done.await {
-        Ok(view) => Ok(view),
-        Err(err) => Err(audited.refuse(ops, operator, err).await),
-    }
+    })
+    .await
 }
 
 fn refusal(e: ImportError) -> OpsError {
@@ -232,11 +227,9 @@ pub async fn resolve(
     id: SettlementExceptionId,
     req: ResolveExceptionRequest,
 ) -> OpsResult<ExceptionView> {
-    ops.authorize(operator, &SettlementExceptionResolve::ACT, &id.to_string()).await?;
-    let reason = req.reason.as_str();
-    let parameters = serde_json::json!({"resolution": reason});
-    let audited = Audited::new(&SettlementExceptionResolve::ACT, id.to_string(), req.note.trim(), parameters);
-    let done = async {
+    let parameters = serde_json::json!({"resolution": req.reason});
+    let act = &SettlementExceptionResolve::ACT;
+    ops.perform(operator, act, id.to_string(), req.note.trim(), parameters, async |audited| {
         let note = req.note.trim();
         if note.is_empty() || note.chars().count() > 1000 {
             return Err(OpsError::invalid("note_required", "note", "a note of 1 to 1000 characters is required"));
@@ -250,8 +243,8 @@ pub async fn resolve(
         tx.commit().await?;
         let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         Ok(view(&row))
-    };
-    audited.or_refuse(ops, operator, done.await).await
+    })
+    .await
 }
 
 /// Credits the return a `returned` exception refused (the provider's record did not show it
@@ -268,10 +261,9 @@ pub async fn credit_return(
     id: SettlementExceptionId,
     req: CreditReturnRequest,
 ) -> OpsResult<ExceptionView> {
-    ops.authorize(operator, &SettlementReturnCredit::ACT, &id.to_string()).await?;
     let note = req.note.trim();
-    let audited = Audited::new(&SettlementReturnCredit::ACT, id.to_string(), note, serde_json::json!({}));
-    let done = async {
+    let act = &SettlementReturnCredit::ACT;
+    ops.perform(operator, act, id.to_string(), note, serde_json::json!({}), async |audited| {
         if note.is_empty() || note.chars().count() > 1000 || note.contains('\0') {
             return Err(OpsError::invalid("note_required", "note", "a note of 1 to 1000 characters is required"));
         }
@@ -346,11 +338,11 @@ pub async fn credit_return(
         let parameters = serde_json::json!({
             "withdrawal_id": w.id, "credited": credited, "return_code": code, "provider_record": evidence,
         });
-        let ok = Audited::new(&SettlementReturnCredit::ACT, id.to_string(), note, parameters);
+        let ok = Audited { parameters, ..audited.clone_shallow() };
         ok.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         Ok(view(&row))
-    };
-    audited.or_refuse(ops, operator, done.await).await
+    })
+    .await
 }
