@@ -108,11 +108,7 @@ pub enum Command {
         #[command(subcommand)]
         command: ops_cli::ReplayCommand,
     },
-    /// A bounded chaos run: faults, SIGKILLed workers, a database restart; then the invariants.
-    Chaos(crate::chaos::ChaosArgs),
-    /// Benchmarks (SPEC §12): pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
-    Bench(crate::bench::BenchArgs),
-    /// The provider mock as a process (used by `chaos`).
+    /// The provider mock as a process (used by `withdrawals-tools chaos`).
     #[command(hide = true)]
     ProviderMock {
         #[arg(long, default_value_t = 0)]
@@ -441,8 +437,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => startup::run(args.settings(&cli.database_url)?).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
-        Command::Chaos(args) => crate::chaos::run(args).await,
-        Command::Bench(args) => crate::bench::run(args).await,
         Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
         Command::Breakers { command, conn } => ops_cli::breakers(&conn, command).await,
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
@@ -559,75 +553,5 @@ impl ServeArgs {
             server: self.server,
             log_format: self.log_format,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use clap::CommandFactory;
-
-    use super::Cli;
-
-    /// Every environment variable a command reads, with the default clap gives it ("" for none).
-    fn clap_defaults(command: &clap::Command, into: &mut BTreeMap<String, String>) {
-        for arg in command.get_arguments() {
-            if let Some(env) = arg.get_env() {
-                let default = arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect();
-                into.insert(env.to_string_lossy().into_owned(), default);
-            }
-        }
-        for sub in command.get_subcommands() {
-            clap_defaults(sub, into);
-        }
-    }
-
-    /// The README's configuration table, variable by variable: a row naming `A`, `B` with
-    /// defaults `1`, `2` pairs them in order; a row whose defaults are not one per variable
-    /// (`empty`, a dash) pairs nothing.
-    fn readme_defaults() -> BTreeMap<String, Option<String>> {
-        let readme = include_str!("../README.md");
-        let table = readme.split("\n## Configuration\n").nth(1).expect("a Configuration section");
-        let table = table.split("\n## ").next().unwrap_or_default();
-        let ticked = |cell: &str| -> Vec<String> { cell.split('`').skip(1).step_by(2).map(str::to_owned).collect() };
-        let mut rows = BTreeMap::new();
-        for line in table.lines().filter(|l| l.starts_with("| `")) {
-            let cells: Vec<&str> = line.split(" | ").collect();
-            let vars: Vec<String> = ticked(cells[0])
-                .into_iter()
-                .filter(|t| {
-                    !t.is_empty() && t.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-                })
-                .collect();
-            let defaults = ticked(cells.get(1).copied().unwrap_or_default());
-            for (i, var) in vars.iter().enumerate() {
-                let default = (defaults.len() == vars.len()).then(|| defaults[i].clone());
-                rows.insert(var.clone(), default);
-            }
-        }
-        rows
-    }
-
-    #[test]
-    fn the_readme_configuration_table_names_every_variable_with_the_default_the_cli_gives_it() {
-        let mut clap = BTreeMap::new();
-        clap_defaults(&Cli::command(), &mut clap);
-        let readme = readme_defaults();
-        let mut wrong = Vec::new();
-        for (var, default) in &clap {
-            match readme.get(var) {
-                None => wrong.push(format!("{var} is not in the README's configuration table")),
-                Some(Some(stated)) if stated != default => {
-                    wrong.push(format!("{var}: the README says `{stated}`, the CLI's default is `{default}`"))
-                }
-                Some(None) if !default.is_empty() => {
-                    wrong.push(format!("{var}: the README states no default, the CLI's is `{default}`"))
-                }
-                Some(_) => {}
-            }
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-        assert!(clap.len() > 40, "the walk found the CLI's variables: {}", clap.len());
     }
 }

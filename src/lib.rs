@@ -51,10 +51,6 @@
 //! - [`cli`] — the `withdrawals` command line: parses and dispatches (serve, worker, migrate,
 //!   accounts, operators); [`ops_cli`] — its operator commands (status, breakers, review, dlq,
 //!   replay, audit, credits, settlement, ledger), clients of `/ops/v1`.
-//! - [`chaos`] — `withdrawals chaos`: processes, faults, load, the settlement phase, and the
-//!   invariant checks.
-//! - [`bench`](mod@bench) — `withdrawals bench`: pgbench ceiling, end-to-end, latency, queue,
-//!   dead letters, memory.
 //! - [`telemetry`] — tracing set-up (pretty or JSON, always redacted).
 //! - [`metrics`] — metric names (one catalogue), recording, the Prometheus recorder. Below
 //!   storage: storage counts every applied transition through it, on commit.
@@ -65,8 +61,8 @@
 //! (`tests/layering.rs` reads this list and checks it, and that no two files of one module import
 //! each other around a circle; `scripts/module-deps` prints the graph):
 //! 1. `cli`
-//! 2. `ops_cli`, `bench`
-//! 3. `startup`, `chaos`
+//! 2. `ops_cli`
+//! 3. `startup`
 //! 4. `console`, `provisioning`, `gauges`, `telemetry`
 //! 5. `http`
 //! 6. `customer`, `ops`
@@ -78,7 +74,9 @@
 //! 12. `metrics`, `config`, `redact`
 //! 13. `domain`
 //!
-//! Outside the crate: `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
+//! Outside the crate: `tools/` (the `withdrawals-tools` crate: the chaos run and the benchmarks,
+//! on this library's public API; the production binary neither contains nor links them),
+//! `runbooks/` (alert rules and on-call pages), `provider-mocks/` (the
 //! provider mock), `provider-contract/` (the contract values the service and the mock share),
 //! `http-guard/` (the connection cap and header/idle timeouts both listen with),
 //! `fuzz/` (fuzz targets).
@@ -88,8 +86,6 @@
 /// `worker_version`, `withdrawals --version`, and the breaker view's processes.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("WITHDRAWALS_GIT_COMMIT"));
 
-pub mod bench;
-pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod console;

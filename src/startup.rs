@@ -10,7 +10,7 @@
 //! assembly this module does, and the tests build their apps and workers through the same
 //! functions, so they run what production runs. The CLI parses flags into [`Settings`] and
 //! dispatches; it builds nothing. Nothing below the composition root imports it, except the
-//! tools that are whole processes of their own (`bench`, `ops_cli`), which open the database
+//! tools that are whole processes of their own (`withdrawals-tools bench`, `ops_cli`), which open the database
 //! and build workers through it.
 
 use std::net::SocketAddr;

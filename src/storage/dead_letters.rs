@@ -136,26 +136,6 @@ pub async fn for_job(db: &Db, job: JobId) -> Result<Vec<DeadLetter>> {
     }))
 }
 
-/// Turns a failure-injection flag on or off (drills and tests): while
-/// `dead_letter_store_outage` is set, every dead-letter insert fails.
-pub async fn set_fault_flag(db: &Db, name: &str, on: bool) -> Result<()> {
-    let mut tx = db.begin().await?;
-    with_conn!(&mut tx, |conn| {
-        if on {
-            sqlx::query("INSERT INTO fault_flags (name, set_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
-                .bind(name)
-                .bind(DbTime::now())
-                .execute(&mut *conn)
-                .await?;
-        } else {
-            sqlx::query("DELETE FROM fault_flags WHERE name = $1").bind(name).execute(&mut *conn).await?;
-        }
-    });
-    tx.commit().await
-}
-
-pub const DEAD_LETTER_STORE_OUTAGE: &str = "dead_letter_store_outage";
-
 pub async fn get(db: &Db, id: DeadLetterId) -> Result<Option<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1"))

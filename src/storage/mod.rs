@@ -15,7 +15,6 @@ pub mod accounts;
 pub mod attempts;
 pub mod audit;
 pub mod batch;
-pub mod bench;
 pub mod breakers;
 pub mod credentials;
 pub mod dead_letters;
@@ -26,7 +25,6 @@ pub mod reconciliations;
 pub mod replays;
 pub mod returns;
 pub mod review_decisions;
-pub mod server;
 pub mod sessions;
 pub mod settlement;
 pub mod time;
@@ -148,12 +146,15 @@ pub enum Db {
 /// It also carries what its caller wants done once it has committed ([`Tx::after_commit`]):
 /// metrics of what it changed fire then, never for a transaction that rolled back.
 pub struct Tx {
-    pub(crate) conn: TxConn,
+    /// Reached only through [`with_conn!`](crate::with_conn) (here, and in the tools' own SQL).
+    #[doc(hidden)]
+    pub conn: TxConn,
     after_commit: Vec<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 /// The connection of a [`Tx`], per backend.
-pub(crate) enum TxConn {
+#[doc(hidden)]
+pub enum TxConn {
     Sqlite(Transaction<'static, Sqlite>),
     Postgres(Transaction<'static, Postgres>),
 }

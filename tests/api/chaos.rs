@@ -1,4 +1,4 @@
-//! The chaos run's checks catch what they claim to (the run itself is `withdrawals chaos`,
+//! The chaos run's checks catch what they claim to (the run itself is `withdrawals-tools chaos`,
 //! run small by `scripts/test`): a completed withdrawal the provider never paid, a key executed
 //! twice, a second transfer for one withdrawal, a lost or unannounced withdrawal, a secret in a
 //! log, a withdrawal the provider paid that is `failed`, an account whose `paid_out` is not what
@@ -17,12 +17,12 @@ use provider_mocks::{
     FaultConfig, FaultEffect, FaultRule, RouteMatch, Settlement, SettlementMode, TransferRecord, TransferStatus,
 };
 use rust_decimal::Decimal;
-use withdrawals::chaos::checks::{check, Secrets};
-use withdrawals::chaos::load::Accepted;
-use withdrawals::chaos::operator::{Button, Desk, Limits, Operator};
-use withdrawals::chaos::settlement;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{AmountLimits, WithdrawalStatus};
+use withdrawals_tools::chaos::checks::{check, Secrets};
+use withdrawals_tools::chaos::load::Accepted;
+use withdrawals_tools::chaos::operator::{Button, Desk, Limits, Operator};
+use withdrawals_tools::chaos::settlement;
 
 use crate::both_backends;
 use crate::harness::{serve_extra, worker_config, TestApp};

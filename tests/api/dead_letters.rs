@@ -11,7 +11,7 @@ use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::worker::{Handler, Worker};
 use withdrawals::jobs::{JobKind, JobType, Queue};
 use withdrawals::startup;
-use withdrawals::storage::dead_letters::{self, DEAD_LETTER_STORE_OUTAGE};
+use withdrawals::storage::dead_letters;
 use withdrawals::storage::jobs::{self as job_store, NewJob};
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 use withdrawals::storage::{attempts, reconciliations, DbTime};
@@ -32,6 +32,7 @@ both_backends!(
     a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed,
     a_withdrawal_stuck_in_processing_is_swept_into_reconciliation,
     dead_letter_rows_cannot_be_updated_or_deleted,
+    the_production_schema_has_no_fault_injection,
     the_triage_queries_explain_on_both_backends,
     a_job_rejected_on_its_first_run_is_dead_lettered_with_that_runs_time_as_its_first_attempt,
     a_payload_naming_a_withdrawal_that_does_not_exist_is_dead_lettered_on_its_first_run_as_bad_payload,
@@ -378,9 +379,41 @@ async fn a_handler_that_keeps_failing_for_another_reason_is_dead_lettered_as_a_c
     assert!(letter.error_message.contains("has no withdrawal to pay"), "{}", letter.error_message);
 }
 
+/// Makes every dead-letter insert fail, as an unavailable store would, or stops doing so. The
+/// production schema has no such switch (migration 0021 removed `fault_flags`): the test installs
+/// a failing trigger in its own throwaway database, with straight SQL, and drops it again.
+async fn dead_letter_store_outage(app: &TestApp, on: bool) {
+    let statements: &[&str] = match (app.database_url.starts_with("sqlite"), on) {
+        (true, true) => &["CREATE TRIGGER test_dead_letter_store_outage BEFORE INSERT ON dead_letters \
+                           BEGIN SELECT RAISE(ABORT, 'dead-letter store unavailable (test outage)'); END"],
+        (true, false) => &["DROP TRIGGER test_dead_letter_store_outage"],
+        (false, true) => &[
+            "CREATE FUNCTION test_dead_letter_store_outage() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'dead-letter store unavailable (test outage)'; END $$",
+            "CREATE TRIGGER test_dead_letter_store_outage BEFORE INSERT ON dead_letters \
+             FOR EACH ROW EXECUTE FUNCTION test_dead_letter_store_outage()",
+        ],
+        (false, false) => &[
+            "DROP TRIGGER test_dead_letter_store_outage ON dead_letters",
+            "DROP FUNCTION test_dead_letter_store_outage()",
+        ],
+    };
+    if app.database_url.starts_with("sqlite") {
+        let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    }
+}
+
 async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_after_recovery(app: TestApp) {
     let provider = provider_mock(2_000).await;
-    dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, true).await.unwrap();
+    dead_letter_store_outage(&app, true).await;
     let poison = enqueue_raw(&app, JobKind::SubmitPayout.as_str(), 1, b"not json").await;
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
 
@@ -393,7 +426,7 @@ async fn a_dead_letter_store_outage_loses_nothing_and_dead_letters_exactly_once_
     assert_ne!(tried.status, withdrawals::domain::JobStatus::Dead, "not counted as done while the store is down");
     assert!(dead_letters::for_job(&app.db, poison).await.unwrap().is_empty());
 
-    dead_letters::set_fault_flag(&app.db, DEAD_LETTER_STORE_OUTAGE, false).await.unwrap();
+    dead_letter_store_outage(&app, false).await;
 
     wait_for_job_status(&app, poison, "dead").await;
     tokio::time::sleep(Duration::from_millis(300)).await; // any duplicate would land in this time
@@ -525,6 +558,46 @@ async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
     let letters = dead_letters::for_job(&app.db, poison).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_ne!(letters[0].error_message, "tampered");
+}
+
+/// No drill switch in production (issue 28): after every migration, no `fault_flags` table and
+/// no trigger on `dead_letters` but the ones that keep it append-only.
+async fn the_production_schema_has_no_fault_injection(app: TestApp) {
+    let (tables, triggers): (Vec<String>, Vec<String>) = if app.database_url.starts_with("sqlite") {
+        let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
+        let names = |kind: &'static str| {
+            sqlx::query_scalar::<_, String>(
+                "SELECT name FROM sqlite_master WHERE type = $1 AND (type = 'table' OR tbl_name = 'dead_letters') \
+                 ORDER BY name",
+            )
+            .bind(kind)
+        };
+        (names("table").fetch_all(&mut conn).await.unwrap(), names("trigger").fetch_all(&mut conn).await.unwrap())
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+        let tables = sqlx::query_scalar::<_, String>(
+            "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let triggers = sqlx::query_scalar::<_, String>(
+            "SELECT tgname::text FROM pg_trigger WHERE tgrelid = 'dead_letters'::regclass AND NOT tgisinternal \
+             ORDER BY 1",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        (tables, triggers)
+    };
+    assert!(tables.iter().any(|t| t == "dead_letters"), "the catalog was read: {tables:?}");
+    assert!(!tables.iter().any(|t| t == "fault_flags"), "{tables:?}");
+    let expected: &[&str] = if app.database_url.starts_with("sqlite") {
+        &["dead_letters_no_delete", "dead_letters_no_update"]
+    } else {
+        &["dead_letters_immutable"]
+    };
+    assert_eq!(triggers, expected);
 }
 
 /// The benchmark reads the plans of the very queries triage sends (one SQL text for both).

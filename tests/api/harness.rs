@@ -17,7 +17,8 @@ use withdrawals::domain::{AccountId, Amount, Currency};
 use withdrawals::http::{self, AppState};
 use withdrawals::provisioning;
 use withdrawals::startup;
-use withdrawals::storage::{accounts, server, Db, PoolSettings};
+use withdrawals::storage::{accounts, Db, PoolSettings};
+use withdrawals_tools::store::server;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

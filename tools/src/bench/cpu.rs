@@ -155,8 +155,8 @@ pub struct TableWork {
 }
 
 pub fn database_work(
-    a: Option<crate::storage::bench::PgActivity>,
-    b: Option<crate::storage::bench::PgActivity>,
+    a: Option<crate::store::bench::PgActivity>,
+    b: Option<crate::store::bench::PgActivity>,
     units: u64,
 ) -> Option<DatabaseWork> {
     let (a, b) = (a?, b?);
@@ -166,9 +166,8 @@ pub fn database_work(
         .iter()
         .filter_map(|after| {
             let before = a.tables.iter().find(|t| t.table == after.table);
-            let d = |f: fn(&crate::storage::bench::TableActivity) -> i64| {
-                (f(after) - before.map_or(0, f)).max(0) as f64 / n
-            };
+            let d =
+                |f: fn(&crate::store::bench::TableActivity) -> i64| (f(after) - before.map_or(0, f)).max(0) as f64 / n;
             let (inserts, updates, hot_updates, deletes) =
                 (d(|t| t.inserts), d(|t| t.updates), d(|t| t.hot_updates), d(|t| t.deletes));
             (inserts + updates + deletes > 0.0).then(|| TableWork {
@@ -198,26 +197,26 @@ pub fn database_work(
 
 /// Counters and CPU at the start of a phase.
 pub struct Meter {
-    pg: Option<crate::storage::bench::PgActivity>,
+    pg: Option<crate::store::bench::PgActivity>,
     postmaster: Option<u32>,
     serve: Option<u32>,
     cpu: Snapshot,
 }
 
 impl Meter {
-    pub async fn start(db: &crate::storage::Db, serve: Option<u32>) -> Self {
-        let pg = crate::storage::bench::postgres_activity(db).await.ok().flatten();
+    pub async fn start(db: &withdrawals::storage::Db, serve: Option<u32>) -> Self {
+        let pg = crate::store::bench::postgres_activity(db).await.ok().flatten();
         let postmaster = pg.as_ref().and_then(|a| parent(a.backend_pid as u32));
         Self { pg, postmaster, serve, cpu: Snapshot::take(serve, postmaster) }
     }
 
     /// CPU now; database counters after a pause (an idle backend publishes its statistics up to
     /// 10 s late).
-    pub async fn finish(self, db: &crate::storage::Db, units: u64) -> (CpuReport, Option<DatabaseWork>) {
+    pub async fn finish(self, db: &withdrawals::storage::Db, units: u64) -> (CpuReport, Option<DatabaseWork>) {
         let cpu = between(&self.cpu, &Snapshot::take(self.serve, self.postmaster), units);
         let work = if self.pg.is_some() {
             tokio::time::sleep(std::time::Duration::from_millis(11_000)).await;
-            database_work(self.pg, crate::storage::bench::postgres_activity(db).await.ok().flatten(), units)
+            database_work(self.pg, crate::store::bench::postgres_activity(db).await.ok().flatten(), units)
         } else {
             None
         };

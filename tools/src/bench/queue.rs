@@ -1,7 +1,7 @@
 //! (4) Raw job-queue throughput: no-op jobs through the real worker — the same claim (batched,
 //! leased, `SKIP LOCKED` on PostgreSQL), heartbeat and fenced finish as payouts, with a handler
 //! that has nothing to write, so its completion goes through the worker's group commit
-//! ([`crate::jobs::finisher`]).
+//! ([`withdrawals::jobs::finisher`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,11 +10,12 @@ use anyhow::bail;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::jobs::worker::{JobContext, Worker, WorkerConfig};
-use crate::jobs::{JobType, Queue};
-use crate::provider::BoxFuture;
-use crate::storage::jobs::{self as job_store, Finish, NewJob};
-use crate::storage::{bench as bench_store, verify, Db, DbTime};
+use crate::store::bench as bench_store;
+use withdrawals::jobs::worker::{JobContext, Worker, WorkerConfig};
+use withdrawals::jobs::{JobType, Queue};
+use withdrawals::provider::BoxFuture;
+use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
+use withdrawals::storage::{verify, Db, DbTime};
 
 const PAYOUTS_QUEUE: &str = Queue::Payouts.as_str();
 
@@ -82,7 +83,7 @@ pub async fn run(
 
     // The worker as `serve` builds it (its clocks), sized by `--queue-concurrency` and
     // `--queue-batch`, plus the no-op kind.
-    let (provider, _) = crate::startup::provider_from(
+    let (provider, _) = withdrawals::startup::provider_from(
         Some(provider_url.to_owned()),
         Some(super::PROVIDER_KEY.to_owned()),
         Duration::from_secs(2),
@@ -91,8 +92,11 @@ pub async fn run(
     .await?;
     let mut config = WorkerConfig::new(format!("bench-noop-{}", std::process::id()));
     (config.concurrency, config.batch_size) = (concurrency.max(1), batch_size.max(1));
-    let worker =
-        Worker::new(db.clone(), crate::startup::gateway(provider), config).with_handler(BENCH_NOOP, 1, Arc::new(noop));
+    let worker = Worker::new(db.clone(), withdrawals::startup::gateway(provider), config).with_handler(
+        BENCH_NOOP,
+        1,
+        Arc::new(noop),
+    );
     let stop = CancellationToken::new();
     let start_clock = DbTime::now();
     let meter = super::cpu::Meter::start(db, None).await;
@@ -137,7 +141,7 @@ pub async fn run(
         .map(|t| (t.0 - start_clock.0).num_microseconds().unwrap_or(0) as f64 / 1e6)
         .filter(|s| *s > 0.0)
         .unwrap_or(polled);
-    let pool = crate::storage::PoolSettings::default().max_connections;
+    let pool = withdrawals::storage::PoolSettings::default().max_connections;
     Ok(QueueReport {
         jobs,
         queue: PAYOUTS_QUEUE,

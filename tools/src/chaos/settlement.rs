@@ -35,10 +35,10 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult};
-use crate::domain::{format_minor, AccountId, Currency};
-use crate::ops::routes;
-use crate::storage::{accounts, verify, Db};
+use withdrawals::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult};
+use withdrawals::domain::{format_minor, AccountId, Currency};
+use withdrawals::ops::routes;
+use withdrawals::storage::{accounts, verify, Db};
 
 /// Fewer completed withdrawals than this and nothing is injected on withdrawals.
 pub const MIN_COMPLETED: usize = 5;

@@ -15,7 +15,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::chaos::procs::Proc;
-use crate::storage::{bench as bench_store, Db};
+use crate::store::bench as bench_store;
+use withdrawals::storage::Db;
 
 /// (2): withdrawals per second from the first accept to the moment all are `completed`.
 #[derive(Debug, Clone, Serialize)]
@@ -69,11 +70,11 @@ impl std::fmt::Display for Load {
 const SOAK_BACKLOG: u64 = 2_000;
 
 /// The states the end-to-end poll counts (through the status index): all but `completed`.
-const NOT_COMPLETED: [crate::domain::WithdrawalStatus; 4] = [
-    crate::domain::WithdrawalStatus::Pending,
-    crate::domain::WithdrawalStatus::Processing,
-    crate::domain::WithdrawalStatus::RequiresReview,
-    crate::domain::WithdrawalStatus::Failed,
+const NOT_COMPLETED: [withdrawals::domain::WithdrawalStatus; 4] = [
+    withdrawals::domain::WithdrawalStatus::Pending,
+    withdrawals::domain::WithdrawalStatus::Processing,
+    withdrawals::domain::WithdrawalStatus::RequiresReview,
+    withdrawals::domain::WithdrawalStatus::Failed,
 ];
 
 /// Completions per second in each whole minute from `start` to `end`, from the completed-count
@@ -316,11 +317,12 @@ pub async fn end_to_end(
         // the status index) and costs the same on the last minute of a soak as on the first.
         // Rows committed whose 201 is still on its way count as not completed, so `completed` is
         // low by at most the requests in flight, and exact once the load is done.
-        let not_completed: BTreeMap<String, i64> = crate::storage::metrics::withdrawals_in_states(db, &NOT_COMPLETED)
-            .await?
-            .into_iter()
-            .map(|r| (r.status.to_string(), r.count))
-            .collect();
+        let not_completed: BTreeMap<String, i64> =
+            withdrawals::storage::metrics::withdrawals_in_states(db, &NOT_COMPLETED)
+                .await?
+                .into_iter()
+                .map(|r| (r.status.to_string(), r.count))
+                .collect();
         let count_of = |status: &str| not_completed.get(status).copied().unwrap_or(0);
         let accepted_now = accepted_total.load(Ordering::Relaxed) as i64;
         let in_flight = count_of("pending") + count_of("processing");

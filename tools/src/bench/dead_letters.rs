@@ -8,11 +8,11 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::load::percentile;
-use crate::dead_letter::Category;
-use crate::jobs::JobKind;
-use crate::storage::bench::{self as bench_store, SeedProfile};
-use crate::storage::dead_letters::{self, DeadLetterFilter};
-use crate::storage::{Db, DbTime};
+use crate::store::bench::{self as bench_store, SeedProfile};
+use withdrawals::dead_letter::Category;
+use withdrawals::jobs::JobKind;
+use withdrawals::storage::dead_letters::{self, DeadLetterFilter};
+use withdrawals::storage::{Db, DbTime};
 
 const RUNS: usize = 50;
 /// A query slower than this in total stops after `MIN_RUNS` (SQLite's summary takes seconds).

@@ -1,4 +1,4 @@
-//! `withdrawals bench` (SPEC §12): one self-contained run that measures, on the same database,
+//! `withdrawals-tools bench` (SPEC §12): one self-contained run that measures, on the same database,
 //! the database's own commit ceiling (`pgbench -N`), end-to-end withdrawals per second (API accept
 //! → `completed` against the provider mock), API latency at a fixed offered rate (open loop), raw
 //! job-queue throughput (no-op jobs through the real claim/lease/finish path), dead-letter triage
@@ -23,8 +23,9 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 
 use crate::chaos::procs::{free_port, PgCluster, Proc};
-use crate::domain::{Amount, Currency};
-use crate::storage::{bench as bench_store, server, Db, PoolSettings};
+use crate::store::{bench as bench_store, server};
+use withdrawals::domain::{Amount, Currency};
+use withdrawals::storage::{Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BenchBackend {
@@ -123,6 +124,7 @@ pub struct MemoryReport {
 pub(crate) const PROVIDER_KEY: &str = "bench-provider-key";
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    crate::chaos::procs::service_binary()?; // before anything is created: it serves the load
     let started = Instant::now();
     if args.withdrawals == 0 || args.connections == 0 || args.jobs == 0 || args.dead_letters == 0 {
         bail!("--withdrawals, --connections, --jobs and --dead-letters must be positive");
@@ -196,7 +198,10 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     let (pgbench_db, service_db) = (format!("bench_pgbench_{tag}"), format!("bench_service_{tag}"));
     let created = async {
         let pgbench_url = server::create_database(&server_url, &pgbench_db).await?;
-        Ok::<_, crate::storage::StorageError>((pgbench_url, server::create_database(&server_url, &service_db).await?))
+        Ok::<_, withdrawals::storage::StorageError>((
+            pgbench_url,
+            server::create_database(&server_url, &service_db).await?,
+        ))
     }
     .await;
     match created {
@@ -252,7 +257,7 @@ async fn run_sqlite(args: &BenchArgs, dir: &Path, started: Instant) -> BackendRe
 /// (2)+(6) end-to-end with memory, (3) latency, then (4) queue and (5) dead letters, on one database.
 async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mut BackendReport, started: Instant) {
     let name = report.backend.clone();
-    let db = match crate::startup::open(url, PoolSettings::default()).await {
+    let db = match withdrawals::startup::open(url, PoolSettings::default()).await {
         Ok(db) => db,
         Err(err) => {
             report.errors.push(format!("open the database: {err:#}"));
@@ -321,7 +326,8 @@ async fn serve_phases(
     let mut keys = Vec::with_capacity(accounts);
     for i in 0..accounts {
         let funding = Amount::new(Decimal::from(per_account), usd)?;
-        let created = crate::provisioning::create_account(db, &format!("bench customer {i}"), Some(funding)).await?;
+        let created =
+            withdrawals::provisioning::create_account(db, &format!("bench customer {i}"), Some(funding)).await?;
         keys.push(created.api_key);
     }
 

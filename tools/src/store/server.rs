@@ -3,7 +3,7 @@
 
 use sqlx::{Connection, Executor};
 
-use super::Result;
+use withdrawals::storage::Result;
 
 /// `postgres://u@h:p/db?x` → `postgres://u@h:p/NAME?x`.
 pub fn with_database(url: &str, name: &str) -> String {

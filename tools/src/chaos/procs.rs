@@ -1,4 +1,5 @@
-//! The processes a chaos run starts and kills: `withdrawals` API and workers, the provider mock,
+//! The processes a chaos run starts and kills: `withdrawals` API and workers, the provider mock
+//! (all the service binary, [`service_binary`]),
 //! and (for PostgreSQL) a throwaway database cluster it can restart.
 
 use std::path::{Path, PathBuf};
@@ -7,6 +8,30 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tokio::process::{Child, Command};
+
+/// The `withdrawals` binary the tools start as `serve`, `worker` and `provider-mock`:
+/// `WITHDRAWALS_BIN` when set, otherwise the `withdrawals` beside this binary (cargo builds both
+/// into one target directory; a test binary under `deps/` looks one level up).
+pub fn service_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("WITHDRAWALS_BIN") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("WITHDRAWALS_BIN={} is not a file", path.display());
+        }
+        return Ok(path);
+    }
+    let me = std::env::current_exe().context("locate this binary")?;
+    let dir = me.parent().context("this binary has no directory")?;
+    let beside = dir.join("withdrawals");
+    let above = dir.parent().map(|up| up.join("withdrawals"));
+    [Some(beside.clone()), above].into_iter().flatten().find(|p| p.is_file()).with_context(|| {
+        format!(
+            "the service binary {} is not there: build it with `cargo build --workspace` (or --release), \
+             or set WITHDRAWALS_BIN",
+            beside.display()
+        )
+    })
+}
 
 /// One child process, restartable, its output appended to `log`.
 pub struct Proc {
@@ -29,7 +54,7 @@ impl Proc {
     }
 
     pub fn start(&mut self) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("locate the withdrawals binary")?;
+        let exe = service_binary()?;
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let child = Command::new(exe)
             .args(&self.args)

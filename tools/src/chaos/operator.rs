@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::ops::routes;
+use withdrawals::ops::routes;
 
 /// Outcomes by action: `{"fail": {"ok": 3, "transfer_pending_at_provider": 7}, …}`.
 pub type Tally = BTreeMap<String, BTreeMap<String, u64>>;

@@ -1,4 +1,4 @@
-//! Statements only `withdrawals bench` uses: progress counts while a load drains, set-based
+//! Statements only `withdrawals-tools bench` uses: progress counts while a load drains, set-based
 //! seeding of a large dead-letter store, planner statistics, and the plans of the triage queries.
 //!
 //! Nothing here runs in the service. The seeding writes real rows through the real schema (its
@@ -6,8 +6,8 @@
 //! envelope's `job_id` is a UNIQUE foreign key), the envelope, and a `closed` event for a share
 //! of them.
 
-use super::{Db, DbTime, Result};
-use crate::{with_conn, with_read_conn};
+use withdrawals::storage::{Backend, Db, DbTime, Result};
+use withdrawals::{with_conn, with_read_conn};
 
 /// Withdrawals by status (how far an end-to-end load has drained).
 pub async fn withdrawal_status_counts(db: &Db) -> Result<Vec<(String, i64)>> {
@@ -77,7 +77,7 @@ pub async fn seed_dead_letters(
 ) -> Result<()> {
     let total: u32 = profiles.iter().map(|p| p.weight).sum::<u32>().max(1);
     let mut tx = db.begin().await?;
-    let postgres = tx.backend() == super::Backend::Postgres;
+    let postgres = tx.backend() == Backend::Postgres;
     // Dialect pieces: time from integer microseconds, bytes from text, a fresh id, the row source.
     let time = |us: &str| -> String {
         if postgres {

@@ -14,8 +14,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::load::Accepted;
-use crate::domain::{AccountId, Currency};
-use crate::storage::{accounts, dead_letters, verify, Db};
+use withdrawals::domain::{AccountId, Currency};
+use withdrawals::storage::{accounts, dead_letters, verify, Db};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Findings {

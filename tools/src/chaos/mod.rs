@@ -1,4 +1,4 @@
-//! `withdrawals chaos` (SPEC §11): a bounded, self-contained run that tries to make the service
+//! `withdrawals-tools chaos` (SPEC §11): a bounded, self-contained run that tries to make the service
 //! lose or double money, then proves it did neither.
 //!
 //! It starts the provider mock as its own process with a fault mix, an API process and several
@@ -41,10 +41,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::domain::{Amount, Currency};
-use crate::storage::{verify, Db, PoolSettings};
 use operator::{Button, Desk, Operator};
 use procs::{free_port, PgCluster, Proc};
+use withdrawals::domain::{Amount, Currency};
+use withdrawals::storage::{verify, Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -131,6 +131,7 @@ struct Injected {
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    procs::service_binary()?; // before anything is created: the run starts it again and again
     let dir = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("withdrawals-chaos-{}-{}", args.seed, std::process::id())),
@@ -175,7 +176,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
 
 async fn fresh_postgres_database(url: &str, seed: u64) -> anyhow::Result<String> {
     let name = format!("chaos_{seed}_{}", uuid::Uuid::new_v4().simple());
-    crate::storage::server::create_database(url, &name).await.context("create a database at --postgres-url")
+    crate::store::server::create_database(url, &name).await.context("create a database at --postgres-url")
 }
 
 async fn run_against(
@@ -192,7 +193,8 @@ async fn run_against(
     let mut customers = Vec::new();
     for i in 0..args.accounts.max(1) {
         let funding = Amount::new(rust_decimal::Decimal::from(1_000_000), usd)?;
-        let created = crate::provisioning::create_account(&db, &format!("chaos customer {i}"), Some(funding)).await?;
+        let created =
+            withdrawals::provisioning::create_account(&db, &format!("chaos customer {i}"), Some(funding)).await?;
         customers.push(load::Customer { api_key: created.api_key });
     }
     // Two operators: the two-person rule needs a second one, and two people working one queue
@@ -202,10 +204,10 @@ async fn run_against(
         ("A", [Button::Fail, Button::Retry, Button::Complete], false),
         ("B", [Button::Retry, Button::Fail, Button::Complete], true),
     ] {
-        let created = crate::provisioning::create_enrolled_operator(
+        let created = withdrawals::provisioning::create_enrolled_operator(
             &db,
             &format!("chaos operator {name}"),
-            crate::domain::Role::Operator,
+            withdrawals::domain::Role::Operator,
         )
         .await?;
         operators.push(Operator { name: name.to_owned(), token: created.token, order, newest_first });
@@ -568,11 +570,11 @@ async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bool {
     if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
         return false;
     }
-    let Ok(live) = crate::storage::metrics::live_jobs_by_queue(db).await else { return false };
+    let Ok(live) = withdrawals::storage::metrics::live_jobs_by_queue(db).await else { return false };
     if live.iter().map(|d| d.count).sum::<i64>() > 0 {
         return false;
     }
-    match crate::storage::review_decisions::list_pending(db, 1).await {
+    match withdrawals::storage::review_decisions::list_pending(db, 1).await {
         Ok(waiting) if waiting.is_empty() => {}
         _ => return false,
     }
