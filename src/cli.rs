@@ -24,7 +24,7 @@ use crate::storage::PoolSettings;
 use crate::telemetry::LogFormat;
 
 /// What a `serve` process runs (`--role`).
-pub use crate::startup::Role;
+pub use crate::domain::ProcessRole;
 
 #[derive(Debug, Parser)]
 #[command(name = "withdrawals", version = crate::VERSION, about = "Customer withdrawals, paid out without losing or doubling money")]
@@ -135,7 +135,7 @@ pub enum Command {
 pub struct ServeArgs {
     /// What this process runs.
     #[arg(long, env = "ROLE", value_enum, default_value = "all")]
-    pub role: Role,
+    pub role: ProcessRole,
     /// The payout provider's base URL. Unset: sandbox mode, an in-process provider mock — allowed
     /// on the embedded SQLite database, and on PostgreSQL only with `--sandbox`.
     #[arg(long, env = "PROVIDER_URL")]
@@ -446,7 +446,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,
         Command::Audit { conn, action, target, limit } => ops_cli::audit(&conn, action, target, limit).await,
         Command::Worker(mut args) => {
-            args.role = Role::Worker;
+            args.role = ProcessRole::Worker;
             startup::run(args.settings(&cli.database_url)?).await
         }
         Command::Migrate => {

@@ -170,7 +170,7 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     dead_letters::insert(tx, &letter).await?;
     let (queue, job_type, category, error_code) =
         (letter.queue.clone(), letter.job_type.clone(), letter.category, letter.error_code.clone());
-    tx.after_commit(move || crate::metrics::dead_lettered(&queue, &job_type, category.as_str(), &error_code));
+    tx.after_commit(move || crate::metrics::dead_lettered(&queue, &job_type, category, &error_code));
     tracing::error!(
         event = "dead_lettered",
         dead_letter_id = %letter.id,

@@ -12,7 +12,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::job::JobKind;
-use crate::domain::WithdrawalStatus;
+use crate::domain::{BreakerState, Category, WithdrawalStatus};
 
 pub const WITHDRAWALS_CREATED: &str = "withdrawals_created_total";
 pub const WITHDRAWAL_TRANSITIONS: &str = "withdrawal_transitions_total";
@@ -159,15 +159,20 @@ fn register_known_series() {
 }
 
 /// The states a breaker can move between, for its transitions' label sets.
-const BREAKER_MOVES: [(&str, &str); 4] =
-    [("closed", "open"), ("open", "half_open"), ("half_open", "closed"), ("half_open", "open")];
+const BREAKER_MOVES: [(BreakerState, BreakerState); 4] = [
+    (BreakerState::Closed, BreakerState::Open),
+    (BreakerState::Open, BreakerState::HalfOpen),
+    (BreakerState::HalfOpen, BreakerState::Closed),
+    (BreakerState::HalfOpen, BreakerState::Open),
+];
 
 /// A breaker was built: its state gauge reads closed (0) and its transitions 0 until they happen.
 pub fn breaker_created(name: &str) {
     install();
     gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(0.0);
     for (from, to) in BREAKER_MOVES {
-        counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from, "to" => to).absolute(0);
+        counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.as_str(), "to" => to.as_str())
+            .absolute(0);
     }
 }
 
@@ -202,20 +207,20 @@ pub fn job_retries_exhausted(queue: &str, kind: &str) {
     counter!(JOB_RETRIES_EXHAUSTED, "queue" => queue.to_owned(), "kind" => kind.to_owned()).increment(1);
 }
 
-pub fn dead_lettered(queue: &str, job_type: &str, category: &str, error_code: &str) {
+pub fn dead_lettered(queue: &str, job_type: &str, category: Category, error_code: &str) {
     counter!(DEAD_LETTERS, "queue" => queue.to_owned(), "job_type" => job_type.to_owned(),
-             "category" => category.to_owned(), "error_code" => error_code.to_owned())
+             "category" => category.as_str(), "error_code" => error_code.to_owned())
     .increment(1);
 }
 
 /// Breaker state as a number: 0 closed, 1 half-open, 2 open (forced states count as their kind).
-pub fn breaker_transition(name: &str, from: &str, to: &str) {
-    counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.to_owned(), "to" => to.to_owned())
+pub fn breaker_transition(name: &str, from: BreakerState, to: BreakerState) {
+    counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.as_str(), "to" => to.as_str())
         .increment(1);
     let level = match to {
-        "open" | "forced_open" => 2.0,
-        "half_open" => 1.0,
-        _ => 0.0,
+        BreakerState::Open | BreakerState::ForcedOpen => 2.0,
+        BreakerState::HalfOpen => 1.0,
+        BreakerState::Closed | BreakerState::ForcedClosed => 0.0,
     };
     gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(level);
 }

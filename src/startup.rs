@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::AppConfig;
+use crate::domain::ProcessRole;
 use crate::http::{self, AppState, MetricsAccess, ServerLimits};
 use crate::jobs::worker::{Worker, WorkerConfig};
 use crate::provider::breaker::{BreakerConfig, BreakerState, CircuitBreaker, SystemClock};
@@ -122,7 +123,7 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
     let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {
             tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
-            crate::metrics::breaker_transition(name, from.as_str(), to.as_str());
+            crate::metrics::breaker_transition(name, from, to);
         },
     );
     Gateway { provider, breaker: Arc::new(breaker) }
@@ -135,14 +136,6 @@ pub fn worker_id() -> String {
 }
 
 // ---- the process ------------------------------------------------------------------------------
-
-/// What a `serve` process runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Role {
-    Api,
-    Worker,
-    All,
-}
 
 /// Where the payout provider is, or that there is none (sandbox mode). Not `Debug`: it holds
 /// the provider's key.
@@ -162,7 +155,7 @@ pub struct ProviderSettings {
 /// flags and environment). Not `Debug`: it holds the provider's key.
 pub struct Settings {
     pub database_url: String,
-    pub role: Role,
+    pub role: ProcessRole,
     pub pool: PoolSettings,
     /// The API's settings; `sandbox` is decided by [`Application::build`].
     pub app: AppConfig,
@@ -235,7 +228,7 @@ impl Application {
         // references against it).
         let mut sandbox_mock = None;
         let mut gateway = None;
-        if settings.role != Role::Api || settings.provider.url.is_some() {
+        if settings.role != ProcessRole::Api || settings.provider.url.is_some() {
             let provider = settings.provider;
             let (provider, mock) =
                 provider_from(provider.url, provider.api_key, provider.connect_timeout, provider.request_timeout)
@@ -243,13 +236,9 @@ impl Application {
             sandbox_mock = mock;
             gateway = Some(gateway_with(provider, settings.breaker));
         }
-        let role = match settings.role {
-            Role::Api => "api",
-            Role::Worker => "worker",
-            Role::All => "all",
-        };
-        let breaker_sync = gateway.clone().map(|g| (g, cluster::Process::this(role), settings.app.breaker_sync));
-        let worker = match (settings.role != Role::Api, gateway.clone()) {
+        let breaker_sync =
+            gateway.clone().map(|g| (g, cluster::Process::this(settings.role), settings.app.breaker_sync));
+        let worker = match (settings.role != ProcessRole::Api, gateway.clone()) {
             (true, Some(gateway)) => Some(Worker::new(db.clone(), gateway, settings.worker)),
             _ => None,
         };
@@ -263,7 +252,7 @@ impl Application {
                 // A worker's metrics (its breaker, job attempts and retries, dead letters,
                 // provider latency) live only in its own process: without a listener nobody sees
                 // them, and no page about its work can fire.
-                if settings.role == Role::Worker {
+                if settings.role == ProcessRole::Worker {
                     tracing::warn!(
                         "METRICS_BIND is not set: this worker process serves no /metrics, so its breaker, jobs, dead letters and provider latency cannot be scraped; set METRICS_BIND (e.g. 0.0.0.0:9091)"
                     );
@@ -272,7 +261,7 @@ impl Application {
             }
         };
         let mut api = None;
-        if settings.role != Role::Worker {
+        if settings.role != ProcessRole::Worker {
             crate::metrics::install();
             // The configured currencies' creation counters start at 0 (USD when no limit names one).
             let mut currencies: Vec<&str> = settings.app.limits.per_currency.keys().copied().collect();

@@ -95,7 +95,7 @@ pub async fn switch_breaker(
     state: &AppState,
     session: &Session,
     name: &str,
-    action: ops::overview::BreakerAction,
+    action: ops::types::BreakerAction,
     request: ReasonRequest,
 ) -> Result<crate::ops::types::BreakerChanged, PageRefusal> {
     Ok(ops::overview::force_breaker(&state.ops(), &session.operator, name, action, request).await?)

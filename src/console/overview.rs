@@ -12,11 +12,11 @@ use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, age, csrf_field, role_note, state, when, Banner, Done};
 use crate::domain::{Role, WithdrawalStatus};
 use crate::http::AppState;
-use crate::ops::overview::BreakerAction;
+use crate::ops::types::BreakerAction;
 use crate::ops::types::ReasonRequest;
 
 pub async fn page(State(state_): State<AppState>, session: Session, Query(done): Query<Done>) -> Response {
-    let banner = done.done.as_deref().and_then(BreakerAction::parse).map(|a| {
+    let banner = done.done.as_deref().and_then(BreakerAction::from_form).map(|a| {
         Banner::ok(format!("Breaker {}: every process obeys within one poll interval.", a.as_str().replace('_', " ")))
     });
     render(&state_, &session, banner, StatusCode::OK).await
@@ -46,9 +46,9 @@ async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, co
                     @for w in &o.withdrawals {
                         tr {
                             th scope="row" {
-                                @if w.state == WithdrawalStatus::RequiresReview.as_str() {
-                                    a href="/ops/review" { (state(&w.state)) }
-                                } @else { (state(&w.state)) }
+                                @if w.state == WithdrawalStatus::RequiresReview {
+                                    a href="/ops/review" { (state(w.state)) }
+                                } @else { (state(w.state)) }
                             }
                             td.num { (w.count) }
                             td { (age(w.oldest_age_seconds)) }
@@ -83,16 +83,16 @@ async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, co
                     @for b in &o.breakers {
                         tr {
                             th scope="row" { (b.name) }
-                            td.breaker-state { (state(&b.state)) }
+                            td.breaker-state { (state(b.state)) }
                             td {
                                 @if let Some(f) = &b.forced {
-                                    (state(&f.mode)) " by " (f.set_by_name) ", " (when(f.set_at)) ": " (f.reason)
+                                    (state(f.mode)) " by " (f.set_by_name) ", " (when(f.set_at)) ": " (f.reason)
                                 } @else { "none" }
                             }
                             td {
                                 ul {
                                     @for p in &b.processes {
-                                        li { (p.role) " on " (p.host) ": " (state(&p.state)) " since " (when(p.since)) }
+                                        li { (p.role) " on " (p.host) ": " (state(p.state)) " since " (when(p.since)) }
                                     }
                                     @if b.processes.is_empty() { li { "No process has reported yet." } }
                                 }
@@ -125,7 +125,7 @@ async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, co
                 tbody {
                     @for r in &o.replays {
                         tr {
-                            th scope="row" { a href={ "/ops/replays" (api::query(&[("status", Some(&r.status))])) } { (state(&r.status)) } }
+                            th scope="row" { a href={ "/ops/replays" (api::query(&[("status", Some(&r.status))])) } { (state(r.status)) } }
                             td.num { (r.runs) }
                             td.num { (r.pending_items) }
                         }
@@ -168,7 +168,7 @@ pub async fn switch(
     Path(name): Path<String>,
     CsrfForm(session, form): CsrfForm<BreakerForm>,
 ) -> Response {
-    let Some(action) = form.action.as_deref().and_then(BreakerAction::parse) else {
+    let Some(action) = form.action.as_deref().and_then(BreakerAction::from_form) else {
         let banner = Banner::error("choose force open, force closed or release");
         return render(&state_, &session, Some(banner), StatusCode::UNPROCESSABLE_ENTITY).await;
     };

@@ -443,7 +443,7 @@ async fn render_run(
     };
     let status = r.status;
     let mine = r.started_by == session.operator.id.0;
-    let live = matches!(status.as_str(), "running" | "awaiting_approval" | "paused");
+    let live = matches!(status, ReplayStatus::Running | ReplayStatus::AwaitingApproval | ReplayStatus::Paused);
     let control = |action: &str, label: &str| {
         html! {
             form method="post" action={ "/ops/replays/" (r.id) "/" (action) } #{ "control-" (action) } {

@@ -28,7 +28,7 @@ use crate::domain::input_text;
 use crate::domain::OperatorId;
 use crate::http::{public_prefix, AppState};
 use crate::metrics::AuthSurface;
-use crate::ops::{check_token, Audited, Operator, Role};
+use crate::ops::{check_token, Audited, Operator};
 use crate::storage::{sessions, DbTime};
 
 pub const SESSION_COOKIE: &str = "wd_console";
@@ -145,11 +145,14 @@ impl FromRequestParts<AppState> for Session {
             && stored.expires_at.0 > Utc::now()
             && stored.operator_disabled_at.is_none()
             && credentials::verify(secret, &stored.secret_hash);
-        let role = Role::parse(&stored.operator_role);
-        match (live, role) {
-            (true, Some(role)) => Ok(Session {
+        match live {
+            true => Ok(Session {
                 id,
-                operator: Operator { id: OperatorId(stored.operator_id), name: stored.operator_name, role },
+                operator: Operator {
+                    id: OperatorId(stored.operator_id),
+                    name: stored.operator_name,
+                    role: stored.operator_role,
+                },
                 csrf: csrf_for(secret),
             }),
             _ => Err(sign_in_redirect(parts)),

@@ -9,6 +9,7 @@
 //! `sqlx::Type` through [`text_enum!`](crate::text_enum), so rows come back typed.
 
 mod approval;
+mod cluster;
 mod decision;
 mod destination;
 mod evidence;
@@ -28,6 +29,7 @@ mod text_enum;
 mod withdrawal;
 
 pub use approval::{may_approve, ApprovalKind, NotSecondPerson};
+pub use cluster::{BreakerOverride, BreakerState, ProcessRole};
 pub use decision::{DecisionStatus, ReviewAction};
 pub use destination::mask_account_number;
 pub use destination::{Destination, DestinationError};

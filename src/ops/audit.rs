@@ -9,7 +9,7 @@ fn entry(r: &AuditRow) -> AuditEntry {
         id: r.id,
         operator_id: r.operator_id,
         operator_name: r.operator_name.clone(),
-        role: r.role.clone(),
+        role: r.role,
         action: r.action.clone(),
         target_type: r.target_type.clone(),
         target_id: r.target_id.clone(),

@@ -30,7 +30,9 @@ use super::acts::{
     ApiKeyCreate, ApiKeyList, ApiKeyRevoke, OperatorCreate, OperatorDisable, OperatorEnable, OperatorList,
     OperatorRotateOwnToken, OperatorRotateToken,
 };
-use super::types::{ApiKeyView, CreateKey, List, OperatorView, OptionalReason, ReasonRequest};
+use super::types::{
+    ApiKeyView, CreateKey, KeyStatus, List, OperatorStatus, OperatorView, OptionalReason, ReasonRequest,
+};
 use super::{require_reason, Action, Audited, Operator, Ops, OpsError, OpsResult};
 use crate::credentials::{self, API_KEY_PREFIX, OPERATOR_TOKEN_PREFIX};
 use crate::domain::{AccountId, ApiKeyId, OperatorId, Role};
@@ -47,7 +49,7 @@ pub fn key_view(k: &ApiKeyRow) -> ApiKeyView {
         label: k.label.clone(),
         created_at: k.created_at.0,
         last_used_at: k.last_used_at.map(|t| t.0),
-        status: if k.revoked_at.is_some() { "revoked" } else { "active" }.to_owned(),
+        status: if k.revoked_at.is_some() { KeyStatus::Revoked } else { KeyStatus::Active },
         revoked_at: k.revoked_at.map(|t| t.0),
         revoked_reason: k.revoked_reason.clone(),
         api_key: None,
@@ -58,9 +60,9 @@ pub fn operator_view(o: &OperatorRow) -> OperatorView {
     OperatorView {
         id: o.id,
         name: o.name.clone(),
-        role: Role::parse(&o.role).unwrap_or(Role::Viewer),
+        role: o.role,
         created_at: o.created_at.0,
-        status: if o.disabled_at.is_some() { "disabled" } else { "enabled" }.to_owned(),
+        status: if o.disabled_at.is_some() { OperatorStatus::Disabled } else { OperatorStatus::Enabled },
         disabled_at: o.disabled_at.map(|t| t.0),
         disabled_reason: o.disabled_reason.clone(),
         token_rotated_at: o.token_rotated_at.map(|t| t.0),
@@ -331,7 +333,7 @@ pub async fn create_locally(
         let id = OperatorId::new();
         let issued = credentials::issue_with_id(OPERATOR_TOKEN_PREFIX, id.0);
         let mut tx = ops.db.begin().await?;
-        stored::insert_operator(&mut tx, id, name, role.as_str(), &issued.secret_hash, &issuer(&operator)).await?;
+        stored::insert_operator(&mut tx, id, name, role, &issued.secret_hash, &issuer(&operator)).await?;
         let done = Audited { target_id: id.to_string(), ..audited.clone_shallow() };
         done.record_ok(&mut tx, &operator).await?;
         tx.commit().await?;

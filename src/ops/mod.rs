@@ -208,7 +208,7 @@ impl<'a> Audited<'a> {
             id: Uuid::now_v7(),
             operator_id: operator.id.0,
             operator_name: operator.name.clone(),
-            role: operator.role.as_str().to_owned(),
+            role: operator.role,
             action: self.action.to_owned(),
             target_type: self.target_type.to_owned(),
             target_id: self.target_id.clone(),

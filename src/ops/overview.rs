@@ -9,11 +9,11 @@ use chrono::TimeDelta;
 
 use super::acts::{BreakerForceClosed, BreakerForceOpen, BreakerRelease};
 use super::types::{
-    BreakerChanged, BreakerOverrideView, BreakerProcessView, BreakerView, CategoryCount, DeadLetterOverview, List,
-    Overview, QueueDepth, ReasonRequest, ReplayCount, StateCount,
+    BreakerAction, BreakerChanged, BreakerOverrideView, BreakerProcessView, BreakerView, CategoryCount,
+    DeadLetterOverview, List, Overview, QueueDepth, ReasonRequest, ReplayCount, StateCount,
 };
 use super::{require_reason, Act, Action, Operator, Ops, OpsError, OpsResult, Role};
-use crate::domain::{JobStatus, WithdrawalStatus};
+use crate::domain::{BreakerOverride, BreakerState, JobStatus, WithdrawalStatus};
 use crate::jobs::Queue;
 use crate::provider::cluster;
 use crate::storage::breakers as breaker_store;
@@ -35,11 +35,6 @@ async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
     names.extend(overrides.iter().map(|o| o.breaker.clone()));
     names.sort();
     names.dedup();
-    let severity = |s: &str| match s {
-        "open" => 2,
-        "half_open" => 1,
-        _ => 0,
-    };
     Ok(names
         .into_iter()
         .map(|name| {
@@ -48,28 +43,24 @@ async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
                 .filter(|r| r.breaker == name)
                 .map(|r| BreakerProcessView {
                     process_id: r.process_id.clone(),
-                    role: r.role.clone(),
+                    role: r.role,
                     host: r.host.clone(),
                     version: r.version.clone(),
-                    state: r.state.clone(),
+                    state: r.state,
                     since: r.since.0,
                     reported_at: r.reported_at.0,
                 })
                 .collect();
             let forced = overrides.iter().find(|o| o.breaker == name).map(|o| BreakerOverrideView {
-                mode: o.mode.clone(),
+                mode: o.mode,
                 reason: o.reason.clone(),
                 set_by: o.set_by,
                 set_by_name: o.set_by_name.clone(),
                 set_at: o.set_at.0,
             });
-            let own = ops.gateway.filter(|g| g.breaker.name() == name).map(|g| g.breaker.state().as_str().to_owned());
-            let state = match (&forced, processes.iter().max_by_key(|p| severity(&p.state))) {
-                (Some(o), _) if o.mode == cluster::FORCE_OPEN => "forced_open".to_owned(),
-                (Some(_), _) => "forced_closed".to_owned(),
-                (None, Some(worst)) => worst.state.clone(),
-                (None, None) => own.unwrap_or_else(|| "closed".to_owned()),
-            };
+            let own = ops.gateway.filter(|g| g.breaker.name() == name).map(|g| g.breaker.state());
+            let state =
+                BreakerState::of_cluster(forced.as_ref().map(|o| o.mode), processes.iter().map(|p| p.state), own);
             BreakerView { name, state, forced, processes }
         })
         .collect())
@@ -114,35 +105,15 @@ pub async fn force_breaker(
             cluster::obey(&g.breaker, overrides.iter().find(|o| o.breaker == name));
         }
         let breaker = breaker_list(ops).await?.into_iter().find(|b| b.name == name).ok_or_else(OpsError::not_found)?;
-        Ok(BreakerChanged { name: name.to_owned(), action: action.as_str().to_owned(), breaker })
+        Ok(BreakerChanged { name: name.to_owned(), action, breaker })
     })
     .await
 }
 
-/// What an admin does to a breaker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerAction {
-    ForceOpen,
-    ForceClosed,
-    Release,
-}
-
 impl BreakerAction {
-    pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "force-open" => Some(Self::ForceOpen),
-            "force-closed" => Some(Self::ForceClosed),
-            "release" => Some(Self::Release),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ForceOpen => "force_open",
-            Self::ForceClosed => "force_closed",
-            Self::Release => "release",
-        }
+    /// The action a console form or a CLI word names (`force-open`, `force_open`, …).
+    pub fn from_form(raw: &str) -> Option<Self> {
+        raw.replace('-', "_").parse().ok()
     }
 
     fn act(self) -> Act {
@@ -154,10 +125,10 @@ impl BreakerAction {
     }
 
     /// The stored override, `None` to release.
-    fn mode(self) -> Option<&'static str> {
+    fn mode(self) -> Option<BreakerOverride> {
         match self {
-            Self::ForceOpen => Some(cluster::FORCE_OPEN),
-            Self::ForceClosed => Some(cluster::FORCE_CLOSED),
+            Self::ForceOpen => Some(BreakerOverride::ForceOpen),
+            Self::ForceClosed => Some(BreakerOverride::ForceClosed),
             Self::Release => None,
         }
     }
@@ -172,7 +143,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
         .map(|status| {
             let row = states.iter().find(|r| r.status == *status);
             StateCount {
-                state: status.as_str().to_owned(),
+                state: *status,
                 count: row.map_or(0, |r| r.count),
                 oldest_age_seconds: age_seconds(row.and_then(|r| r.oldest_change)),
             }
@@ -182,13 +153,13 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
     let mut by_category: Vec<CategoryCount> = Vec::new();
     for group in dead_letters::summary(db).await? {
         let older = age_seconds(group.oldest_open).unwrap_or(0);
-        match by_category.iter_mut().find(|c| c.category == group.category.as_str()) {
+        match by_category.iter_mut().find(|c| c.category == group.category) {
             Some(c) => {
                 c.open += group.open;
                 c.oldest_age_seconds = c.oldest_age_seconds.max(older);
             }
             None => by_category.push(CategoryCount {
-                category: group.category.to_string(),
+                category: group.category,
                 open: group.open,
                 oldest_age_seconds: older,
             }),
@@ -203,7 +174,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
             let of = |status: JobStatus| depths.iter().find(|d| d.queue == queue.as_str() && d.status == status);
             let scheduled = of(JobStatus::Scheduled);
             QueueDepth {
-                queue: queue.as_str().to_owned(),
+                queue: *queue,
                 scheduled: scheduled.map_or(0, |d| d.count),
                 running: of(JobStatus::Running).map_or(0, |d| d.count),
                 due: scheduled.map_or(0, |d| d.due),
@@ -215,7 +186,7 @@ pub async fn overview(ops: &Ops<'_>, operator: &Operator) -> OpsResult<Overview>
     let replays = queries::replay_runs_by_status(db)
         .await?
         .into_iter()
-        .map(|r| ReplayCount { status: r.status.to_string(), runs: r.runs, pending_items: r.pending_items })
+        .map(|r| ReplayCount { status: r.status, runs: r.runs, pending_items: r.pending_items })
         .collect();
 
     Ok(Overview {

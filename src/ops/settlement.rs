@@ -18,6 +18,7 @@ use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
 use crate::domain::{Amount, Currency, SettlementExceptionId, StoredEvidence};
 use crate::jobs::settlement::{self as settlement, ImportError, ReportSource};
 use crate::provider::{ReportFetch, Verdict};
+use crate::storage::audit::PreparedAudit;
 use crate::storage::settlement::{self as store, ExceptionFilter, ExceptionRow};
 use crate::storage::{returns, withdrawals, DbTime};
 
@@ -69,7 +70,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
             digest: report.digest.clone(),
             line_count: i32::try_from(report.lines.len()).unwrap_or(i32::MAX),
             requested_by: operator.id,
-            audit: sqlx::types::Json(prepared_audit(audited, operator)),
+            audit: sqlx::types::Json(PreparedAudit::of(audited.row(operator, "ok"))),
             summary: None,
             error: None,
             created_at: DbTime::now(),
@@ -92,15 +93,6 @@ fn refusal(e: ImportError) -> OpsError {
         ImportError::NoDay => OpsError::invalid("date_required", "date", "the report has no lines: give its date"),
         ImportError::Storage(err) => err.into(),
     }
-}
-
-/// The audit row's fields the job cannot know (who asked, as what), kept with the import.
-fn prepared_audit(audited: &Audited<'_>, operator: &Operator) -> serde_json::Value {
-    let row = audited.row(operator, "ok");
-    serde_json::json!({
-        "operator_name": row.operator_name, "role": row.role, "action": row.action,
-        "target_type": row.target_type, "reason": row.reason, "parameters": row.parameters.0,
-    })
 }
 
 async fn import_view(db: &crate::storage::Db, row: store::ImportRow) -> OpsResult<ImportView> {

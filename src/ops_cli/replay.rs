@@ -8,6 +8,7 @@ use super::client::Client;
 use super::dlq::FilterArgs;
 use super::format::{o, rate};
 use super::Connection;
+use crate::domain::ReplayStatus;
 use crate::ops::routes;
 use crate::ops::types::{List, ReasonRequest, ReplayControl, ReplayQuery, ReplayRunView, StartReplay, Started};
 
@@ -243,7 +244,7 @@ async fn follow(client: &Client, id: &str) -> anyhow::Result<()> {
             p.new_dead_letters,
             rate(p.released_per_second)
         ));
-        if matches!(run.status.as_str(), "completed" | "cancelled" | "paused") {
+        if matches!(run.status, ReplayStatus::Completed | ReplayStatus::Cancelled | ReplayStatus::Paused) {
             bar.finish();
             return Ok(());
         }

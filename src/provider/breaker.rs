@@ -67,16 +67,7 @@ impl Clock for ManualClock {
     }
 }
 
-crate::text_enum! {
-    /// Where a breaker stands: by its own counts, or by an operator's override.
-    pub enum BreakerState("breaker state", 5) {
-        Closed = "closed",
-        Open = "open",
-        HalfOpen = "half_open",
-        ForcedOpen = "forced_open",
-        ForcedClosed = "forced_closed",
-    }
-}
+pub use crate::domain::BreakerState;
 
 /// How a permitted call ended, as classified by the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

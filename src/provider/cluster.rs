@@ -12,12 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::breaker::{BreakerState, CircuitBreaker};
 use super::Gateway;
+use crate::domain::{BreakerOverride, ProcessRole};
 use crate::storage::breakers::{self as store, Override, Report};
 use crate::storage::{Db, DbTime};
-
-/// The override modes as stored.
-pub const FORCE_OPEN: &str = "force_open";
-pub const FORCE_CLOSED: &str = "force_closed";
 
 /// Reports older than this many poll intervals are a process that stopped: not shown.
 pub const STALE_AFTER_POLLS: u32 = 3;
@@ -30,14 +27,13 @@ const FORGET_EVERY_TICKS: u64 = 60;
 #[derive(Debug, Clone)]
 pub struct Process {
     pub id: String,
-    /// `all`, `api` or `worker`.
-    pub role: &'static str,
+    pub role: ProcessRole,
     pub host: String,
 }
 
 impl Process {
     /// This process, with a fresh id (a restart is a new process).
-    pub fn this(role: &'static str) -> Self {
+    pub fn this(role: ProcessRole) -> Self {
         let host = crate::dead_letter::worker_host();
         let id = format!("{host}:{}:{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
         Process { id, role, host }
@@ -49,11 +45,12 @@ impl Process {
 /// whether the breaker changed.
 pub fn obey(breaker: &CircuitBreaker, wanted: Option<&Override>) -> bool {
     let state = breaker.state();
-    match wanted.map(|o| o.mode.as_str()) {
-        Some(FORCE_OPEN) if state != BreakerState::ForcedOpen => breaker.force_open(),
-        Some(FORCE_CLOSED) if state != BreakerState::ForcedClosed => breaker.force_closed(),
-        None if matches!(state, BreakerState::ForcedOpen | BreakerState::ForcedClosed) => breaker.reset(),
-        _ => return false,
+    let forced = matches!(state, BreakerState::ForcedOpen | BreakerState::ForcedClosed);
+    match wanted.map(|o| o.mode) {
+        Some(BreakerOverride::ForceOpen) if state != BreakerState::ForcedOpen => breaker.force_open(),
+        Some(BreakerOverride::ForceClosed) if state != BreakerState::ForcedClosed => breaker.force_closed(),
+        None if forced => breaker.reset(),
+        Some(BreakerOverride::ForceOpen | BreakerOverride::ForceClosed) | None => return false,
     }
     true
 }
@@ -77,10 +74,10 @@ async fn sync_once(
         &Report {
             process_id: process.id.clone(),
             breaker: breaker.name().to_owned(),
-            role: process.role.to_owned(),
+            role: process.role,
             host: process.host.clone(),
             version: crate::VERSION.to_owned(),
-            state: state.as_str().to_owned(),
+            state,
             since: seen.1,
             reported_at: now,
         },

@@ -4,6 +4,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
+use crate::domain::{OperatorId, Role};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -11,7 +12,7 @@ pub struct AuditRow {
     pub id: Uuid,
     pub operator_id: Uuid,
     pub operator_name: String,
-    pub role: String,
+    pub role: Role,
     pub action: String,
     pub target_type: String,
     pub target_id: String,
@@ -20,6 +21,54 @@ pub struct AuditRow {
     /// `ok`, or the refusal's error code.
     pub result: String,
     pub at: DbTime,
+}
+
+/// The part of an audit row a request prepares for a job to finish (the settlement import: who
+/// asked, as what, why), stored with the job's row as typed JSON.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PreparedAudit {
+    pub operator_name: String,
+    pub role: Role,
+    pub action: String,
+    pub target_type: String,
+    pub reason: String,
+    pub parameters: serde_json::Value,
+}
+
+impl PreparedAudit {
+    pub fn of(row: AuditRow) -> Self {
+        PreparedAudit {
+            operator_name: row.operator_name,
+            role: row.role,
+            action: row.action,
+            target_type: row.target_type,
+            reason: row.reason,
+            parameters: row.parameters.0,
+        }
+    }
+
+    /// The audit row, when the job that finishes the action knows its outcome.
+    pub fn finish(
+        &self,
+        operator: OperatorId,
+        target_id: &str,
+        parameters: serde_json::Value,
+        result: &str,
+    ) -> AuditRow {
+        AuditRow {
+            id: Uuid::now_v7(),
+            operator_id: operator.0,
+            operator_name: self.operator_name.clone(),
+            role: self.role,
+            action: self.action.clone(),
+            target_type: self.target_type.clone(),
+            target_id: target_id.to_owned(),
+            reason: self.reason.clone(),
+            parameters: Json(parameters),
+            result: result.to_owned(),
+            at: DbTime::now(),
+        }
+    }
 }
 
 const COLUMNS: &str =
@@ -33,7 +82,7 @@ pub async fn insert(tx: &mut Tx, row: &AuditRow) -> Result<()> {
         .bind(row.id)
         .bind(row.operator_id)
         .bind(&row.operator_name)
-        .bind(&row.role)
+        .bind(row.role)
         .bind(&row.action)
         .bind(&row.target_type)
         .bind(&row.target_id)

@@ -4,14 +4,14 @@
 //! interval (`provider::cluster`).
 
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::OperatorId;
+use crate::domain::{BreakerOverride, BreakerState, OperatorId, ProcessRole};
 use crate::{with_conn, with_read_conn};
 
-/// An operator's override of one breaker: `force_open` or `force_closed`.
+/// An operator's override of one breaker.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Override {
     pub breaker: String,
-    pub mode: String,
+    pub mode: BreakerOverride,
     pub reason: String,
     pub set_by: uuid::Uuid,
     /// The operator's name, for the views.
@@ -20,7 +20,13 @@ pub struct Override {
 }
 
 /// Sets (or replaces) the override of `breaker`.
-pub async fn set_override(tx: &mut Tx, breaker: &str, mode: &str, reason: &str, by: OperatorId) -> Result<()> {
+pub async fn set_override(
+    tx: &mut Tx,
+    breaker: &str,
+    mode: BreakerOverride,
+    reason: &str,
+    by: OperatorId,
+) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(
             "INSERT INTO breaker_overrides (breaker, mode, reason, set_by, set_at) VALUES ($1, $2, $3, $4, $5)
@@ -67,11 +73,10 @@ pub async fn overrides(db: &Db) -> Result<Vec<Override>> {
 pub struct Report {
     pub process_id: String,
     pub breaker: String,
-    /// `all`, `api` or `worker`.
-    pub role: String,
+    pub role: ProcessRole,
     pub host: String,
     pub version: String,
-    pub state: String,
+    pub state: BreakerState,
     /// When the breaker entered `state` (as this process saw it).
     pub since: DbTime,
     pub reported_at: DbTime,
@@ -89,10 +94,10 @@ pub async fn report(db: &Db, r: &Report) -> Result<()> {
         )
         .bind(&r.process_id)
         .bind(&r.breaker)
-        .bind(&r.role)
+        .bind(r.role)
         .bind(&r.host)
         .bind(&r.version)
-        .bind(&r.state)
+        .bind(r.state)
         .bind(r.since)
         .bind(r.reported_at)
         .execute(&mut *conn)

@@ -23,7 +23,7 @@ pub struct StoredApiKey {
 pub struct StoredOperator {
     pub id: Uuid,
     pub name: String,
-    pub role: String,
+    pub role: Role,
     pub secret_hash: Vec<u8>,
     pub disabled_at: Option<DbTime>,
 }
@@ -45,7 +45,7 @@ pub struct ApiKeyRow {
 pub struct OperatorRow {
     pub id: Uuid,
     pub name: String,
-    pub role: String,
+    pub role: Role,
     pub created_at: DbTime,
     pub disabled_at: Option<DbTime>,
     pub disabled_reason: Option<String>,
@@ -172,7 +172,7 @@ pub async fn insert_operator(
     tx: &mut Tx,
     id: OperatorId,
     name: &str,
-    role: &str,
+    role: Role,
     secret_hash: &[u8],
     issuer: &Issuer,
 ) -> Result<()> {
@@ -286,7 +286,7 @@ pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Resu
         TxConn::Postgres(t) => sqlx::query_as(&format!("{ADMINS} FOR UPDATE")).fetch_all(&mut **t).await?,
         TxConn::Sqlite(t) => sqlx::query_as(ADMINS).fetch_all(&mut **t).await?,
     };
-    let current: Option<(String, Option<DbTime>)> = with_conn!(tx, |conn| {
+    let current: Option<(Role, Option<DbTime>)> = with_conn!(tx, |conn| {
         sqlx::query_as("SELECT role, disabled_at FROM operators WHERE id = $1")
             .bind(id.0)
             .fetch_optional(&mut *conn)
@@ -297,7 +297,7 @@ pub async fn disable_operator(tx: &mut Tx, id: OperatorId, reason: &str) -> Resu
         return Ok(Disabled::AlreadyDisabled);
     }
     let other_enabled_admins = admins.iter().filter(|(admin, at)| *admin != id.0 && at.is_none()).count();
-    if role.parse() == Ok(Role::Admin) && other_enabled_admins == 0 {
+    if role == Role::Admin && other_enabled_admins == 0 {
         return Ok(Disabled::LastAdmin);
     }
     let row = with_conn!(tx, |conn| {

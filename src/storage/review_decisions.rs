@@ -6,7 +6,7 @@
 use sqlx::types::Json;
 
 use super::{Db, DbTime, Result, StorageError, Tx, TxConn};
-use crate::domain::{DecisionId, DecisionStatus, OperatorId, WithdrawalId};
+use crate::domain::{DecisionId, DecisionStatus, OperatorId, WithdrawalId, WithdrawalStatus};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -50,7 +50,7 @@ pub enum Requested {
 /// a concurrent move either happened before (→ [`Requested::Stale`]) or waits for this commit and
 /// then supersedes the stored decision in its own transaction.
 pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested> {
-    let current: Option<(String, i64)> = match &mut tx.conn {
+    let current: Option<(WithdrawalStatus, i64)> = match &mut tx.conn {
         TxConn::Postgres(t) => {
             sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1 FOR UPDATE")
                 .bind(d.withdrawal_id)
@@ -64,7 +64,7 @@ pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested
                 .await?
         }
     };
-    if current.as_ref().map(|(s, v)| (s.as_str(), *v)) != Some(("requires_review", d.version)) {
+    if current != Some((WithdrawalStatus::RequiresReview, d.version)) {
         return Ok(Requested::Stale);
     }
     let inserted = with_conn!(tx, |conn| {

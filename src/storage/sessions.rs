@@ -5,7 +5,7 @@
 use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::{OperatorId, SessionId};
+use crate::domain::{OperatorId, Role, SessionId};
 use crate::{with_conn, with_read_conn};
 
 /// A live session and the operator it belongs to.
@@ -17,7 +17,7 @@ pub struct StoredSession {
     pub ended_at: Option<DbTime>,
     pub operator_id: Uuid,
     pub operator_name: String,
-    pub operator_role: String,
+    pub operator_role: Role,
     pub operator_disabled_at: Option<DbTime>,
 }
 

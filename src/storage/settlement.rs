@@ -582,7 +582,7 @@ pub struct ImportRow {
     pub line_count: i32,
     pub requested_by: OperatorId,
     /// The audit row the request prepared (operator, action, target, parameters).
-    pub audit: Json<Value>,
+    pub audit: Json<super::audit::PreparedAudit>,
     /// The job's summary, once done.
     pub summary: Option<Json<Value>>,
     pub error: Option<String>,
@@ -671,7 +671,7 @@ pub async fn start_import(db: &Db, id: uuid::Uuid) -> Result<()> {
 pub async fn finish_import(
     tx: &mut Tx,
     id: uuid::Uuid,
-    state: &str,
+    state: ImportState,
     summary: Option<&Value>,
     error: Option<&str>,
 ) -> Result<bool> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 use withdrawals::credentials::{self, API_KEY_PREFIX};
+use withdrawals::domain::Role;
 use withdrawals::storage::audit::{self, AuditFilter, AuditRow};
 
 use crate::both_backends;
@@ -418,7 +419,7 @@ async fn the_last_enabled_admin_cannot_be_disabled_even_by_two_admins_at_once(ap
             "round {round}: the other is refused: {statuses:?}"
         );
         let operators = withdrawals::storage::credentials::list_operators(&app.db).await.unwrap();
-        let enabled: Vec<_> = operators.iter().filter(|o| o.role == "admin" && o.disabled_at.is_none()).collect();
+        let enabled: Vec<_> = operators.iter().filter(|o| o.role == Role::Admin && o.disabled_at.is_none()).collect();
         assert_eq!(enabled.len(), 1, "round {round}");
         if enabled[0].id == operator_id(&newcomer) {
             survivor = newcomer;
@@ -496,7 +497,7 @@ async fn every_lifecycle_route_refuses_a_non_admin_with_403_before_the_body_and_
         ("operator.enable", 3),
         ("operator.rotate_token", 3),
     ];
-    for (role, token) in [("viewer", &viewer), ("operator", &operator)] {
+    for (role, token) in [(Role::Viewer, &viewer), (Role::Operator, &operator)] {
         for (action, count) in expected_per_role {
             // (Leaving out each operator's rotation of their own token when the harness enrolled them.)
             let me = operator_id(token);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{Role, WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::dead_letters;
 
@@ -222,7 +222,7 @@ async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp)
         assert_eq!((row.action.as_str(), row.result.as_str()), (action, result), "{what}");
         assert_eq!(row.reason, body["reason"].as_str().unwrap());
         assert_eq!(row.target_id, id.to_string());
-        assert_eq!(row.role, "operator");
+        assert_eq!(row.role, Role::Operator);
     }
 }
 

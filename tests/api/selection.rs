@@ -7,7 +7,7 @@ use serde_json::json;
 use sqlx::types::Json;
 use withdrawals::domain::{
     Category, DeadLetterEventId, DeadLetterId, OperatorId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
-    SideEffect,
+    Role, SideEffect,
 };
 use withdrawals::jobs::{JobKind, Queue};
 use withdrawals::storage::dead_letters::{self, DeadLetter, DeadLetterFilter, Event};
@@ -74,7 +74,7 @@ async fn operator(app: &TestApp) -> OperatorId {
     let id = OperatorId::new();
     let mut tx = app.db.begin().await.unwrap();
     let issuer = credentials::Issuer { id, name: format!("op-{id}") };
-    credentials::insert_operator(&mut tx, id, &format!("op-{id}"), "admin", b"hash", &issuer).await.unwrap();
+    credentials::insert_operator(&mut tx, id, &format!("op-{id}"), Role::Admin, b"hash", &issuer).await.unwrap();
     tx.commit().await.unwrap();
     id
 }

@@ -9,8 +9,8 @@ use super::{Authorized, OpsJson};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::{BreakerForceClosed, BreakerForceOpen, BreakerRelease};
-use crate::ops::overview::BreakerAction;
 use crate::ops::routes;
+use crate::ops::types::BreakerAction;
 use crate::ops::types::{BreakerChanged, BreakerView, List, Overview, ReasonRequest};
 use crate::ops::{self, Operator};
 

@@ -2,11 +2,12 @@
 //! backfill), the job that fetches, imports and matches, and its retries and dead letters.
 
 use chrono::{NaiveDate, TimeDelta, Utc};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::config::SettlementSettings;
 use crate::dead_letter::Failure;
 use crate::domain::job::{ImportSettlement, JobKind};
+use crate::domain::settlement::ImportState;
 use crate::jobs::context::JobContext;
 use crate::jobs::retry::RetryDecision;
 use crate::storage::jobs::{self as job_store, Finish};
@@ -15,7 +16,7 @@ use crate::storage::{audit, Db, DbTime, Tx};
 
 use super::import::{fetch, import};
 use super::matching::match_day;
-use super::{ImportError, ReportSource};
+use super::{ImportError, ImportSummary, ReportSource};
 
 /// How many days back the daily run looks for a report that was never fetched (the worker was
 /// down, the job was never enqueued).
@@ -138,7 +139,7 @@ async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate)
         let failure = Failure::poison("settlement_import_missing", format!("no settlement import {import_id}"));
         return ctx.dead_letter(db.begin().await?, &failure).await;
     };
-    if matches!(row.state.as_str(), "done" | "failed") {
+    if row.state.is_final() {
         return ctx.finish_in_own_tx(&Finish::Succeeded).await;
     }
     store::start_import(db, import_id).await?;
@@ -148,45 +149,34 @@ async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate)
     let settings = &ctx.config().settlement;
     let outcome = import(db, Some(ctx.gateway()), settings, Some(date), &bytes, origin, &by).await;
     let (state, summary, error, result) = match outcome {
-        Ok(summary) => ("done", Some(serde_json::to_value(&summary)?), None, "ok".to_owned()),
+        Ok(summary) => (ImportState::Done, Some(summary), None, "ok"),
         Err(ImportError::Refused(err)) => {
-            ("failed", None, Some(format!("report refused: {err}")), "report_refused".into())
+            (ImportState::Failed, None, Some(format!("report refused: {err}")), "report_refused")
         }
-        Err(ImportError::NoDay) => ("failed", None, Some(ImportError::NoDay.to_string()), "date_required".into()),
+        Err(ImportError::NoDay) => (ImportState::Failed, None, Some(ImportError::NoDay.to_string()), "date_required"),
         // Retried by the worker; what was done stays done.
         Err(ImportError::Storage(err)) => return Err(err.into()),
     };
     let mut tx = db.begin().await?;
-    if store::finish_import(&mut tx, import_id, state, summary.as_ref(), error.as_deref()).await? {
-        audit::insert(&mut tx, &import_audit(&row, summary.as_ref(), &result)?).await?;
+    let stored_summary = summary.as_ref().map(serde_json::to_value).transpose()?;
+    if store::finish_import(&mut tx, import_id, state, stored_summary.as_ref(), error.as_deref()).await? {
+        audit::insert(&mut tx, &import_audit(&row, summary.as_ref(), result)).await?;
     }
-    tracing::info!(%import_id, state, "settlement import finished");
+    tracing::info!(%import_id, %state, "settlement import finished");
     ctx.finish_or_rollback(tx, &Finish::Succeeded).await
 }
 
 /// The `settlement.import` audit row the request prepared, with the outcome filled in.
-fn import_audit(row: &store::ImportRow, summary: Option<&Value>, result: &str) -> anyhow::Result<audit::AuditRow> {
-    let a = &row.audit.0;
-    let text = |key: &str| a.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let mut parameters = a.get("parameters").cloned().unwrap_or_else(|| json!({}));
+fn import_audit(row: &store::ImportRow, summary: Option<&ImportSummary>, result: &str) -> audit::AuditRow {
+    let prepared = &row.audit.0;
+    let mut parameters = prepared.parameters.clone();
     parameters["import_id"] = json!(row.id);
     if let Some(s) = summary {
-        for key in ["version", "digest", "already_imported", "lines"] {
-            parameters[key] = s.get(key).cloned().unwrap_or(Value::Null);
-        }
-        parameters["exceptions_opened"] = s["matching"]["exceptions_opened"].clone();
+        parameters["version"] = json!(s.version);
+        parameters["digest"] = json!(s.digest);
+        parameters["already_imported"] = json!(s.already_imported);
+        parameters["lines"] = json!(s.lines);
+        parameters["exceptions_opened"] = json!(s.matching.exceptions_opened);
     }
-    Ok(audit::AuditRow {
-        id: uuid::Uuid::now_v7(),
-        operator_id: row.requested_by.0,
-        operator_name: text("operator_name"),
-        role: text("role"),
-        action: text("action"),
-        target_type: text("target_type"),
-        target_id: row.report_date.clone(),
-        reason: text("reason"),
-        parameters: sqlx::types::Json(parameters),
-        result: result.to_owned(),
-        at: DbTime::now(),
-    })
+    prepared.finish(row.requested_by, &row.report_date, parameters, result)
 }

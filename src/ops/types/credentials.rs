@@ -6,6 +6,22 @@ use uuid::Uuid;
 
 use crate::domain::Role;
 
+crate::text_enum! {
+    /// Whether an API key authenticates.
+    pub enum KeyStatus("API key status", 2) {
+        Active = "active",
+        Revoked = "revoked",
+    }
+}
+
+crate::text_enum! {
+    /// Whether an operator may sign in.
+    pub enum OperatorStatus("operator status", 2) {
+        Enabled = "enabled",
+        Disabled = "disabled",
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ApiKeyView {
     pub id: Uuid,
@@ -13,8 +29,7 @@ pub struct ApiKeyView {
     pub label: Option<String>,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
-    /// `active` or `revoked`.
-    pub status: String,
+    pub status: KeyStatus,
     pub revoked_at: Option<DateTime<Utc>>,
     pub revoked_reason: Option<String>,
     /// The new key, in the answer that created it and nowhere else.
@@ -28,8 +43,7 @@ pub struct OperatorView {
     pub name: String,
     pub role: Role,
     pub created_at: DateTime<Utc>,
-    /// `enabled` or `disabled`.
-    pub status: String,
+    pub status: OperatorStatus,
     pub disabled_at: Option<DateTime<Utc>>,
     pub disabled_reason: Option<String>,
     pub token_rotated_at: Option<DateTime<Utc>>,

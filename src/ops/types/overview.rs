@@ -5,12 +5,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::domain::{BreakerOverride, BreakerState, Category, ProcessRole, ReplayStatus, WithdrawalStatus};
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AuditEntry {
     pub id: Uuid,
     pub operator_id: Uuid,
     pub operator_name: String,
-    pub role: String,
+    pub role: crate::domain::Role,
     pub action: String,
     pub target_type: String,
     pub target_id: String,
@@ -27,8 +29,8 @@ pub struct BreakerView {
     pub name: String,
     /// `forced_open` / `forced_closed` while an override stands; otherwise the most severe state
     /// a live process reports (`open` over `half_open` over `closed`), or this process's own
-    /// when none has reported yet.
-    pub state: String,
+    /// when none has reported yet ([`BreakerState::of_cluster`]).
+    pub state: BreakerState,
     #[serde(rename = "override", default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<BreakerOverrideView>,
     #[serde(default)]
@@ -38,8 +40,7 @@ pub struct BreakerView {
 /// An operator's override of a breaker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BreakerOverrideView {
-    /// `force_open` or `force_closed`.
-    pub mode: String,
+    pub mode: BreakerOverride,
     pub reason: String,
     pub set_by: Uuid,
     /// The operator's name.
@@ -51,11 +52,10 @@ pub struct BreakerOverrideView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BreakerProcessView {
     pub process_id: String,
-    /// `all`, `api` or `worker`.
-    pub role: String,
+    pub role: ProcessRole,
     pub host: String,
     pub version: String,
-    pub state: String,
+    pub state: BreakerState,
     pub since: DateTime<Utc>,
     pub reported_at: DateTime<Utc>,
 }
@@ -64,10 +64,18 @@ pub struct BreakerProcessView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BreakerChanged {
     pub name: String,
-    /// `force_open`, `force_closed` or `release`.
-    pub action: String,
+    pub action: BreakerAction,
     /// The breaker as the cluster will see it within one poll interval.
     pub breaker: BreakerView,
+}
+
+crate::text_enum! {
+    /// What an admin does to a breaker (the kill switch, SPEC §8).
+    pub enum BreakerAction("breaker action", 3) {
+        ForceOpen = "force_open",
+        ForceClosed = "force_closed",
+        Release = "release",
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,7 +91,7 @@ pub struct Overview {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StateCount {
-    pub state: String,
+    pub state: WithdrawalStatus,
     pub count: i64,
     pub oldest_age_seconds: Option<i64>,
 }
@@ -97,14 +105,14 @@ pub struct DeadLetterOverview {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CategoryCount {
-    pub category: String,
+    pub category: Category,
     pub open: i64,
     pub oldest_age_seconds: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QueueDepth {
-    pub queue: String,
+    pub queue: crate::domain::job::Queue,
     pub scheduled: i64,
     pub running: i64,
     pub due: i64,
@@ -113,7 +121,7 @@ pub struct QueueDepth {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReplayCount {
-    pub status: String,
+    pub status: ReplayStatus,
     pub runs: i64,
     pub pending_items: i64,
 }
