@@ -56,20 +56,12 @@ const TRANSIENT: &[&str] = &[
     "internal_error",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Button {
-    Fail,
-    Retry,
-    Complete,
-}
-
-impl Button {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Button::Fail => "fail",
-            Button::Retry => "retry",
-            Button::Complete => "complete",
-        }
+withdrawals::text_enum! {
+    /// The review buttons the scripted operators press (`reconcile` is the worker's, not theirs).
+    pub enum Button("review button", 3) {
+        Fail = "fail",
+        Retry = "retry",
+        Complete = "complete",
     }
 }
 

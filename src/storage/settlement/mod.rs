@@ -1,0 +1,273 @@
+//! Settlement reports, their lines and settlement exceptions (SPEC §14.1–14.2), as stored.
+//!
+//! A report version is stored once per digest (a unique column), with every line and the
+//! differences from the version before; a line's `result` is NULL until matching decides it, and
+//! is set once (`WHERE result IS NULL`), so two importers cannot both act on one line. An
+//! exception is unique by its dedupe key (`line:<kind>:<line key>`, `missing:<withdrawal>`), so
+//! finding the same difference again opens nothing new. Resolving records the operator's finding
+//! and never touches money.
+
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::QueryBuilder;
+
+use super::batch::{Sql, Writes, Written};
+use super::{Db, DbTime, Result, Tx};
+use crate::domain::settlement::{LineResult, LineStatus, SettlementLine};
+use crate::domain::{SettlementLineId, SettlementReportId, WithdrawalId};
+use crate::{with_conn, with_read_conn};
+
+mod exceptions;
+mod imports;
+mod totals;
+
+pub use exceptions::*;
+pub use imports::*;
+pub use totals::*;
+
+/// One imported version of a day's report.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReportRow {
+    pub id: SettlementReportId,
+    /// `YYYY-MM-DD` (UTC).
+    pub report_date: String,
+    pub version: i32,
+    pub digest: String,
+    pub source: crate::domain::settlement::ReportSource,
+    pub line_count: i32,
+    /// `{"added": [keys], "removed": [keys], "changed": [keys]}` against the previous version.
+    pub differences: Json<Value>,
+    pub imported_by: String,
+    pub imported_at: DbTime,
+}
+
+const REPORT_COLUMNS: &str =
+    "id, report_date, version, digest, source, line_count, differences, imported_by, imported_at";
+
+/// One stored line.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LineRow {
+    pub id: SettlementLineId,
+    pub report_id: SettlementReportId,
+    pub line_no: i32,
+    pub line_key: String,
+    pub content_digest: String,
+    pub transfer_id: String,
+    pub idempotency_key: String,
+    pub reference: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub fee_minor: i64,
+    pub status: LineStatus,
+    pub event_at: DbTime,
+    pub withdrawal_id: Option<WithdrawalId>,
+    pub result: Option<LineResult>,
+    /// `completed`, `failed` or `return_credited`: what matching applied from this line.
+    pub applied: Option<crate::domain::settlement::LineApplied>,
+    pub evidence: Option<Json<Value>>,
+    pub matched_at: Option<DbTime>,
+}
+
+const LINE_COLUMNS: &str =
+    "id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
+                            amount_minor, currency, fee_minor, status, event_at, withdrawal_id, result, applied, \
+                            evidence, matched_at";
+
+/// Lines per insert statement: 18 binds each, well under SQLite's and PostgreSQL's limits.
+const LINES_PER_INSERT: usize = 500;
+
+/// The report version with this digest, if it was imported.
+pub async fn report_by_digest(db: &Db, digest: &str) -> Result<Option<ReportRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReportRow>(&format!("SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE digest = $1"))
+            .bind(digest)
+            .fetch_optional(&mut *conn)
+            .await?
+    }))
+}
+
+/// The latest version of a day's report, read in `tx`.
+pub async fn latest_report(tx: &mut Tx, date: &str) -> Result<Option<ReportRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, ReportRow>(&format!(
+            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE report_date = $1 ORDER BY version DESC LIMIT 1"
+        ))
+        .bind(date)
+        .fetch_optional(&mut *conn)
+        .await?
+    }))
+}
+
+/// Imported report versions, newest first; one day's when `date` is given.
+pub async fn list_reports(db: &Db, date: Option<&str>, limit: i64) -> Result<Vec<ReportRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ReportRow>(&format!(
+            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE ($1 IS NULL OR report_date = $1)
+             ORDER BY report_date DESC, version DESC LIMIT $2"
+        ))
+        .bind(date)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// `(line key, content digest)` of every line of every version of a day's report, read in `tx`.
+pub async fn line_keys_of_day(tx: &mut Tx, date: &str) -> Result<Vec<(String, String, SettlementReportId)>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, (String, String, SettlementReportId)>(
+            "SELECT l.line_key, l.content_digest, l.report_id FROM settlement_lines l
+             JOIN settlement_reports r ON r.id = l.report_id WHERE r.report_date = $1",
+        )
+        .bind(date)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Stores a report version. False when its digest is already stored (a concurrent import won).
+pub async fn insert_report(tx: &mut Tx, r: &ReportRow) -> Result<bool> {
+    let inserted = with_conn!(tx, |conn| {
+        sqlx::query(&format!(
+            "INSERT INTO settlement_reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (digest) DO NOTHING"
+        ))
+        .bind(r.id)
+        .bind(&r.report_date)
+        .bind(r.version)
+        .bind(&r.digest)
+        .bind(r.source)
+        .bind(r.line_count)
+        .bind(&r.differences)
+        .bind(&r.imported_by)
+        .bind(r.imported_at)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+    });
+    Ok(inserted == 1)
+}
+
+/// A line to store, with what is already known about it (`seen_before` lines need no matching).
+pub struct NewLine<'a> {
+    pub line: &'a SettlementLine,
+    pub result: Option<LineResult>,
+}
+
+/// Stores a version's lines, set-based: one statement per [`LINES_PER_INSERT`] lines.
+pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewLine<'_>]) -> Result<()> {
+    let now = DbTime::now();
+    for chunk in lines.chunks(LINES_PER_INSERT) {
+        with_conn!(tx, |conn| {
+            let mut query = QueryBuilder::new(format!("INSERT INTO settlement_lines ({LINE_COLUMNS}) "));
+            query.push_values(chunk, |mut row, new| {
+                let l = new.line;
+                row.push_bind(SettlementLineId::new())
+                    .push_bind(report)
+                    .push_bind(i32::try_from(l.line).unwrap_or(i32::MAX))
+                    .push_bind(l.key())
+                    .push_bind(l.content_digest())
+                    .push_bind(l.transfer_id.clone())
+                    .push_bind(l.idempotency_key.clone())
+                    .push_bind(l.reference.clone())
+                    .push_bind(l.amount.to_minor())
+                    .push_bind(l.amount.currency().code().to_owned())
+                    .push_bind(l.fee_minor)
+                    .push_bind(l.status.as_str())
+                    .push_bind(DbTime(l.event_at))
+                    .push_bind(None::<WithdrawalId>)
+                    .push_bind(new.result)
+                    .push_bind(None::<String>)
+                    .push_bind(None::<Json<Value>>)
+                    .push_bind(new.result.map(|_| now));
+            });
+            query.build().execute(&mut *conn).await?;
+        });
+    }
+    Ok(())
+}
+
+/// Lines of any version of a day's report still to be matched (or waiting for the provider's
+/// confirmation), in version and report order.
+pub async fn unmatched_lines_of_day(db: &Db, date: &str) -> Result<Vec<LineRow>> {
+    let columns = LINE_COLUMNS.split(", ").map(|c| format!("l.{c}")).collect::<Vec<_>>().join(", ");
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, LineRow>(&format!(
+            "SELECT {columns} FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
+             WHERE r.report_date = $1 AND l.result IS NULL ORDER BY r.version, l.line_no"
+        ))
+        .bind(date)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Days with lines still undecided (the daily run tries them again), oldest first.
+pub async fn days_awaiting(db: &Db) -> Result<Vec<String>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, String>(
+            "SELECT DISTINCT r.report_date FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
+             WHERE l.result IS NULL ORDER BY r.report_date LIMIT 31",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Whether any version of a day's report is stored, read in `tx`.
+pub async fn has_report(tx: &mut Tx, date: &str) -> Result<bool> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM settlement_reports WHERE report_date = $1")
+            .bind(date)
+            .fetch_one(&mut *conn)
+            .await?
+    }) > 0)
+}
+
+/// Every line matched to a withdrawal, oldest event first (its settlement evidence).
+pub async fn lines_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<LineRow>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, LineRow>(&format!(
+            "SELECT {LINE_COLUMNS} FROM settlement_lines WHERE withdrawal_id = $1 ORDER BY event_at, line_no"
+        ))
+        .bind(withdrawal)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// What matching decided for one line.
+pub struct LineDecision<'a> {
+    pub withdrawal_id: Option<WithdrawalId>,
+    pub result: LineResult,
+    pub applied: Option<crate::domain::settlement::LineApplied>,
+    pub evidence: &'a crate::domain::LineEvidence,
+}
+
+/// Records a line's result, once (`WHERE result IS NULL`), as a write of a larger batch: it
+/// touches no row when another import decided the line first.
+pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecision<'_>) -> Written {
+    writes.push(
+        Sql::new("UPDATE settlement_lines SET withdrawal_id = ")
+            .bind(d.withdrawal_id.map(|w| w.0))
+            .sql(", result = ")
+            .bind(d.result.as_str())
+            .sql(", applied = ")
+            .bind(d.applied.map(|a| a.as_str()))
+            .sql(", evidence = ")
+            .bind(d.evidence.to_json())
+            .sql(", matched_at = ")
+            .bind(DbTime::now())
+            .sql(" WHERE id = ")
+            .bind(line.0)
+            .sql(" AND result IS NULL"),
+    )
+}
+
+/// [`decide_line_in`] on its own: false when another import decided the line first (then the
+/// caller rolls back whatever it did for the line).
+pub async fn decide_line(tx: &mut Tx, line: SettlementLineId, d: &LineDecision<'_>) -> Result<bool> {
+    let mut writes = Writes::new();
+    let decided = decide_line_in(&mut writes, line, d);
+    Ok(writes.run(tx).await?.applied(decided))
+}
