@@ -17,8 +17,10 @@ pub enum ApiError {
     Internal(anyhow::Error),
 }
 
-/// A client-facing problem.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+/// A client-facing problem. Deserialised strictly (an unknown member is an error), so a client or
+/// test that reads one knows it saw the whole body.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,
@@ -28,7 +30,7 @@ pub struct Problem {
     /// Stable machine-readable error code, e.g. `insufficient_funds`.
     pub code: String,
     /// The request field at fault, as a dotted path, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// Sent as `Retry-After` (seconds), not in the body: when the caller may try again.
     #[serde(skip)]

@@ -30,7 +30,7 @@ async fn fifty_concurrent_withdrawals_against_a_balance_for_ten_accept_exactly_t
             accepted += 1;
         } else {
             let (status, code, body) = problem_code(response).await;
-            assert_eq!((status, code.as_str()), (422, "insufficient_funds"), "{body}");
+            assert_eq!((status, code.as_str()), (422, "insufficient_funds"), "{body:?}");
             refused += 1;
         }
     }

@@ -14,6 +14,7 @@ use sqlx::{Connection, Executor};
 use tokio_util::sync::CancellationToken;
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{AccountId, Amount, Currency};
+use withdrawals::http::error::Problem;
 use withdrawals::http::{self, AppState};
 use withdrawals::provisioning;
 use withdrawals::startup;
@@ -198,6 +199,11 @@ impl TestApp {
     }
 
     /// Runs one statement on the app's database behind the app's back (to stage a broken state).
+    /// `GET path` as the operator holding `token`, read as the DTO the ops API sends.
+    pub async fn ops_get<T: serde::de::DeserializeOwned>(&self, token: &str, path: &str) -> T {
+        read(self.client.get(self.url(path)).bearer_auth(token).send().await.unwrap()).await
+    }
+
     pub async fn execute_raw(&self, sql: &str) {
         if self.database_url.starts_with("sqlite:") {
             let mut conn = sqlx::SqliteConnection::connect(&self.database_url).await.unwrap();
@@ -241,13 +247,32 @@ pub fn operator_id(token: &str) -> uuid::Uuid {
     parse(OPERATOR_TOKEN_PREFIX, token).expect("an operator token").0
 }
 
-/// Reads a problem+json response and returns its `code`, checking the media type.
-pub async fn problem_code(response: Response) -> (u16, String, Value) {
+/// Reads a problem+json response, checking the media type and the problem's shape (a missing or
+/// unknown member fails the test), and returns its status, `code` and the problem.
+pub async fn problem_code(response: Response) -> (u16, String, Problem) {
     let status = response.status().as_u16();
     let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(content_type.as_deref(), Some("application/problem+json"), "status {status}");
-    let body: Value = response.json().await.unwrap();
-    (status, body["code"].as_str().unwrap_or_default().to_owned(), body)
+    let problem: Problem = read(response).await;
+    assert_eq!(problem.status, status, "{problem:?}");
+    (status, problem.code.clone(), problem)
+}
+
+/// A JSON answer already read as a `Value` (one that may also be a problem), as the DTO the
+/// service sends; another shape fails the test with the body and serde's reason.
+pub fn typed<T: serde::de::DeserializeOwned>(answer: Value) -> T {
+    serde_json::from_value(answer.clone())
+        .unwrap_or_else(|e| panic!("not a {}: {e}: {answer}", std::any::type_name::<T>()))
+}
+
+/// Reads a JSON answer as the DTO the service sends; a body of another shape fails the test with
+/// the body and serde's reason.
+pub async fn read<T: serde::de::DeserializeOwned>(response: Response) -> T {
+    let status = response.status();
+    let bytes = response.bytes().await.expect("the body");
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        panic!("status {status}: not a {}: {e}: {}", std::any::type_name::<T>(), String::from_utf8_lossy(&bytes))
+    })
 }
 
 /// A gateway to the provider at `mock_url` (the mock, or a wiremock server) whose breaker never

@@ -88,7 +88,7 @@ async fn missing_idempotency_key_is_a_400(app: TestApp) {
 
     let (status, code, body) = problem_code(response).await;
     assert_eq!((status, code.as_str()), (400, "idempotency_key_missing"));
-    assert_eq!(body["field"], "Idempotency-Key");
+    assert_eq!(body.field.as_deref(), Some("Idempotency-Key"));
     assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 0);
 }
 

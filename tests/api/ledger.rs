@@ -21,8 +21,8 @@ both_backends!(
 async fn verify_finding(app: &TestApp, viewer: &str) -> String {
     let response = app.client.get(app.url("/ops/v1/ledger/verify")).bearer_auth(viewer).send().await.unwrap();
     let (status, code, body) = problem_code(response).await;
-    assert_eq!((status, code.as_str()), (409, "ledger_violation"), "{body}");
-    body["detail"].as_str().unwrap().to_owned()
+    assert_eq!((status, code.as_str()), (409, "ledger_violation"), "{body:?}");
+    body.detail.as_str().to_owned()
 }
 
 /// Issue 27: a balance whose total no longer fits 64 bits made the check's sum fail (PostgreSQL:
@@ -183,7 +183,7 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
     let tampered = app.client.get(app.url("/ops/v1/ledger/verify")).bearer_auth(&viewer).send().await.unwrap();
     let (status, code, body) = problem_code(tampered).await;
     assert_eq!((status, code.as_str()), (409, "ledger_violation"));
-    let detail = body["detail"].as_str().unwrap();
+    let detail = body.detail.as_str();
     assert!(detail.contains(&account.to_string()) && detail.contains("USD"), "{detail}");
     assert!(detail.contains("ledger available 75.00") && detail.contains("balance available 70.00"), "{detail}");
     assert!(detail.contains("funded 105.00"), "{detail}");

@@ -283,7 +283,7 @@ async fn retry_and_fail_are_refused_when_the_provider_paid_and_reconcile_settles
         resolve(&app, unknown, &operator, json!({"action": "retry", "reason": "try again", "version": version})).await;
     let (status, code, body) = problem_code(refused).await;
     assert_eq!((status, code.as_str()), (409, "transfer_paid_at_provider"));
-    assert!(body["detail"].as_str().unwrap().contains("complete"), "offers complete instead");
+    assert!(body.detail.as_str().contains("complete"), "offers complete instead");
     // Failing it would release funds the provider paid out: refused the same way.
     let fail =
         resolve(&app, unknown, &operator, json!({"action": "fail", "reason": "give up", "version": version})).await;
@@ -318,7 +318,7 @@ async fn a_stale_version_is_a_409(app: TestApp) {
 
     let (status, code, body) = problem_code(response).await;
     assert_eq!((status, code.as_str()), (409, "stale_version"));
-    assert!(body["detail"].as_str().unwrap().contains(&version.to_string()), "names the current version");
+    assert!(body.detail.as_str().contains(&version.to_string()), "names the current version");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "nothing changed");
 }
 

@@ -230,7 +230,7 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
     .await;
     let (status, code, body) = problem_code(complete).await;
     assert_eq!((status, code.as_str()), (422, "provider_reference_mismatch"));
-    assert!(body["detail"].as_str().unwrap().contains("amount"), "{body}");
+    assert!(body.detail.as_str().contains("amount"), "{body:?}");
     let fail = resolve(&app, id, &operator, json!({"action": "fail", "reason": "r", "version": version})).await;
     assert_eq!(problem_code(fail).await.1, "provider_mismatch");
     app.assert_ledger_invariant().await;
@@ -285,7 +285,7 @@ async fn complete_is_refused_when_the_providers_amount_differs(app: TestApp) {
     let made_up = json!({"action": "complete", "reason": "r", "version": version, "provider_reference": "tr_made_up"});
     let (_, code, refused) = problem_code(resolve(&app, id, &operator, made_up).await).await;
     assert_eq!(code, "provider_reference_mismatch");
-    let detail = refused["detail"].as_str().unwrap();
+    let detail = refused.detail.as_str();
     assert!(detail.contains(&format!("paid this withdrawal as transfer {reference}")), "{detail}");
     assert!(detail.contains("the provider has no transfer tr_made_up"), "{detail}");
     let body = json!({"action": "complete", "reason": "provider shows it paid", "version": version, "provider_reference": reference});

@@ -318,10 +318,7 @@ async fn two_concurrent_replays_of_one_dead_letter_replay_it_once(app: TestApp) 
     let run: Value = winner.json().await.unwrap();
     let (_, code, problem) = problem_code(loser).await;
     assert_eq!(code, "already_replaying");
-    assert!(
-        problem["detail"].as_str().unwrap().contains(run["id"].as_str().unwrap()),
-        "names the first run: {problem}"
-    );
+    assert!(problem.detail.as_str().contains(run["id"].as_str().unwrap()), "names the first run: {problem:?}");
     app.wait_for_status(ids[0], WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(executions(&app, ids[0]), 1);
 }

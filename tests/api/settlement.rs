@@ -11,16 +11,25 @@ use chrono::NaiveDate;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, ReportFault, ReportFaultConfig, RouteMatch};
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
+use uuid::Uuid;
 use withdrawals::config::AppConfig;
-use withdrawals::domain::settlement::{parse_report, LineResult, LineStatus};
+use withdrawals::customer::types::WithdrawalView;
+use withdrawals::domain::settlement::{
+    parse_report, ExceptionKind, ExceptionStatus, ImportState, LineResult, LineStatus, Resolution,
+};
+use withdrawals::domain::Category;
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::http::error::Problem;
 use withdrawals::jobs::settlement::{self as settlement_job, ImportSummary};
 use withdrawals::jobs::Queue;
+use withdrawals::ops::types::{
+    AuditEntry, DeadLetterView, ExceptionView, ImportView, LedgerCheck, List, Page, ReportView, WithdrawalDetail,
+};
 use withdrawals::storage::settlement as store;
 use withdrawals::storage::{returns, DbTime};
 
 use crate::both_backends;
-use crate::harness::{worker_config, Backend, Customer, TestApp};
+use crate::harness::{read, typed, worker_config, Backend, Customer, TestApp};
 
 /// The app with no grace: a completed withdrawal missing from an imported day is an exception at
 /// once (the grace days themselves are a clock comparison, covered by the storage query's cutoff).
@@ -75,37 +84,43 @@ async fn import(app: &TestApp, token: &str, body: Value) -> (u16, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// A refused import's answer, as the problem it must be.
+fn refusal(answer: &Value) -> Problem {
+    typed(answer.clone())
+}
+
 /// An import through the API as an operator: 202 and the queued import, then its progress polled
 /// (with a deadline) while a worker on the settlement queue, with no grace days like the app, runs
 /// its job; the import once finished.
-pub(crate) async fn import_job(app: &TestApp, token: &str, body: Value) -> Value {
+pub(crate) async fn import_job(app: &TestApp, token: &str, body: Value) -> ImportView {
     let (status, answer) = import(app, token, body).await;
-    assert_eq!((status, answer["state"].as_str()), (202, Some("queued")), "{answer}");
-    let id = answer["id"].as_str().unwrap().to_owned();
+    assert_eq!(status, 202, "{answer}");
+    let queued: ImportView = typed(answer);
+    assert_eq!(queued.state, ImportState::Queued);
     let _importer = app.settlement_worker();
-    import_state(app, token, &id, |v| v["state"] == "done" || v["state"] == "failed").await
+    import_state(app, token, queued.id, |v| v.state.is_final()).await
 }
 
 /// The first dead letter `GET /ops/v1/dead-letters?{filter}` lists, polled until there is one.
-async fn first_dead_letter(app: &TestApp, token: &str, filter: &str) -> Value {
+async fn first_dead_letter(app: &TestApp, token: &str, filter: &str) -> DeadLetterView {
     app.eventually("a dead letter", WAIT, || async {
         let url = app.url(&format!("/ops/v1/dead-letters?{filter}"));
-        let body: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
-        body["data"].as_array().and_then(|d| d.first().cloned())
+        let page: Page<DeadLetterView> = read(app.client.get(url).bearer_auth(token).send().await.unwrap()).await;
+        page.data.into_iter().next()
     })
     .await
 }
 
 /// Polls `GET /ops/v1/settlement/imports/{id}` until `until` holds (or fails at the deadline).
-async fn import_state(app: &TestApp, token: &str, id: &str, until: impl Fn(&Value) -> bool) -> Value {
+async fn import_state(app: &TestApp, token: &str, id: Uuid, until: impl Fn(&ImportView) -> bool) -> ImportView {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let url = app.url(&format!("/ops/v1/settlement/imports/{id}"));
-        let view: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
+        let view: ImportView = read(app.client.get(url).bearer_auth(token).send().await.unwrap()).await;
         if until(&view) {
             return view;
         }
-        assert!(std::time::Instant::now() < deadline, "the import did not get there in time: {view}");
+        assert!(std::time::Instant::now() < deadline, "the import did not get there in time: {view:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -113,14 +128,14 @@ async fn import_state(app: &TestApp, token: &str, id: &str, until: impl Fn(&Valu
 /// [`import_job`] done: its summary.
 pub(crate) async fn imported(app: &TestApp, token: &str, body: Value) -> ImportSummary {
     let view = import_job(app, token, body).await;
-    assert_eq!(view["state"], "done", "{view}");
-    serde_json::from_value(view["summary"].clone()).unwrap()
+    assert_eq!(view.state, ImportState::Done, "{view:?}");
+    view.summary.expect("a finished import's summary")
 }
 
-async fn exceptions(app: &TestApp, token: &str, query: &str) -> Vec<Value> {
+async fn exceptions(app: &TestApp, token: &str, query: &str) -> Vec<ExceptionView> {
     let url = app.url(&format!("/ops/v1/settlement/exceptions?{query}"));
-    let body: Value = app.client.get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap();
-    body["data"].as_array().unwrap().clone()
+    let page: Page<ExceptionView> = read(app.client.get(url).bearer_auth(token).send().await.unwrap()).await;
+    page.data
 }
 
 /// Completed withdrawals of `amount` each, one per key, from one account.
@@ -217,40 +232,27 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
 
     let open = exceptions(&app, &operator, "").await;
     let kind_of = |id: Option<WithdrawalId>| {
-        let id = id.map(|i| Value::String(i.to_string())).unwrap_or(Value::Null);
-        open.iter()
-            .filter(|e| e["withdrawal_id"] == id)
-            .map(|e| e["kind"].as_str().unwrap().to_owned())
-            .collect::<Vec<_>>()
+        open.iter().filter(|e| e.withdrawal_id == id.map(|i| i.0)).map(|e| e.kind).collect::<Vec<_>>()
     };
-    assert_eq!(kind_of(Some(wrong)), ["amount_mismatch"]);
-    assert_eq!(kind_of(Some(spurious)), ["returned"]);
-    assert_eq!(kind_of(Some(omitted)), ["missing_from_report"]);
-    assert_eq!(kind_of(None), ["unknown_transfer"]);
+    assert_eq!(kind_of(Some(wrong)), [ExceptionKind::AmountMismatch]);
+    assert_eq!(kind_of(Some(spurious)), [ExceptionKind::Returned]);
+    assert_eq!(kind_of(Some(omitted)), [ExceptionKind::MissingFromReport]);
+    assert_eq!(kind_of(None), [ExceptionKind::UnknownTransfer]);
     assert_eq!(open.len(), 4, "{open:#?}");
-    let ghost = open.iter().find(|e| e["kind"] == "unknown_transfer").unwrap();
-    assert_eq!(ghost["transfer_id"], "tr_ghost");
-    let spurious_e = open.iter().find(|e| e["kind"] == "returned").unwrap();
-    assert_eq!(spurious_e["evidence"]["provider_record"]["verdict"], "paid", "{spurious_e:#}");
-    let wrong_e = open.iter().find(|e| e["kind"] == "amount_mismatch").unwrap();
-    assert_eq!(wrong_e["evidence"]["report_line"]["amount_minor"], 1001, "{wrong_e:#}");
+    let of_kind = |kind: ExceptionKind| open.iter().find(|e| e.kind == kind).unwrap();
+    assert_eq!(of_kind(ExceptionKind::UnknownTransfer).transfer_id.as_deref(), Some("tr_ghost"));
+    let spurious_e = of_kind(ExceptionKind::Returned);
+    assert_eq!(spurious_e.evidence["provider_record"]["verdict"], "paid", "{spurious_e:#?}");
+    let wrong_e = of_kind(ExceptionKind::AmountMismatch);
+    assert_eq!(wrong_e.evidence["report_line"]["amount_minor"], 1001, "{wrong_e:#?}");
     let filtered = exceptions(&app, &operator, "kind=missing_from_report").await;
     assert_eq!(filtered.len(), 1);
 
     // Every line is evidence on its withdrawal, shown with its exceptions in review.
-    let shown: Value = app
-        .client
-        .get(app.url(&format!("/ops/v1/withdrawals/{wrong}")))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(shown["settlement_lines"][0]["result"], "amount_mismatch", "{shown:#}");
-    assert_eq!(shown["settlement_lines"][0]["amount"], "10.01", "{shown:#}");
-    assert_eq!(shown["settlement_exceptions"][0]["kind"], "amount_mismatch", "{shown:#}");
+    let shown: WithdrawalDetail = app.ops_get(&operator, &format!("/ops/v1/withdrawals/{wrong}")).await;
+    assert_eq!(shown.settlement_lines[0].result, Some(LineResult::AmountMismatch), "{shown:#?}");
+    assert_eq!(shown.settlement_lines[0].amount, "10.01", "{shown:#?}");
+    assert_eq!(shown.settlement_exceptions[0].kind, ExceptionKind::AmountMismatch, "{shown:#?}");
     let lines = store::lines_for_withdrawal(&app.db, ok).await.unwrap();
     assert_eq!(result_of(&lines, "paid"), Some(LineResult::Matched));
     let evidence = &lines[0].evidence.as_ref().unwrap().0;
@@ -277,9 +279,12 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     assert!(returns::for_withdrawal(&app.db, spurious).await.unwrap().is_none());
     let (available, held, paid_out) = app.usd_balance(&alice).await;
     assert_eq!((available.as_str(), held.as_str(), paid_out.as_str()), ("960.00", "0.00", "40.00"));
-    let shown: Value =
-        app.get(&alice, &format!("/v1/withdrawals/{returned}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!((shown["status"].as_str(), shown["return"]["return_code"].as_str()), (Some("completed"), Some("R01")));
+    let shown: WithdrawalView =
+        read(app.get(&alice, &format!("/v1/withdrawals/{returned}")).send().await.unwrap()).await;
+    assert_eq!(
+        (shown.status, shown.returned.as_ref().map(|r| r.return_code.as_str())),
+        (WithdrawalStatus::Completed, Some("R01"))
+    );
     app.assert_ledger_invariant().await;
 
     // The same report again changes nothing.
@@ -298,15 +303,15 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
         app.client.get(app.url(&format!("/ops/v1/ledger/verify?date={date}"))).bearer_auth(&operator).send()
     };
     let (status, code, body) = crate::harness::problem_code(verify(today).await.unwrap()).await;
-    assert_eq!((status, code.as_str()), (409, "settlement_totals_differ"), "{body}");
-    let detail = body["detail"].as_str().unwrap();
+    assert_eq!((status, code.as_str()), (409, "settlement_totals_differ"), "{body:?}");
+    let detail = body.detail.as_str();
     assert!(detail.contains("USD paid out: ours 50.00 report 45.01"), "{detail}");
     assert!(detail.contains("USD returned: ours 10.00 report 20.00"), "{detail}");
     let (status, code, _) = crate::harness::problem_code(verify(today.pred_opt().unwrap()).await.unwrap()).await;
     assert_eq!((status, code.as_str()), (404, "report_not_imported"));
 
     // Resolving records the finding, audited; twice is a conflict. Money does not move.
-    let id = wrong_e["id"].as_str().unwrap();
+    let id = wrong_e.id;
     let resolve = |note: &str| {
         app.client
             .post(app.url(&format!("/ops/v1/settlement/exceptions/{id}/resolve")))
@@ -316,11 +321,8 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     };
     let (status, code, _) = crate::harness::problem_code(resolve(" ").await.unwrap()).await;
     assert_eq!((status, code.as_str()), (422, "note_required"));
-    let done: Value = resolve("case 4411 with the provider").await.unwrap().json().await.unwrap();
-    assert_eq!(
-        (done["status"].as_str(), done["resolution"].as_str()),
-        (Some("resolved"), Some("escalated_to_provider"))
-    );
+    let done: ExceptionView = read(resolve("case 4411 with the provider").await.unwrap()).await;
+    assert_eq!((done.status, done.resolution), (ExceptionStatus::Resolved, Some(Resolution::EscalatedToProvider)));
     let (status, code, _) = crate::harness::problem_code(resolve("again").await.unwrap()).await;
     assert_eq!((status, code.as_str()), (409, "already_resolved"));
     assert_eq!(exceptions(&app, &operator, "").await.len(), 3);
@@ -335,22 +337,8 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
-    let audit: Value = app
-        .client
-        .get(app.url("/ops/v1/audit?limit=50"))
-        .bearer_auth(&app.operator("admin").await)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let actions: Vec<(String, String)> = audit["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["action"].as_str().unwrap().to_owned(), r["result"].as_str().unwrap().to_owned()))
-        .collect();
+    let audit: Page<AuditEntry> = app.ops_get(&app.operator("admin").await, "/ops/v1/audit?limit=50").await;
+    let actions: Vec<(String, String)> = audit.data.into_iter().map(|r| (r.action, r.result)).collect();
     for wanted in [
         ("settlement.import", "ok"),
         ("settlement_exception.resolve", "ok"),
@@ -442,19 +430,9 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
 
     // The day's totals agree with the report's: it was paid on the report's day (its paid line),
     // though we completed it a day later.
-    let clean: Value = app
-        .client
-        .get(app.url(&format!("/ops/v1/ledger/verify?date={today}")))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(clean["clean"], true, "{clean}");
-    assert_eq!(clean["totals"][0]["ours_paid"], "25.00", "{clean}");
-    assert_eq!(clean["totals"][0]["report_paid"], "25.00", "{clean}");
+    let clean: LedgerCheck = app.ops_get(&operator, &format!("/ops/v1/ledger/verify?date={today}")).await;
+    assert!(clean.clean, "{clean:?}");
+    assert_eq!((clean.totals[0].ours_paid.as_str(), clean.totals[0].report_paid.as_str()), ("25.00", "25.00"));
 }
 
 async fn lines_that_contradict_our_state_are_status_mismatches_and_move_nothing(app: TestApp) {
@@ -488,12 +466,10 @@ async fn lines_that_contradict_our_state_are_status_mismatches_and_move_nothing(
     assert_eq!(summary.source, settlement_job::ReportSource::File);
     assert_eq!(summary.matching.exceptions_opened, 3, "{summary:?}");
     let open = exceptions(&app, &operator, "").await;
-    let kinds: Vec<(&str, &str)> =
-        open.iter().map(|e| (e["kind"].as_str().unwrap(), e["withdrawal_id"].as_str().unwrap())).collect();
-    let (paid_s, failed_s) = (paid.to_string(), failed.to_string());
-    assert!(kinds.contains(&("status_mismatch", paid_s.as_str())), "{kinds:?}");
-    assert!(kinds.contains(&("status_mismatch", failed_s.as_str())), "{kinds:?}");
-    assert!(kinds.contains(&("returned", failed_s.as_str())), "{kinds:?}");
+    let kinds: Vec<(ExceptionKind, Option<uuid::Uuid>)> = open.iter().map(|e| (e.kind, e.withdrawal_id)).collect();
+    assert!(kinds.contains(&(ExceptionKind::StatusMismatch, Some(paid.0))), "{kinds:?}");
+    assert!(kinds.contains(&(ExceptionKind::StatusMismatch, Some(failed.0))), "{kinds:?}");
+    assert!(kinds.contains(&(ExceptionKind::Returned, Some(failed.0))), "{kinds:?}");
     assert!(returns::for_withdrawal(&app.db, failed).await.unwrap().is_none());
     for (id, status) in [(paid, WithdrawalStatus::Completed), (failed, WithdrawalStatus::Failed)] {
         assert_eq!(withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status, status);
@@ -534,25 +510,17 @@ async fn a_corrected_report_is_a_new_version_with_its_differences(app: TestApp) 
         let lines = store::lines_for_withdrawal(&app.db, *id).await.unwrap();
         assert!(lines.iter().any(|l| l.result == Some(LineResult::Matched)), "{id}: {lines:?}");
     }
-    let reports: Value = app
-        .client
-        .get(app.url(&format!("/ops/v1/settlement/reports?date={}", v1.date)))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let versions: Vec<i64> =
-        reports["data"].as_array().unwrap().iter().map(|r| r["version"].as_i64().unwrap()).collect();
+    let reports: List<ReportView> =
+        app.ops_get(&operator, &format!("/ops/v1/settlement/reports?date={}", v1.date)).await;
+    let versions: Vec<i32> = reports.data.iter().map(|r| r.version).collect();
     assert_eq!(versions, [2, 1]);
-    assert_eq!(reports["data"][0]["differences"]["changed"], 1);
-    assert_eq!(reports["data"][0]["differences"]["changed_keys"].as_array().unwrap().len(), 1);
+    let differences = &reports.data[0].differences;
+    assert_eq!(differences["changed"], 1);
+    assert_eq!(differences["changed_keys"].as_array().unwrap().len(), 1);
     // The first version's exception stays for an operator to resolve as `provider_corrected`.
     let first_exception = exceptions(&app, &operator, "kind=amount_mismatch").await;
     assert_eq!(first_exception.len(), 1);
-    let id = first_exception[0]["id"].as_str().unwrap();
+    let id = first_exception[0].id;
     let resolved = app
         .client
         .post(app.url(&format!("/ops/v1/settlement/exceptions/{id}/resolve")))
@@ -576,11 +544,11 @@ async fn a_corrected_report_is_a_new_version_with_its_differences(app: TestApp) 
     assert_eq!(v3.matching.exceptions_opened, 1, "{v3:?}");
     let open = exceptions(&app, &operator, "kind=amount_mismatch").await;
     assert_eq!(open.len(), 1);
-    assert_eq!(open[0]["evidence"]["report_line"]["amount_minor"], 999);
+    assert_eq!(open[0].evidence["report_line"]["amount_minor"], 999);
 
     // A file whose lines are of another day than the one named is refused.
     let (status, answer) = import(&app, &operator, json!({"csv": second, "date": "2001-01-01"})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
     app.assert_ledger_invariant().await;
 }
 
@@ -596,16 +564,16 @@ async fn a_malformed_report_is_refused_whole_and_applies_nothing(app: TestApp) {
         rules: vec![ReportFault::MalformedLine { date: today, amount: "ten".into() }],
     });
     let (status, answer) = import(&app, &operator, json!({"date": today})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
-    assert!(answer["detail"].as_str().unwrap().contains("amount `ten`"), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
+    assert!(refusal(&answer).detail.as_str().contains("amount `ten`"), "{answer}");
     let bad_file = format!("{HEADER}tr_1,k1,r1,1.00,USD,0.00,paid,2026-12-03T10:00:00Z\ntr_1,k1,r1,1.00,USD,0.00,paid,2026-12-03T10:00:00Z\n");
     let (status, answer) = import(&app, &operator, json!({"csv": bad_file})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
-    assert!(answer["detail"].as_str().unwrap().contains("line 3"), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
+    assert!(refusal(&answer).detail.as_str().contains("line 3"), "{answer}");
     assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
     let (status, answer) = import(&app, &operator, json!({})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("date_or_csv_required")));
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "date_or_csv_required"));
 
     // Corrected by the provider, the same day imports.
     mock.set_report_faults(ReportFaultConfig::default());
@@ -656,8 +624,8 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     let operator = app.operator("operator").await;
     let letter = first_dead_letter(&app, &operator, "error_code=settlement_report_refused").await;
     stop.cancel();
-    assert_eq!(letter["category"], "dependency_rejected", "{letter:#}");
-    assert!(letter["error_message"].as_str().unwrap_or_default().contains("line 2"), "{letter:#}");
+    assert_eq!(letter.category, Category::DependencyRejected, "{letter:#?}");
+    assert!(letter.error_message.contains("line 2"), "{letter:#?}");
     let tomorrow_day = tomorrow.format("%Y-%m-%d").to_string();
     assert!(store::list_reports(&app.db, Some(&tomorrow_day), 10).await.unwrap().is_empty());
     app.assert_ledger_invariant().await;
@@ -705,7 +673,7 @@ async fn a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored(a
     let today = chrono::Utc::now().date_naive();
     let padded = format!("{HEADER}tr_1,k1,{},1.00,USD,0.00,paid,{today}T10:00:00Z\n", "r".repeat(5000));
     let (status, answer) = import(&app, &operator, json!({"csv": padded})).await;
-    assert_eq!((status, answer["code"].as_str()), (413, Some("report_too_large")), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (413, "report_too_large"), "{answer}");
     // A body far over the limit is refused from its length, before it is read.
     let response = app
         .client
@@ -721,10 +689,10 @@ async fn a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored(a
     // request (which then failed at random with a broken pipe).
     assert_eq!(response.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
     let answer: Value = response.json().await.unwrap();
-    assert_eq!(answer["code"], "report_too_large", "{answer}");
+    assert_eq!(refusal(&answer).code, "report_too_large", "{answer}");
     let (status, answer) = import(&app, &operator, json!({"csv": report_of(today, 6)})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
-    assert!(answer["detail"].as_str().unwrap().contains("more than 5 lines"), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
+    assert!(refusal(&answer).detail.as_str().contains("more than 5 lines"), "{answer}");
     assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
 
@@ -738,19 +706,19 @@ async fn a_report_dated_after_tomorrow_or_holding_a_nul_is_refused_and_nothing_i
     let today = chrono::Utc::now().date_naive();
     let after_tomorrow = today + chrono::TimeDelta::days(2);
     let (status, answer) = import(&app, &operator, json!({"csv": report_of(after_tomorrow, 1)})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
-    assert!(answer["detail"].as_str().unwrap().contains("after tomorrow"), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
+    assert!(refusal(&answer).detail.as_str().contains("after tomorrow"), "{answer}");
     let far = NaiveDate::from_ymd_opt(2030, 1, 2).unwrap();
     let (status, answer) = import(&app, &operator, json!({"csv": report_of(far, 1), "date": far})).await;
-    assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
     for (column, line) in [
         ("reference", format!("tr_1,k1,r\u{0}1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
         ("transfer_id", format!("tr_\u{0},k1,r1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
         ("idempotency_key", format!("tr_1,k\u{1b}1,r1,1.00,USD,0.00,paid,{today}T10:00:00Z\n")),
     ] {
         let (status, answer) = import(&app, &operator, json!({"csv": format!("{HEADER}{line}")})).await;
-        assert_eq!((status, answer["code"].as_str()), (422, Some("report_refused")), "{column}: {answer}");
-        assert!(answer["detail"].as_str().unwrap().contains(column), "{answer}");
+        assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{column}: {answer}");
+        assert!(refusal(&answer).detail.as_str().contains(column), "{answer}");
     }
     assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
@@ -777,7 +745,7 @@ async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(a
     assert_eq!(summary.matching.exceptions_opened, 1, "{summary:?}");
     let open = exceptions(&app, &operator, "kind=returned").await;
     assert_eq!(open.len(), 1, "{open:?}");
-    let exception = open[0]["id"].as_str().unwrap().to_owned();
+    let exception = open[0].id;
     let before = app.usd_balance(&alice).await;
     assert_eq!((before.0.as_str(), before.2.as_str()), ("90.00", "10.00"), "{before:?}");
 
@@ -792,7 +760,7 @@ async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(a
     };
     // Still not returned at the provider: refused, nothing credited.
     let (status, answer) = credit(operator.clone(), "bank says returned").await;
-    assert_eq!((status, answer["code"].as_str()), (409, Some("return_not_at_provider")), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (409, "return_not_at_provider"), "{answer}");
     assert_eq!(app.usd_balance(&alice).await, before);
     let (status, _) = credit(viewer, "a viewer").await;
     assert_eq!(status, 403);
@@ -801,10 +769,8 @@ async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(a
     assert!(mock.return_transfer_at(&id.to_string(), "R03", mock.now()));
     let (status, answer) = credit(operator.clone(), "provider confirmed the return").await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        (answer["status"].as_str(), answer["resolution"].as_str()),
-        (Some("resolved"), Some("resolved_in_review"))
-    );
+    let resolved: ExceptionView = typed(answer);
+    assert_eq!((resolved.status, resolved.resolution), (ExceptionStatus::Resolved, Some(Resolution::ResolvedInReview)));
     let after = app.usd_balance(&alice).await;
     assert_eq!((after.0.as_str(), after.2.as_str()), ("100.00", "0.00"), "{after:?}");
     let stored = returns::for_withdrawal(&app.db, id).await.unwrap().expect("the return is stored");
@@ -813,7 +779,7 @@ async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(a
 
     // Never twice.
     let (status, answer) = credit(operator.clone(), "again").await;
-    assert_eq!((status, answer["code"].as_str()), (409, Some("already_resolved")), "{answer}");
+    assert_eq!((status, refusal(&answer).code.as_str()), (409, "already_resolved"), "{answer}");
     assert_eq!(app.usd_balance(&alice).await, after);
     app.assert_ledger_invariant().await;
 }
@@ -842,28 +808,19 @@ async fn a_large_report_imports_as_a_job_to_done_with_its_progress_and_one_audit
         csv += &format!("tr_x{i},not-ours-{i},r{i},1.00,USD,0.00,paid,{at}\n");
     }
     let view = import_job(&app, &operator, json!({"csv": format!("{HEADER}{csv}")})).await;
-    assert_eq!(view["state"], "done", "{view}");
-    assert_eq!((view["lines"].as_i64(), view["lines_done"].as_i64()), (Some(3_000), Some(3_000)), "{view}");
-    assert_eq!((view["matched"].as_i64(), view["exceptions"].as_i64()), (Some(3), Some(2_997)), "{view}");
-    let summary: ImportSummary = serde_json::from_value(view["summary"].clone()).unwrap();
+    assert_eq!(view.state, ImportState::Done, "{view:?}");
+    assert_eq!((view.lines, view.lines_done, view.matched, view.exceptions), (3_000, 3_000, 3, 2_997), "{view:?}");
+    let summary = view.summary.expect("a finished import's summary");
     assert_eq!((summary.lines, summary.matching.matched, summary.matching.exceptions_opened), (3_000, 3, 2_997));
     let audit = import_audit_rows(&app).await;
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!((audit[0].result.as_str(), audit[0].target_id.as_str()), ("ok", today.to_string().as_str()));
-    assert_eq!(audit[0].parameters.0["import_id"], view["id"], "{:?}", audit[0].parameters);
+    assert_eq!(audit[0].parameters.0["import_id"], view.id.to_string(), "{:?}", audit[0].parameters);
     // Listed, and read by a viewer.
     let viewer = app.operator("viewer").await;
-    let listed: Value = app
-        .client
-        .get(app.url("/ops/v1/settlement/imports"))
-        .bearer_auth(&viewer)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(listed["data"][0]["id"], view["id"], "{listed}");
+    let listed: List<ImportView> =
+        read(app.client.get(app.url("/ops/v1/settlement/imports")).bearer_auth(&viewer).send().await.unwrap()).await;
+    assert_eq!(listed.data[0].id, view.id, "{listed:?}");
     app.assert_ledger_invariant().await;
 }
 
@@ -888,7 +845,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     }
     let (status, queued) = import(&app, &operator, json!({"csv": csv})).await;
     assert_eq!(status, 202, "{queued}");
-    let id = queued["id"].as_str().unwrap().to_owned();
+    let id = typed::<ImportView>(queued).id;
 
     // A first run stopped part-way: the report stored and the lines the report alone decides
     // recorded, but the return (which needs the provider's confirmation) not applied, the import
@@ -906,8 +863,8 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     .await
     .unwrap();
     assert_eq!(partial.matching.awaiting_confirmation, 1, "{partial:?}");
-    let midway = import_state(&app, &operator, &id, |_| true).await;
-    assert_eq!((midway["state"].as_str(), midway["lines_done"].as_i64()), (Some("queued"), Some(202)), "{midway}");
+    let midway = import_state(&app, &operator, id, |_| true).await;
+    assert_eq!((midway.state, midway.lines_done), (ImportState::Queued, 202), "{midway:?}");
     assert!(import_audit_rows(&app).await.is_empty());
     let before = app.usd_balance(&alice).await;
 
@@ -916,22 +873,17 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     config.queues = vec![Queue::Settlement.as_str()];
     config.settlement.grace_days = 0;
     let stop = app.start_worker(app.gateway.clone(), config.clone());
-    let done = import_state(&app, &operator, &id, |v| v["state"] == "done").await;
+    let done = import_state(&app, &operator, id, |v| v.state == ImportState::Done).await;
     stop.cancel();
-    assert_eq!((done["lines"].as_i64(), done["lines_done"].as_i64()), (Some(203), Some(203)), "{done}");
-    assert_eq!(
-        done["matched"].as_i64().unwrap() + done["exceptions"].as_i64().unwrap(),
-        203,
-        "matched + exceptions = lines: {done}"
-    );
+    assert_eq!((done.lines, done.lines_done), (203, 203), "{done:?}");
+    assert_eq!(done.matched + done.exceptions, 203, "matched + exceptions = lines: {done:?}");
     assert_eq!(import_audit_rows(&app).await.len(), 1);
     let after = app.usd_balance(&alice).await;
     assert_eq!(after.0, "90.00", "the return credited once: {before:?} → {after:?}");
 
     // The same job delivered again (a retry after its commit was lost): nothing changes.
     let mut tx = app.db.begin().await.unwrap();
-    let again =
-        settlement_job::enqueue_stored_import(&mut tx, uuid::Uuid::parse_str(&id).unwrap(), today).await.unwrap();
+    let again = settlement_job::enqueue_stored_import(&mut tx, id, today).await.unwrap();
     tx.commit().await.unwrap();
     let stop = app.start_worker(app.gateway.clone(), config);
     app.eventually("the repeated job to finish", WAIT, || async {
@@ -980,7 +932,7 @@ async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconcil
 
     let operator = app.operator("viewer").await;
     let letter = first_dead_letter(&app, &operator, "queue=settlement").await;
-    assert_eq!(letter["category"], "retries_exhausted", "{letter:#}");
+    assert_eq!(letter.category, Category::RetriesExhausted, "{letter:#?}");
     let fetches = provider.received_requests().await.unwrap().len();
     assert_eq!(fetches, 2, "two attempts by the import's policy, not reconciliation's 300");
     assert!(store::list_reports(&app.db, Some(&today.to_string()), 10).await.unwrap().is_empty());

@@ -68,9 +68,9 @@ async fn invalid_requests_are_rejected_with_their_field(app: TestApp) {
     for (i, (body, expected_code, expected_field)) in cases.into_iter().enumerate() {
         let response = app.post_withdrawal(&alice, &format!("key-{i}"), &body).send().await.unwrap();
         let (status, code, problem) = problem_code(response).await;
-        assert_eq!((status, code.as_str()), (422, expected_code), "case {i}: {problem}");
-        assert_eq!(problem["field"], expected_field, "case {i}: {problem}");
-        assert!(problem["detail"].as_str().is_some_and(|d| !d.is_empty()));
+        assert_eq!((status, code.as_str()), (422, expected_code), "case {i}: {problem:?}");
+        assert_eq!(problem.field.as_deref(), Some(expected_field), "case {i}: {problem:?}");
+        assert!(!problem.detail.is_empty());
     }
     assert_eq!(store::count_for_account(&app.db, alice.account_id).await.unwrap(), 0);
     assert_eq!(app.usd_balance(&alice).await.0, "100.00");
