@@ -10,7 +10,7 @@ use super::acts::{WithdrawalReconcile, WithdrawalResolve};
 use super::decide::{apply, check_with_provider, in_review, parse_action};
 use super::types::{
     AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReasonRequest, ReconciliationView, Reconciling,
-    ResolveRequest, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
+    ResolveRequest, ResolveStatus, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
@@ -280,7 +280,7 @@ async fn resolve_checked(
         return Ok(Resolved {
             withdrawal: OpsWithdrawal::from(&current),
             action,
-            status: Some("pending_approval".into()),
+            status: Some(ResolveStatus::PendingApproval),
             decision: Some(decision),
         });
     }

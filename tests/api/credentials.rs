@@ -9,12 +9,14 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 use withdrawals::credentials::{self, API_KEY_PREFIX};
-use withdrawals::domain::Role;
+use withdrawals::customer::types::WithdrawalView;
+use withdrawals::domain::{Role, WithdrawalStatus};
+use withdrawals::ops::types::{ApiKeyView, AuditEntry, KeyStatus, List, OperatorStatus, OperatorView, Page};
 use withdrawals::storage::audit::{self, AuditFilter, AuditRow};
 
 use crate::both_backends;
 use crate::console::{http_sign_in, session_cookie};
-use crate::harness::{operator_id, problem_code, TestApp};
+use crate::harness::{operator_id, problem_code, read, typed, TestApp};
 use crate::ops::call;
 
 both_backends!(
@@ -78,11 +80,8 @@ async fn a_revoked_key_is_refused_on_the_next_request_by_every_instance(app: Tes
     .await;
 
     assert_eq!(revoked.status(), 200);
-    let body: Value = revoked.json().await.unwrap();
-    assert_eq!(
-        (body["status"].as_str(), body["revoked_reason"].as_str()),
-        (Some("revoked"), Some("leaked in a support ticket"))
-    );
+    let body: ApiKeyView = read(revoked).await;
+    assert_eq!((body.status, body.revoked_reason.as_deref()), (KeyStatus::Revoked, Some("leaked in a support ticket")));
     // The very next request, on this instance and on another one sharing the database.
     let (status, code, _) =
         problem_code(app.client.get(app.url("/v1/balances")).bearer_auth(&alice.api_key).send().await.unwrap()).await;
@@ -135,18 +134,18 @@ async fn a_second_key_keeps_working_after_the_first_is_revoked(app: TestApp) {
     )
     .await;
     assert_eq!(created.status(), 201);
-    let created: Value = created.json().await.unwrap();
-    let new_key = created["api_key"].as_str().unwrap().to_owned();
+    let created: ApiKeyView = read(created).await;
+    let new_key = created.api_key.clone().expect("the new key, shown once");
     assert!(new_key.starts_with("wdk_"));
-    assert_eq!(created["label"], "payroll service, 2025 rotation");
-    assert_eq!(created["account_id"], account.to_string());
+    assert_eq!(created.label.as_deref(), Some("payroll service, 2025 rotation"));
+    assert_eq!(created.account_id, account.0);
     // Both work while the client moves over; both see the same account.
     let first_id = app.create_withdrawal(&alice, "old-key", "10.00").await;
     let with_new = crate::harness::Customer { account_id: account, api_key: new_key.clone() };
     let second_id = app.create_withdrawal(&with_new, "new-key", "5.00").await;
-    let seen: Value =
-        app.get(&with_new, &format!("/v1/withdrawals/{first_id}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(seen["id"], first_id.to_string(), "the new key reads the old key's withdrawal: one account");
+    let seen: WithdrawalView =
+        read(app.get(&with_new, &format!("/v1/withdrawals/{first_id}")).send().await.unwrap()).await;
+    assert_eq!(seen.id, first_id.0, "the new key reads the old key's withdrawal: one account");
 
     let revoke = call(
         &app,
@@ -160,9 +159,9 @@ async fn a_second_key_keeps_working_after_the_first_is_revoked(app: TestApp) {
 
     assert_eq!(balances_status(&app, &app.base_url, &alice.api_key).await, 401);
     assert_eq!(balances_status(&app, &app.base_url, &new_key).await, 200);
-    let read: Value =
-        app.get(&with_new, &format!("/v1/withdrawals/{second_id}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(read["status"], "pending");
+    let shown: WithdrawalView =
+        read(app.get(&with_new, &format!("/v1/withdrawals/{second_id}")).send().await.unwrap()).await;
+    assert_eq!(shown.status, WithdrawalStatus::Pending);
     assert_eq!(app.usd_balance(&with_new).await.1, "15.00", "the account's holds are untouched by the rotation");
 
     // The list: both keys, ids, labels, times, status; the last use shows up; no secret, no hash.
@@ -180,18 +179,14 @@ async fn a_second_key_keeps_working_after_the_first_is_revoked(app: TestApp) {
             }
         })
         .await;
-    let keys = listed["data"].as_array().unwrap();
+    let keys: List<ApiKeyView> = typed(listed.clone());
+    let keys = keys.data;
     assert_eq!(keys.len(), 2);
-    assert_eq!(
-        (keys[0]["id"].as_str(), keys[0]["status"].as_str()),
-        (Some(key_id(&alice.api_key).to_string().as_str()), Some("revoked"))
-    );
-    assert_eq!(keys[0]["revoked_reason"], "rotated to the payroll key");
-    assert_eq!(
-        (keys[1]["status"].as_str(), keys[1]["label"].as_str()),
-        (Some("active"), Some("payroll service, 2025 rotation"))
-    );
-    let mut fields: Vec<&str> = keys[1].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!((keys[0].id, keys[0].status), (key_id(&alice.api_key), KeyStatus::Revoked));
+    assert_eq!(keys[0].revoked_reason.as_deref(), Some("rotated to the payroll key"));
+    assert_eq!((keys[1].status, keys[1].label.as_deref()), (KeyStatus::Active, Some("payroll service, 2025 rotation")));
+    // The wire shape itself: exactly these members, no secret and no hash among them.
+    let mut fields: Vec<&str> = listed["data"][1].as_object().unwrap().keys().map(String::as_str).collect();
     fields.sort();
     assert_eq!(
         fields,
@@ -203,7 +198,7 @@ async fn a_second_key_keeps_working_after_the_first_is_revoked(app: TestApp) {
     let created_rows = audit_rows(&app, "api_key.create").await;
     assert_eq!(created_rows.len(), 1);
     assert_eq!(created_rows[0].target_id, account.to_string());
-    assert_eq!(created_rows[0].parameters.0["key_id"], created["id"]);
+    assert_eq!(created_rows[0].parameters.0["key_id"], created.id.to_string());
 
     // A key for an account that does not exist, and an unreadable label, are refused.
     let nobody = call(
@@ -251,16 +246,16 @@ async fn a_disabled_operator_is_refused_their_console_session_ends_and_enable_re
     .await;
 
     assert_eq!(disabled.status(), 200);
-    let body: Value = disabled.json().await.unwrap();
-    assert_eq!((body["status"].as_str(), body["sessions_ended"].as_i64()), (Some("disabled"), Some(1)));
+    let body: OperatorView = read(disabled).await;
+    assert_eq!((body.status, body.sessions_ended), (OperatorStatus::Disabled, Some(1)));
     let (status, code, _) = problem_code(call(&app, Method::GET, "/ops/v1/overview", Some(&ops), None).await).await;
     assert_eq!((status, code.as_str()), (401, "unauthorized"));
     assert_eq!(console().await, 303, "the console session ended: back to sign-in");
     let sign_in = http_sign_in(&app.base_url, &ops, "/ops/overview", false).await;
     assert_eq!(sign_in.status(), 401, "and a new sign-in is refused");
-    let listed: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.json().await.unwrap();
-    let row = listed["data"].as_array().unwrap().iter().find(|o| o["id"] == id.to_string()).unwrap().clone();
-    assert_eq!((row["status"].as_str(), row["disabled_reason"].as_str()), (Some("disabled"), Some("laptop stolen")));
+    let listed: List<OperatorView> = app.ops_get(&admin, "/ops/v1/operators").await;
+    let row = listed.data.iter().find(|o| o.id == id).unwrap();
+    assert_eq!((row.status, row.disabled_reason.as_deref()), (OperatorStatus::Disabled, Some("laptop stolen")));
     let twice = call(
         &app,
         Method::POST,
@@ -325,10 +320,10 @@ async fn rotating_a_token_refuses_the_old_one_at_once_and_accepts_the_new_one(ap
     .await;
 
     assert_eq!(rotated.status(), 200);
-    let body: Value = rotated.json().await.unwrap();
-    let new_token = body["token"].as_str().unwrap().to_owned();
+    let body: OperatorView = read(rotated).await;
+    let new_token = body.token.clone().expect("the new token, shown once");
     assert_eq!(operator_id(&new_token), id, "the same operator, a new secret");
-    assert_eq!((body["own_token"].as_bool(), body["sessions_ended"].as_i64()), (Some(false), Some(1)));
+    assert_eq!((body.own_token, body.sessions_ended), (Some(false), Some(1)));
     assert_eq!(
         call(&app, Method::GET, "/ops/v1/audit", Some(&viewer), None).await.status(),
         401,
@@ -348,17 +343,15 @@ async fn rotating_a_token_refuses_the_old_one_at_once_and_accepts_the_new_one(ap
     )
     .await;
     assert_eq!(own.status(), 200);
-    let own: Value = own.json().await.unwrap();
-    assert_eq!(own["own_token"], true);
-    let admin_now = own["token"].as_str().unwrap().to_owned();
+    let own: OperatorView = read(own).await;
+    assert_eq!(own.own_token, Some(true));
+    let admin_now = own.token.expect("the new token, shown once");
     assert_eq!(call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.status(), 401);
     let listed: Value =
         call(&app, Method::GET, "/ops/v1/operators", Some(&admin_now), None).await.json().await.unwrap();
-    let rotated_at = |who: uuid::Uuid| {
-        listed["data"].as_array().unwrap().iter().find(|o| o["id"] == who.to_string()).unwrap()["token_rotated_at"]
-            .clone()
-    };
-    assert!(rotated_at(id).is_string() && rotated_at(operator_id(&admin)).is_string());
+    let operators: List<OperatorView> = typed(listed.clone());
+    let rotated_at = |who: uuid::Uuid| operators.data.iter().find(|o| o.id == who).unwrap().token_rotated_at;
+    assert!(rotated_at(id).is_some() && rotated_at(operator_id(&admin)).is_some());
     assert_no_secret(&listed.to_string(), &[&admin, &admin_now, &viewer, &new_token]);
 
     let rows = audit_rows(&app, "operator.rotate_token").await;
@@ -559,21 +552,21 @@ async fn the_cli_manages_keys_and_operators_through_the_api_and_directly_when_it
     let api = app.base_url.clone();
 
     // Keys: create (printed once), list (no secrets), revoke.
-    let created: Value = serde_json::from_str(&ok(&withdrawals_cli(
+    let created: ApiKeyView = serde_json::from_str(&ok(&withdrawals_cli(
         &app,
         &api,
         &admin,
         &["accounts", "keys", "create", &account, "--label", "mobile app", "--json"],
     )))
     .unwrap();
-    let new_key = created["api_key"].as_str().unwrap().to_owned();
+    let new_key = created.api_key.clone().expect("the new key, shown once");
     assert_eq!(balances_status(&app, &api, &new_key).await, 200);
     let human = ok(&withdrawals_cli(&app, &api, &admin, &["accounts", "keys", "create", &account]));
     assert!(human.contains("api_key:    wdk_") && human.contains("shown once"), "{human}");
     let third_key = human.lines().find_map(|l| l.strip_prefix("api_key:    ")).unwrap().to_owned();
     let table = ok(&withdrawals_cli(&app, &api, &admin, &["accounts", "keys", "list", &account]));
     assert_eq!(table.lines().count(), 4, "a header and three keys: {table}");
-    assert!(table.contains("mobile app") && table.contains(&created["id"].as_str().unwrap()[..8]), "{table}");
+    assert!(table.contains("mobile app") && table.contains(&created.id.to_string()[..8]), "{table}");
     let listed = ok(&withdrawals_cli(&app, &api, &admin, &["accounts", "keys", "list", &account, "--json"]));
     assert_no_secret(&format!("{table}{listed}"), &[&alice.api_key, &new_key, &third_key]);
     let revoked = ok(&withdrawals_cli(
@@ -661,21 +654,9 @@ async fn the_cli_manages_keys_and_operators_through_the_api_and_directly_when_it
         withdrawals_cli(&app, down, "wdo_00000000000000000000000000000000_nope", &["operators", "list", "--direct"]);
     assert!(String::from_utf8_lossy(&no_token.stderr).contains("401 unauthorized"), "and the token");
 
-    let trail: Value =
-        serde_json::from_str(&ok(&withdrawals_cli(&app, &api, &admin, &["audit", "--json", "--limit", "100"])))
-            .unwrap();
-    let rows: Vec<(String, String, String)> = trail["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["action"].as_str().unwrap().into(),
-                r["result"].as_str().unwrap().into(),
-                r["reason"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
+    let trail_text = ok(&withdrawals_cli(&app, &api, &admin, &["audit", "--json", "--limit", "100"]));
+    let trail: Page<AuditEntry> = serde_json::from_str(&trail_text).unwrap();
+    let rows: Vec<(String, String, String)> = trail.data.into_iter().map(|r| (r.action, r.result, r.reason)).collect();
     for expected in [
         ("api_key.revoke", "ok", "leaked during the outage"),
         ("operator.disable", "ok", "outage lockdown"),
@@ -689,5 +670,5 @@ async fn the_cli_manages_keys_and_operators_through_the_api_and_directly_when_it
             "{expected:?} in {rows:#?}"
         );
     }
-    assert_no_secret(&trail.to_string(), &[&alice.api_key, &new_key, &third_key, &admin, &ops, &ops_now]);
+    assert_no_secret(&trail_text, &[&alice.api_key, &new_key, &third_key, &admin, &ops, &ops_now]);
 }

@@ -7,12 +7,15 @@ use std::time::Duration;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
-use withdrawals::domain::{Role, WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{Category, LetterState, ReplayStatus, Role, SideEffect, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{
+    AuditEntry, DeadLetterGroup, DeadLetterView, List, OpsWithdrawal, Page, ReplayRunView, Resolved, WithdrawalDetail,
+};
 use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::dead_letters;
 
 use crate::both_backends;
-use crate::harness::{problem_code, worker_config, TestApp};
+use crate::harness::{problem_code, read, worker_config, TestApp};
 
 both_backends!(
     every_ops_route_checks_the_callers_role,
@@ -93,9 +96,7 @@ pub(crate) async fn call(
 }
 
 pub(crate) async fn version_of(app: &TestApp, id: WithdrawalId, token: &str) -> i64 {
-    let body: Value =
-        call(app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(token), None).await.json().await.unwrap();
-    body["withdrawal"]["version"].as_i64().unwrap()
+    app.ops_get::<WithdrawalDetail>(token, &format!("/ops/v1/withdrawals/{id}")).await.withdrawal.version
 }
 
 pub(crate) async fn resolve(app: &TestApp, id: WithdrawalId, token: &str, body: Value) -> reqwest::Response {
@@ -109,13 +110,11 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
     let operator = app.operator("operator").await;
     let admin = app.operator("admin").await;
     // A replay run to read and to control.
-    let run: Value = call(&app, Method::POST, "/ops/v1/replays", Some(&admin), Some(json!({
+    let run: ReplayRunView = read(call(&app, Method::POST, "/ops/v1/replays", Some(&admin), Some(json!({
         "reason": "matrix", "dead_letter_ids": [letter], "expected_payload_version": 2, "destination_queue": "payouts"})))
-        .await
-        .json()
-        .await
-        .unwrap();
-    let run = run["id"].as_str().unwrap().to_owned();
+        .await)
+    .await;
+    let run = run.id;
     let reads = [
         format!("/ops/v1/replays/{run}"),
         "/ops/v1/withdrawals".to_owned(),
@@ -193,12 +192,8 @@ async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp)
         (rows[0].action.as_str(), rows[0].reason.as_str(), rows[0].result.as_str()),
         ("dead_letter.close", "handled by fail", "ok")
     );
-    let listed: Value = call(&app, Method::GET, "/ops/v1/audit?action=dead_letter.close", Some(&operator), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(listed["data"].as_array().unwrap().len(), 1);
+    let listed: Page<AuditEntry> = app.ops_get(&operator, "/ops/v1/audit?action=dead_letter.close").await;
+    assert_eq!(listed.data.len(), 1);
     let actions: Vec<(&str, Value, &str, &str)> = vec![
         (
             "stale resolve",
@@ -260,9 +255,9 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
         resolve(&app, id, &operator, json!({"action": "fail", "reason": "invalid account", "version": version})).await;
 
     assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["withdrawal"]["status"], "failed");
-    assert_eq!(body["withdrawal"]["failure_code"], "rejected_by_operator");
+    let body: Resolved = read(response).await;
+    assert_eq!(body.withdrawal.status, WithdrawalStatus::Failed);
+    assert_eq!(body.withdrawal.failure_code.as_deref(), Some("rejected_by_operator"));
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
     // Its dead letter is settled with it: closed by the transition, the envelope untouched.
     assert_eq!(open(&app).await, 0, "a settled withdrawal's dead letter leaves the triage queue");
@@ -327,37 +322,21 @@ async fn dead_letters_are_listed_summarised_shown_and_closed(app: TestApp) {
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
 
-    let summary: Value =
-        call(&app, Method::GET, "/ops/v1/dead-letters/summary", Some(&viewer), None).await.json().await.unwrap();
-    assert_eq!(summary["data"][0]["category"], "dependency_rejected");
-    assert_eq!(summary["data"][0]["error_code"], "invalid_account");
-    assert_eq!(summary["data"][0]["open"], 1);
-    let filtered: Value = call(
-        &app,
-        Method::GET,
-        "/ops/v1/dead-letters?category=dependency_rejected&error_code=invalid_account",
-        Some(&viewer),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
-    let letter = filtered["data"][0].clone();
-    assert_eq!(letter["withdrawal_id"], id.to_string());
-    let other: Value = call(&app, Method::GET, "/ops/v1/dead-letters?category=code_bug", Some(&viewer), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert!(other["data"].as_array().unwrap().is_empty());
-    let letter_id = letter["id"].as_str().unwrap();
-    let shown: Value = call(&app, Method::GET, &format!("/ops/v1/dead-letters/{letter_id}"), Some(&viewer), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!((shown["owner"].as_str(), shown["state"].as_str()), (Some("integration owner"), Some("open")));
+    let summary: List<DeadLetterGroup> = app.ops_get(&viewer, "/ops/v1/dead-letters/summary").await;
+    let group = &summary.data[0];
+    assert_eq!(
+        (group.category, group.error_code.as_str(), group.open),
+        (Category::DependencyRejected, "invalid_account", 1)
+    );
+    let filtered: Page<DeadLetterView> =
+        app.ops_get(&viewer, "/ops/v1/dead-letters?category=dependency_rejected&error_code=invalid_account").await;
+    let letter = &filtered.data[0];
+    assert_eq!(letter.withdrawal_id, Some(id.0));
+    let other: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters?category=code_bug").await;
+    assert!(other.data.is_empty());
+    let letter_id = letter.id;
+    let shown: DeadLetterView = app.ops_get(&viewer, &format!("/ops/v1/dead-letters/{letter_id}")).await;
+    assert_eq!((shown.owner.as_str(), shown.state), ("integration owner", LetterState::Open));
 
     let closed = call(
         &app,
@@ -378,14 +357,12 @@ async fn dead_letters_are_listed_summarised_shown_and_closed(app: TestApp) {
     .await;
     let (status, code, _) = problem_code(again).await;
     assert_eq!((status, code.as_str()), (409, "already_closed"));
-    let open: Value = call(&app, Method::GET, "/ops/v1/dead-letters", Some(&viewer), None).await.json().await.unwrap();
-    assert!(open["data"].as_array().unwrap().is_empty(), "closed ones leave the default (open) list");
-    let archived: Value =
-        call(&app, Method::GET, "/ops/v1/dead-letters?state=closed", Some(&viewer), None).await.json().await.unwrap();
-    assert_eq!(archived["data"][0]["id"], letter_id, "archived, never deleted");
-    let summary: Value =
-        call(&app, Method::GET, "/ops/v1/dead-letters/summary", Some(&viewer), None).await.json().await.unwrap();
-    assert!(summary["data"].as_array().unwrap().is_empty());
+    let open: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters").await;
+    assert!(open.data.is_empty(), "closed ones leave the default (open) list");
+    let archived: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters?state=closed").await;
+    assert_eq!(archived.data[0].id, letter_id, "archived, never deleted");
+    let summary: List<DeadLetterGroup> = app.ops_get(&viewer, "/ops/v1/dead-letters/summary").await;
+    assert!(summary.data.is_empty());
 }
 
 pub(crate) fn cli(app: &TestApp, token: &str, args: &[&str]) -> std::process::Output {
@@ -413,17 +390,11 @@ async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_d
     stop.cancel();
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
-    let letters: Value = call(&app, Method::GET, "/ops/v1/dead-letters?order=oldest_first", Some(&viewer), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    let ids: Vec<String> =
-        letters["data"].as_array().unwrap().iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect();
+    let letters: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters?order=oldest_first").await;
+    let ids: Vec<String> = letters.data.iter().map(|l| l.id.to_string()).collect();
     assert_eq!(ids.len(), 2);
-    let newest_first: Value =
-        call(&app, Method::GET, "/ops/v1/dead-letters", Some(&viewer), None).await.json().await.unwrap();
-    assert_eq!(newest_first["data"][0]["id"], ids[1].as_str(), "the default order is newest first");
+    let newest_first: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters").await;
+    assert_eq!(newest_first.data[0].id.to_string(), ids[1], "the default order is newest first");
     let closed = cli(&app, &operator, &["dlq", "close", &ids[0], "--reason", "handled, archived"]);
     assert!(closed.status.success(), "{}", String::from_utf8_lossy(&closed.stderr));
 
@@ -451,14 +422,12 @@ async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_d
         shown.as_object_mut().unwrap().remove("age_seconds");
         assert_eq!(line, shown, "the exported line is the envelope with its events");
     }
-    let closed_line: Value = {
+    let closed_line: DeadLetterView = {
         let again = cli(&app, &viewer, &["dlq", "export", "--before", &tomorrow, "--category", "dependency_rejected"]);
         serde_json::from_str(String::from_utf8(again.stdout).unwrap().lines().next().unwrap()).unwrap()
     };
-    assert_eq!(
-        (closed_line["state"].as_str(), closed_line["events"][0]["reason"].as_str()),
-        (Some("closed"), Some("handled, archived"))
-    );
+    let events = closed_line.events.as_ref().expect("an exported letter's events");
+    assert_eq!((closed_line.state, events[0].reason.as_str()), (LetterState::Closed, "handled, archived"));
 
     // Before both failed, or of another category: nothing. And nothing was deleted.
     for args in [&["--before", "2020-01-01"][..], &["--before", &tomorrow, "--category", "code_bug"][..]] {
@@ -469,9 +438,8 @@ async fn the_dead_letter_export_round_trips_every_envelope_with_its_events_and_d
     let bad = cli(&app, &viewer, &["dlq", "export", "--before", "last tuesday"]);
     assert!(!bad.status.success());
     assert_eq!(String::from_utf8(bad.stderr).unwrap().trim_end().lines().count(), 1);
-    let all: Value =
-        call(&app, Method::GET, "/ops/v1/dead-letters?state=all", Some(&viewer), None).await.json().await.unwrap();
-    assert_eq!(all["data"].as_array().unwrap().len(), 2, "an export deletes nothing");
+    let all: Page<DeadLetterView> = app.ops_get(&viewer, "/ops/v1/dead-letters?state=all").await;
+    assert_eq!(all.data.len(), 2, "an export deletes nothing");
 }
 
 /// Issue 21: `POST /ops/v1/withdrawals/{id}/reconcile` (and `withdrawals review reconcile`)
@@ -536,11 +504,11 @@ async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: T
 
     let listed = cli(&app, &viewer, &["review", "list", "--account", &alice.account_id.to_string(), "--json"]);
     assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(listed["data"][0]["id"], id.to_string());
+    let listed: Page<OpsWithdrawal> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.data[0].id, id.0);
     let other = cli(&app, &viewer, &["review", "list", "--account", &uuid::Uuid::new_v4().to_string(), "--json"]);
-    let other: Value = serde_json::from_slice(&other.stdout).unwrap();
-    assert!(other["data"].as_array().unwrap().is_empty(), "filtered by account");
+    let other: Page<OpsWithdrawal> = serde_json::from_slice(&other.stdout).unwrap();
+    assert!(other.data.is_empty(), "filtered by account");
     let summary = cli(&app, &viewer, &["dlq", "summary"]);
     assert!(String::from_utf8_lossy(&summary.stdout).contains("invalid_account"));
     let shown = cli(&app, &viewer, &["review", "show", &id.to_string()]);
@@ -553,7 +521,7 @@ async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: T
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("403 forbidden"), "{stderr}");
 
-    let version = listed["data"][0]["version"].as_i64().unwrap().to_string();
+    let version = listed.data[0].version.to_string();
     let resolved = cli(
         &app,
         &operator,
@@ -563,9 +531,8 @@ async fn the_cli_runs_the_review_and_dead_letter_commands_through_the_api(app: T
     assert!(String::from_utf8_lossy(&resolved.stdout).contains("failed"));
     assert_eq!(app.usd_balance(&alice).await.0, "100.00");
     let trail = cli(&app, &viewer, &["audit", "--json"]);
-    let trail: Value = serde_json::from_slice(&trail.stdout).unwrap();
-    assert_eq!(trail["data"][0]["result"], "ok");
-    assert_eq!(trail["data"][0]["reason"], "invalid account");
+    let trail: Page<AuditEntry> = serde_json::from_slice(&trail.stdout).unwrap();
+    assert_eq!((trail.data[0].result.as_str(), trail.data[0].reason.as_str()), ("ok", "invalid account"));
     app.assert_ledger_invariant().await;
 }
 
@@ -622,9 +589,9 @@ async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(a
     let summary = String::from_utf8(summary.stdout).unwrap();
     assert!(summary.contains("dependency_rejected") && summary.contains("provider_credentials_rejected"), "{summary}");
     let listed = cli(&app, &token, &["dlq", "list", "--error-code", "provider_credentials_rejected", "--json"]);
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(listed["data"].as_array().unwrap().len(), 4);
-    assert_eq!(listed["data"][0]["side_effect_state"], "not_started");
+    let listed: Page<DeadLetterView> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.data.len(), 4);
+    assert_eq!(listed.data[0].side_effect_state, SideEffect::NotStarted);
 
     // 2. Fix: the integration owner rotates the key (here: the provider accepts us again).
     app.provider.mock.set_faults(FaultConfig::default());
@@ -654,8 +621,8 @@ async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(a
             .concat(),
     );
     assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
-    let run: Value = serde_json::from_slice(&started.stdout).unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
+    let run: ReplayRunView = serde_json::from_slice(&started.stdout).unwrap();
+    let run_id = run.id.to_string();
     let watched = cli(&app, &token, &["replay", "status", &run_id, "--watch"]);
     assert!(watched.status.success(), "{}", String::from_utf8_lossy(&watched.stderr));
 
@@ -667,20 +634,20 @@ async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(a
         assert_eq!(executions, 1);
     }
     let queue = cli(&app, &token, &["review", "list", "--json"]);
-    let queue: Value = serde_json::from_slice(&queue.stdout).unwrap();
-    assert!(queue["data"].as_array().unwrap().is_empty());
+    let queue: Page<OpsWithdrawal> = serde_json::from_slice(&queue.stdout).unwrap();
+    assert!(queue.data.is_empty());
     let status = cli(&app, &token, &["replay", "status", &run_id, "--json"]);
-    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!((status["status"].as_str(), status["progress"]["succeeded"].as_i64()), (Some("completed"), Some(4)));
-    let trail: Value = serde_json::from_slice(&cli(&app, &token, &["audit", "--json"]).stdout).unwrap();
+    let status: ReplayRunView = serde_json::from_slice(&status.stdout).unwrap();
+    let succeeded = status.progress.as_ref().map(|p| p.succeeded);
+    assert_eq!((status.status, succeeded), (ReplayStatus::Completed, Some(4)));
+    let trail: Page<AuditEntry> = serde_json::from_slice(&cli(&app, &token, &["audit", "--json"]).stdout).unwrap();
     // The customers' funding (`account.credit` by the local actor) and the operator's enrolment
     // (`operator.create` by the local actor, then their own `operator.rotate_token`) are audited
     // too; the operator's actions in the incident are these.
-    let actions: Vec<&str> = trail["data"]
-        .as_array()
-        .unwrap()
+    let actions: Vec<&str> = trail
+        .data
         .iter()
-        .map(|r| r["action"].as_str().unwrap())
+        .map(|r| r.action.as_str())
         .filter(|a| !["account.credit", "operator.create", "operator.rotate_token"].contains(a))
         .collect();
     assert_eq!(actions, ["replay.start", "replay.dry_run"], "one audit row per action, newest first");

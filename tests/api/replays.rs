@@ -10,15 +10,17 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use withdrawals::config::AppConfig;
-use withdrawals::domain::DeadLetterId;
+use withdrawals::domain::{Category, DeadLetterId, JobId, JobStatus, LetterEvent, ReplayItemStatus, ReplayStatus};
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::http::error::Problem;
 use withdrawals::jobs::{JobKind, Queue};
+use withdrawals::ops::types::{DeadLetterView, DryRun, List, OperatorView, ReplayProgress, ReplayRunView};
 use withdrawals::storage::dead_letters;
 use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
 use withdrawals::storage::DbTime;
 
 use crate::both_backends;
-use crate::harness::{problem_code, Backend, TestApp};
+use crate::harness::{problem_code, read, typed, Backend, TestApp};
 
 both_backends!(
     with = app;
@@ -60,16 +62,19 @@ async fn post(app: &TestApp, path: &str, token: &str, body: Value) -> reqwest::R
     app.client.request(Method::POST, app.url(path)).bearer_auth(token).json(&body).send().await.unwrap()
 }
 
-async fn run_status(app: &TestApp, run: &str, token: &str) -> Value {
-    app.client
-        .get(app.url(&format!("/ops/v1/replays/{run}")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+async fn run_status(app: &TestApp, run: &str, token: &str) -> ReplayRunView {
+    app.ops_get(token, &format!("/ops/v1/replays/{run}")).await
+}
+
+/// A started run's answer: 201 and the run.
+async fn started(response: reqwest::Response) -> ReplayRunView {
+    assert_eq!(response.status(), 201);
+    read(response).await
+}
+
+/// A run's progress (every single-run answer carries it).
+fn progress(run: &ReplayRunView) -> &ReplayProgress {
+    run.progress.as_ref().expect("a run's progress")
 }
 
 fn start_body(letters: &[Uuid], rate: i64) -> Value {
@@ -77,10 +82,10 @@ fn start_body(letters: &[Uuid], rate: i64) -> Value {
            "destination_queue": "payouts", "rate_per_second": rate, "max_concurrency": 100})
 }
 
-async fn wait_run(app: &TestApp, run: &str, token: &str, status: &str) -> Value {
+async fn wait_run(app: &TestApp, run: &str, token: &str, status: ReplayStatus) -> ReplayRunView {
     app.eventually(&format!("run {run} to be {status}"), WAIT, || async {
         let body = run_status(app, run, token).await;
-        (body["status"] == status).then_some(body)
+        (body.status == status).then_some(body)
     })
     .await
 }
@@ -106,10 +111,10 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
     .await;
 
     assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["count"], 3);
-    assert_eq!(body["sample"].as_array().unwrap().len(), 3);
-    assert_eq!(body["sample"][0]["category"], "dependency_rejected");
+    let body: DryRun = read(response).await;
+    assert_eq!(body.count, 3);
+    assert_eq!(body.sample.len(), 3);
+    assert_eq!(body.sample[0].category, Category::DependencyRejected);
     let after: Vec<_> =
         futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
     let count = |v: &Vec<Result<Vec<job_store::JobRow>, _>>| v.iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>();
@@ -123,7 +128,7 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
 
     // The dry run names exactly which letters it selected; a start that expects another
     // selection is refused, and a filter that narrows nothing is never "retry all".
-    let digest = body["selection_digest"].as_str().unwrap().to_owned();
+    let digest = body.selection_digest;
     assert_eq!(digest.len(), 32);
     let start = |filter: Value, digest: &str| {
         json!({"reason": "go", "filter": filter, "expected_payload_version": 2, "destination_queue": "payouts",
@@ -148,41 +153,30 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
     let envelope_before = dead_letters::get(&app.db, DeadLetterId(letters[0])).await.unwrap().unwrap();
     let operator = app.operator("admin").await;
 
-    let response = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await;
-
-    assert_eq!(response.status(), 201);
-    let run: Value = response.json().await.unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
-    let done = wait_run(&app, &run_id, &operator, "completed").await;
+    let run = started(post(&app, "/ops/v1/replays", &operator, start_body(&letters, 50)).await).await;
+    let run_id = run.id.to_string();
+    let done = wait_run(&app, &run_id, &operator, ReplayStatus::Completed).await;
     for id in &ids {
         app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
         assert_eq!(executions(&app, *id), 1, "paid once");
     }
-    assert_eq!(done["progress"]["released"], 3);
+    assert_eq!(progress(&done).released, 3);
     assert_eq!(
         dead_letters::get(&app.db, DeadLetterId(letters[0])).await.unwrap().unwrap(),
         envelope_before,
         "envelope untouched"
     );
-    let operator_view: Value = app
-        .client
-        .get(app.url(&format!("/ops/v1/dead-letters/{}", letters[0])))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(operator_view["events"][0]["action"], "replayed");
-    assert_eq!(operator_view["events"][0]["replay_job_status"], "succeeded", "the handling state shows the outcome");
+    let operator_view: DeadLetterView = app.ops_get(&operator, &format!("/ops/v1/dead-letters/{}", letters[0])).await;
+    let first_event = &operator_view.events.as_ref().expect("a letter's events")[0];
+    assert_eq!(first_event.action, LetterEvent::Replayed);
+    assert_eq!(first_event.replay_job_status, Some(Some(JobStatus::Succeeded)), "the handling state shows the outcome");
     let events = dead_letters::events(&app.db, DeadLetterId(letters[0])).await.unwrap();
     let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
     assert_eq!(actions, ["replayed", "closed"], "replayed, then closed when the withdrawal completed");
     assert_eq!(events[0].details.as_ref().unwrap().0["run_id"], run_id);
     assert!(events[1].reason.starts_with("withdrawal completed: "), "{}", events[1].reason);
     let final_status = run_status(&app, &run_id, &operator).await;
-    assert_eq!(final_status["progress"]["succeeded"], 3);
+    assert_eq!(progress(&final_status).succeeded, 3);
     app.assert_ledger_invariant().await;
 }
 
@@ -192,9 +186,9 @@ async fn releases_hold_the_rate_limit(app: TestApp) {
     let operator = app.operator("admin").await;
     let rate = 25;
 
-    let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, rate)).await.json().await.unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
-    wait_run(&app, &run_id, &operator, "completed").await;
+    let run = started(post(&app, "/ops/v1/replays", &operator, start_body(&letters, rate)).await).await;
+    let run_id = run.id.to_string();
+    wait_run(&app, &run_id, &operator, ReplayStatus::Completed).await;
 
     let items = withdrawals::storage::replays::items(&app.db, run_id.parse().unwrap()).await.unwrap();
     let mut times: Vec<_> = items.iter().filter_map(|i| i.released_at).collect();
@@ -215,9 +209,9 @@ async fn pause_stops_releases_resume_continues_and_cancel_stops_for_good(app: Te
     let ids = rejected(&app, 30).await;
     let letters = letters_of(&app, &ids).await;
     let operator = app.operator("admin").await;
-    let run: Value = post(&app, "/ops/v1/replays", &operator, start_body(&letters, 5)).await.json().await.unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
-    let released = |body: &Value| body["progress"]["released"].as_i64().unwrap();
+    let run = started(post(&app, "/ops/v1/replays", &operator, start_body(&letters, 5)).await).await;
+    let run_id = run.id.to_string();
+    let released = |body: &ReplayRunView| progress(body).released;
     app.eventually("two releases", WAIT, || async {
         (released(&run_status(&app, &run_id, &operator).await) >= 2).then_some(())
     })
@@ -247,10 +241,10 @@ async fn pause_stops_releases_resume_continues_and_cancel_stops_for_good(app: Te
     let at_cancel = run_status(&app, &run_id, &operator).await;
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let later = run_status(&app, &run_id, &operator).await;
-    assert_eq!(later["status"], "cancelled");
+    assert_eq!(later.status, ReplayStatus::Cancelled);
     assert_eq!(released(&later), released(&at_cancel), "cancelled: nothing more released");
-    assert!(later["progress"]["cancelled"].as_i64().unwrap() > 0);
-    assert_eq!(later["progress"]["pending"], 0);
+    assert!(progress(&later).cancelled > 0);
+    assert_eq!(progress(&later).pending, 0);
     let again = post(&app, &format!("/ops/v1/replays/{run_id}/resume"), &operator, json!({"reason": "oops"})).await;
     let (status, code, _) = problem_code(again).await;
     assert_eq!((status, code.as_str()), (409, "invalid_run_state"), "cancel is for good");
@@ -291,13 +285,13 @@ async fn a_run_whose_jobs_keep_dead_lettering_pauses_itself(app: TestApp) {
     body["auto_pause_threshold"] = json!(2);
     body["max_concurrency"] = json!(1);
 
-    let run: Value = post(&app, "/ops/v1/replays", &operator, body).await.json().await.unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
+    let run = started(post(&app, "/ops/v1/replays", &operator, body).await).await;
+    let run_id = run.id.to_string();
 
-    let paused = wait_run(&app, &run_id, &operator, "paused").await;
-    assert!(paused["paused_reason"].as_str().unwrap().starts_with("auto-paused"), "{paused}");
-    assert!(paused["progress"]["new_dead_letters"].as_i64().unwrap() >= 2);
-    assert!(paused["progress"]["pending"].as_i64().unwrap() > 0, "stopped before releasing everything");
+    let paused = wait_run(&app, &run_id, &operator, ReplayStatus::Paused).await;
+    assert!(paused.paused_reason.as_deref().unwrap().starts_with("auto-paused"), "{paused:?}");
+    assert!(progress(&paused).new_dead_letters >= 2);
+    assert!(progress(&paused).pending > 0, "stopped before releasing everything");
 }
 
 async fn two_concurrent_replays_of_one_dead_letter_replay_it_once(app: TestApp) {
@@ -315,10 +309,10 @@ async fn two_concurrent_replays_of_one_dead_letter_replay_it_once(app: TestApp) 
     statuses.sort();
     assert_eq!(statuses, [201, 409]);
     let (winner, loser) = if a.status() == 201 { (a, b) } else { (b, a) };
-    let run: Value = winner.json().await.unwrap();
+    let run: ReplayRunView = read(winner).await;
     let (_, code, problem) = problem_code(loser).await;
     assert_eq!(code, "already_replaying");
-    assert!(problem.detail.as_str().contains(run["id"].as_str().unwrap()), "names the first run: {problem:?}");
+    assert!(problem.detail.as_str().contains(&run.id.to_string()), "names the first run: {problem:?}");
     app.wait_for_status(ids[0], WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(executions(&app, ids[0]), 1);
 }
@@ -336,16 +330,11 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     let approver =
         withdrawals::provisioning::create_enrolled_operator(&app.db, "Grace Approver", admin).await.unwrap().token;
 
-    let run: Value =
-        post_to(&strict, "/ops/v1/replays", &starter, start_body(&letters, 20)).await.json().await.unwrap();
-    assert_eq!(run["status"], "awaiting_approval");
-    let run_id = run["id"].as_str().unwrap().to_owned();
+    let run = started(post_to(&strict, "/ops/v1/replays", &starter, start_body(&letters, 20)).await).await;
+    assert_eq!(run.status, ReplayStatus::AwaitingApproval);
+    let run_id = run.id.to_string();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        run_status(&app, &run_id, &approver).await["progress"]["released"],
-        0,
-        "nothing released before approval"
-    );
+    assert_eq!(progress(&run_status(&app, &run_id, &approver).await).released, 0, "nothing released before approval");
 
     let listed = |query: &'static str| {
         let (app, approver) = (&app, &approver);
@@ -357,12 +346,13 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     };
     let (status, waiting) = listed("?status=awaiting_approval").await;
     assert_eq!(status, 200);
-    assert_eq!(waiting["data"].as_array().unwrap().len(), 1, "the run is listed as awaiting approval");
-    assert_eq!(waiting["data"][0]["id"], run_id.as_str());
-    assert_eq!(waiting["data"][0]["progress"]["pending"], 3);
-    assert_eq!(listed("?status=running").await.1["data"].as_array().unwrap().len(), 0);
+    let waiting: List<ReplayRunView> = typed(waiting);
+    assert_eq!(waiting.data.len(), 1, "the run is listed as awaiting approval");
+    assert_eq!(waiting.data[0].id, run.id);
+    assert_eq!(progress(&waiting.data[0]).pending, 3);
+    assert_eq!(typed::<List<ReplayRunView>>(listed("?status=running").await.1).data.len(), 0);
     let (status, bad) = listed("?status=bogus").await;
-    assert_eq!((status, bad["code"].as_str()), (422, Some("invalid_status")));
+    assert_eq!((status, typed::<Problem>(bad).code.as_str()), (422, "invalid_status"));
 
     let own = post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), &starter, json!({"reason": "mine"})).await;
     let (status, code, _) = problem_code(own).await;
@@ -378,12 +368,12 @@ async fn a_large_run_waits_for_a_second_operators_approval(app: TestApp) {
     // Who started and who approved, by name (issue 21), not only by id.
     let shown = run_status(&app, &run_id, &approver).await;
     assert_eq!(
-        (shown["started_by_name"].as_str(), shown["approved_by_name"].as_str()),
-        (Some("Ada Starter"), Some("Grace Approver"))
+        (shown.started_by_name.as_str(), shown.approved_by_name.as_deref()),
+        ("Ada Starter", Some("Grace Approver"))
     );
-    assert_eq!(waiting["data"][0]["started_by_name"], "Ada Starter");
+    assert_eq!(waiting.data[0].started_by_name, "Ada Starter");
 
-    wait_run(&app, &run_id, &approver, "completed").await;
+    wait_run(&app, &run_id, &approver, ReplayStatus::Completed).await;
     for id in &ids {
         app.wait_for_status(*id, WithdrawalStatus::Completed, WAIT).await;
     }
@@ -404,13 +394,13 @@ async fn a_large_run_is_not_approved_with_a_token_its_starter_issued(app: TestAp
     config.replay.approval_threshold = 2;
     let strict = crate::harness::serve_extra(&app, config).await;
     let (a, b, c) = (app.operator("admin").await, app.operator("admin").await, app.operator("admin").await);
-    let run: Value = post_to(&strict, "/ops/v1/replays", &a, start_body(&letters, 20)).await.json().await.unwrap();
-    assert_eq!(run["status"], "awaiting_approval");
-    let run_id = run["id"].as_str().unwrap().to_owned();
+    let run = started(post_to(&strict, "/ops/v1/replays", &a, start_body(&letters, 20)).await).await;
+    assert_eq!(run.status, ReplayStatus::AwaitingApproval);
+    let run_id = run.id.to_string();
     let b_id = crate::harness::operator_id(&b);
-    let rotated: Value =
-        post_to(&strict, &format!("/ops/v1/operators/{b_id}/rotate-token"), &a, json!({})).await.json().await.unwrap();
-    let b_by_a = rotated["token"].as_str().unwrap();
+    let rotated: OperatorView =
+        read(post_to(&strict, &format!("/ops/v1/operators/{b_id}/rotate-token"), &a, json!({})).await).await;
+    let b_by_a = rotated.token.as_deref().expect("the new token, shown once");
 
     let refused =
         post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), b_by_a, json!({"reason": "looks fine"})).await;
@@ -418,14 +408,11 @@ async fn a_large_run_is_not_approved_with_a_token_its_starter_issued(app: TestAp
     let (status, code, _) = problem_code(refused).await;
     assert_eq!((status, code.as_str()), (403, "approval_needs_another_person"));
     let shown = run_status(&app, &run_id, &c).await;
-    assert_eq!(
-        (shown["status"].as_str(), shown["progress"]["released"].as_i64()),
-        (Some("awaiting_approval"), Some(0))
-    );
+    assert_eq!((shown.status, progress(&shown).released), (ReplayStatus::AwaitingApproval, 0));
     let approved =
         post_to(&strict, &format!("/ops/v1/replays/{run_id}/approve"), &c, json!({"reason": "checked"})).await;
     assert_eq!(approved.status(), 200);
-    wait_run(&app, &run_id, &c, "completed").await;
+    wait_run(&app, &run_id, &c, ReplayStatus::Completed).await;
     let actions: Vec<(String, String)> =
         run_audit(&app, &run_id).await.into_iter().map(|(action, _, result)| (action, result)).collect();
     assert_eq!(
@@ -493,19 +480,19 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
     let mut body = start_body(&letters, 20);
     body["expected_payload_version"] = json!(1);
 
-    let run: Value = post(&app, "/ops/v1/replays", &operator, body).await.json().await.unwrap();
-    let run_id = run["id"].as_str().unwrap().to_owned();
-    let done = wait_run(&app, &run_id, &operator, "completed").await;
+    let run = started(post(&app, "/ops/v1/replays", &operator, body).await).await;
+    let run_id = run.id.to_string();
+    let done = wait_run(&app, &run_id, &operator, ReplayStatus::Completed).await;
 
     app.wait_for_status(good, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(executions(&app, good), 1);
-    let items = done["items"].as_array().unwrap();
-    let skipped = items.iter().find(|i| i["dead_letter_id"] == letters[1].to_string()).unwrap();
-    assert_eq!(skipped["status"], "skipped");
-    assert!(skipped["detail"].as_str().unwrap().contains("withdrawal_id is not a UUID"), "{skipped}");
-    let released = items.iter().find(|i| i["dead_letter_id"] == letters[0].to_string()).unwrap();
+    let items = done.items.as_ref().expect("a run's items");
+    let skipped = items.iter().find(|i| i.dead_letter_id == letters[1]).unwrap();
+    assert_eq!(skipped.status, ReplayItemStatus::Skipped);
+    assert!(skipped.detail.as_deref().unwrap().contains("withdrawal_id is not a UUID"), "{skipped:?}");
+    let released = items.iter().find(|i| i.dead_letter_id == letters[0]).unwrap();
     let job =
-        job_store::job_row(&app.db, released["job_id"].as_str().unwrap().parse().unwrap()).await.unwrap().unwrap();
+        job_store::job_row(&app.db, JobId(released.job_id.expect("a released item's job"))).await.unwrap().unwrap();
     assert_eq!(job.payload_version, 2, "released as the current version");
     assert_eq!(
         withdrawals::storage::withdrawals::get(&app.db, None, broken).await.unwrap().unwrap().status,

@@ -185,9 +185,16 @@ pub struct Resolved {
     pub withdrawal: OpsWithdrawal,
     pub action: ReviewAction,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
+    pub status: Option<ResolveStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ReviewDecisionView>,
+}
+
+crate::text_enum! {
+    /// A resolve that did not apply at once: it waits for a second operator.
+    pub enum ResolveStatus("resolve status", 1) {
+        PendingApproval = "pending_approval",
+    }
 }
 
 impl Resolved {
