@@ -18,7 +18,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{payload, JobKind, JobType, Queue};
+use super::{payload, JobKind, JobType};
 use crate::domain::{
     Actor, DeadLetterEventId, DeadLetterId, JobId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
     SideEffect, WithdrawalId, WithdrawalStatus,
@@ -178,7 +178,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         return skip(tx, item, &format!("withdrawal is {now}, not requires_review")).await;
     }
     // The run's destination was checked when it started (payouts or reconciliation).
-    let queue = run.destination_queue.parse().unwrap_or(Queue::Payouts);
+    let queue = run.destination_queue;
     let job = job_store::enqueue(
         &mut tx,
         &NewJob {

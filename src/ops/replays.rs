@@ -54,7 +54,7 @@ fn run_view(run: &ReplayRun, progress: Option<&replays::Progress>, names: &super
         reason: run.reason.clone(),
         selection: run.selection.0.clone(),
         expected_payload_version: run.expected_payload_version,
-        destination_queue: run.destination_queue.clone(),
+        destination_queue: run.destination_queue,
         total: run.total,
         rate_per_second: run.rate_per_second,
         max_concurrency: run.max_concurrency,
@@ -229,7 +229,7 @@ async fn start_checked(
         reason: crate::redact::text(reason),
         selection: sqlx::types::Json(json!({"dead_letter_ids": letters.iter().map(|d| d.id).collect::<Vec<_>>()})),
         expected_payload_version: req.expected_payload_version,
-        destination_queue: req.destination_queue.clone(),
+        destination_queue: limits.destination,
         status: if needs_approval { ReplayStatus::AwaitingApproval } else { ReplayStatus::Running },
         total: letters.len() as i64,
         rate_per_second: limits.rate,
@@ -263,19 +263,22 @@ async fn start_checked(
 
 /// A run's pace, checked: within the bounds, and beyond an operator's limits only for an admin.
 struct Limits {
+    destination: Queue,
     rate: i64,
     concurrency: i64,
     auto_pause: i64,
 }
 
 fn limits(settings: &crate::config::ReplaySettings, req: &StartReplay, operator: &Operator) -> OpsResult<Limits> {
-    if !req.destination_queue.parse().is_ok_and(|q| Queue::REPLAY_DESTINATIONS.contains(&q)) {
+    let Some(destination) =
+        req.destination_queue.parse().ok().filter(|q: &Queue| Queue::REPLAY_DESTINATIONS.contains(q))
+    else {
         return Err(OpsError::invalid(
             "unknown_queue",
             "destination_queue",
             "destination queue must be payouts or reconciliation",
         ));
-    }
+    };
     let rate = req.rate_per_second.unwrap_or(settings.default_rate_per_second);
     let concurrency = req.max_concurrency.unwrap_or(settings.default_max_concurrency);
     let auto_pause = req.auto_pause_threshold.unwrap_or(settings.default_auto_pause_threshold);
@@ -298,7 +301,7 @@ fn limits(settings: &crate::config::ReplaySettings, req: &StartReplay, operator:
             ),
         ));
     }
-    Ok(Limits { rate, concurrency, auto_pause })
+    Ok(Limits { destination, rate, concurrency, auto_pause })
 }
 
 /// What a run of this selection would do, audited, changing nothing else.

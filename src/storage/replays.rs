@@ -17,7 +17,7 @@ pub struct ReplayRun {
     pub reason: String,
     pub selection: Json<serde_json::Value>,
     pub expected_payload_version: i64,
-    pub destination_queue: String,
+    pub destination_queue: crate::domain::job::Queue,
     pub status: ReplayStatus,
     pub total: i64,
     pub rate_per_second: i64,
@@ -55,7 +55,7 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
         .bind(&run.reason)
         .bind(&run.selection)
         .bind(run.expected_payload_version)
-        .bind(&run.destination_queue)
+        .bind(run.destination_queue)
         .bind(run.status)
         .bind(run.total)
         .bind(run.rate_per_second)

@@ -3,9 +3,11 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
+use withdrawals::customer::types::{WithdrawalList, WithdrawalView};
+use withdrawals::domain::WithdrawalStatus;
 
 use crate::both_backends;
-use crate::harness::{problem_code, withdrawal_body, TestApp};
+use crate::harness::{problem_code, read, withdrawal_body, TestApp};
 
 both_backends!(
     another_accounts_withdrawal_is_a_404,
@@ -18,13 +20,13 @@ both_backends!(
 async fn another_accounts_withdrawal_is_a_404(app: TestApp) {
     let alice = app.customer("100.00").await;
     let mallory = app.customer("100.00").await;
-    let created: Value =
-        app.post_withdrawal(&alice, "k", &withdrawal_body("10.00")).send().await.unwrap().json().await.unwrap();
-    let id = created["id"].as_str().unwrap();
+    let created: WithdrawalView =
+        read(app.post_withdrawal(&alice, "k", &withdrawal_body("10.00")).send().await.unwrap()).await;
+    let id = created.id;
 
     let own = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap();
     assert_eq!(own.status(), 200);
-    assert_eq!(own.json::<Value>().await.unwrap()["id"], id);
+    assert_eq!(read::<WithdrawalView>(own).await.id, id);
 
     let foreign = app.get(&mallory, &format!("/v1/withdrawals/{id}")).send().await.unwrap();
     let (status, code, _) = problem_code(foreign).await;
@@ -39,8 +41,8 @@ async fn another_accounts_withdrawal_is_a_404(app: TestApp) {
     assert_eq!(cancel.status(), 404);
     let garbage = app.get(&alice, "/v1/withdrawals/not-a-uuid").send().await.unwrap();
     assert_eq!(garbage.status(), 404);
-    let listed: Value = app.get(&mallory, "/v1/withdrawals").send().await.unwrap().json().await.unwrap();
-    assert_eq!(listed["data"].as_array().unwrap().len(), 0);
+    let listed: WithdrawalList = read(app.get(&mallory, "/v1/withdrawals").send().await.unwrap()).await;
+    assert!(listed.data.is_empty());
     assert_eq!(app.usd_balance(&alice).await.1, "10.00", "the foreign cancel changed nothing");
 }
 
@@ -48,15 +50,8 @@ async fn listing_is_newest_first_and_cursor_paginated(app: TestApp) {
     let alice = app.customer("1000.00").await;
     let mut created = Vec::new();
     for i in 0..7 {
-        let body: Value = app
-            .post_withdrawal(&alice, &format!("k{i}"), &withdrawal_body(&format!("{}.00", i + 1)))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        created.push(body["id"].as_str().unwrap().to_owned());
+        let response = app.post_withdrawal(&alice, &format!("k{i}"), &withdrawal_body(&format!("{}.00", i + 1)));
+        created.push(read::<WithdrawalView>(response.send().await.unwrap()).await.id);
     }
 
     let mut seen = Vec::new();
@@ -67,13 +62,11 @@ async fn listing_is_newest_first_and_cursor_paginated(app: TestApp) {
             Some(c) => format!("/v1/withdrawals?limit=3&cursor={c}"),
             None => "/v1/withdrawals?limit=3".to_owned(),
         };
-        let page: Value = app.get(&alice, &path).send().await.unwrap().json().await.unwrap();
+        let page: WithdrawalList = read(app.get(&alice, &path).send().await.unwrap()).await;
         pages += 1;
-        for item in page["data"].as_array().unwrap() {
-            seen.push(item["id"].as_str().unwrap().to_owned());
-        }
-        match page["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
+        seen.extend(page.data.iter().map(|item| item.id));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
             None => break,
         }
     }
@@ -86,18 +79,18 @@ async fn listing_is_newest_first_and_cursor_paginated(app: TestApp) {
 
 async fn listing_filters_by_status_and_rejects_bad_parameters(app: TestApp) {
     let alice = app.customer("1000.00").await;
-    let first: Value =
-        app.post_withdrawal(&alice, "a", &withdrawal_body("1.00")).send().await.unwrap().json().await.unwrap();
+    let first: WithdrawalView =
+        read(app.post_withdrawal(&alice, "a", &withdrawal_body("1.00")).send().await.unwrap()).await;
     app.post_withdrawal(&alice, "b", &withdrawal_body("2.00")).send().await.unwrap();
-    let id = first["id"].as_str().unwrap();
+    let id = first.id;
     app.client.post(app.url(&format!("/v1/withdrawals/{id}/cancel"))).bearer_auth(&alice.api_key).send().await.unwrap();
 
-    let failed: Value = app.get(&alice, "/v1/withdrawals?status=failed").send().await.unwrap().json().await.unwrap();
-    let pending: Value = app.get(&alice, "/v1/withdrawals?status=pending").send().await.unwrap().json().await.unwrap();
+    let failed: WithdrawalList = read(app.get(&alice, "/v1/withdrawals?status=failed").send().await.unwrap()).await;
+    let pending: WithdrawalList = read(app.get(&alice, "/v1/withdrawals?status=pending").send().await.unwrap()).await;
 
-    assert_eq!(failed["data"].as_array().unwrap().len(), 1);
-    assert_eq!(failed["data"][0]["id"], id);
-    assert_eq!(pending["data"].as_array().unwrap().len(), 1);
+    assert_eq!(failed.data.len(), 1);
+    assert_eq!((failed.data[0].id, failed.data[0].status), (id, WithdrawalStatus::Failed));
+    assert_eq!(pending.data.len(), 1);
     // A well-formed cursor from before any stored instant (year -4713), as schemathesis suggested:
     // a 422, not a database error.
     let ancient = format!("cursor={}", hex_encode(&format!("-210866803200000001|{}", uuid::Uuid::nil())));
@@ -126,8 +119,7 @@ async fn the_correlation_id_is_echoed_or_generated(app: TestApp) {
     let generated = app.get(&alice, "/v1/balances").send().await.unwrap();
 
     assert_eq!(echoed.headers()["x-correlation-id"], "corr-123");
-    let body: Value = echoed.json().await.unwrap();
-    let id = body["id"].as_str().unwrap().parse().unwrap();
+    let id = withdrawals::domain::WithdrawalId(read::<WithdrawalView>(echoed).await.id);
     let transitions = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap();
     assert_eq!(transitions[0].correlation_id, "corr-123", "the id reaches what the request wrote");
     let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();

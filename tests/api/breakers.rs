@@ -6,14 +6,15 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use serde_json::json;
+use withdrawals::domain::{BreakerState, ProcessRole, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{BreakerAction, BreakerChanged, BreakerView, List};
 use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::jobs as job_store;
 
 use crate::both_backends;
 use crate::browser::Browser;
-use crate::harness::TestApp;
+use crate::harness::{read, TestApp};
 use crate::ops::cli;
 
 both_backends!(
@@ -55,21 +56,19 @@ fn spawn(app: &TestApp, args: &[&str]) -> Process {
     )
 }
 
-async fn breakers(app: &TestApp, token: &str) -> Value {
+async fn breakers(app: &TestApp, token: &str) -> List<BreakerView> {
     let answer = app.client.get(app.url("/ops/v1/breakers")).bearer_auth(token).send().await.unwrap();
     assert_eq!(answer.status(), 200);
-    answer.json().await.unwrap()
+    read(answer).await
 }
 
 /// The roles and states of the live processes reporting `payout_provider`, sorted.
-fn processes(view: &Value) -> Vec<(String, String)> {
-    let mut found: Vec<(String, String)> = view["data"]
-        .as_array()
-        .unwrap()
+fn processes(view: &List<BreakerView>) -> Vec<(ProcessRole, BreakerState)> {
+    let mut found: Vec<(ProcessRole, BreakerState)> = view
+        .data
         .iter()
-        .filter(|b| b["name"] == "payout_provider")
-        .flat_map(|b| b["processes"].as_array().cloned().unwrap_or_default())
-        .map(|p| (p["role"].as_str().unwrap().to_owned(), p["state"].as_str().unwrap().to_owned()))
+        .filter(|b| b.name == "payout_provider")
+        .flat_map(|b| b.processes.iter().map(|p| (p.role, p.state)))
         .collect();
     found.sort();
     found
@@ -93,7 +92,8 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
     // The cluster view: both processes, each with its breaker closed.
     app.eventually("an API process and a worker process in the breaker view", WAIT, || async {
         let view = breakers(&app, &viewer).await;
-        (processes(&view) == [("api".into(), "closed".into()), ("worker".into(), "closed".into())]).then_some(())
+        (processes(&view) == [(ProcessRole::Api, BreakerState::Closed), (ProcessRole::Worker, BreakerState::Closed)])
+            .then_some(())
     })
     .await;
 
@@ -107,16 +107,14 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
         .await
         .unwrap();
     assert_eq!(forced.status(), 200);
-    let forced: Value = forced.json().await.unwrap();
-    assert_eq!(
-        (forced["action"].as_str(), forced["breaker"]["state"].as_str()),
-        (Some("force_open"), Some("forced_open"))
-    );
-    assert_eq!(forced["breaker"]["override"]["set_by_name"], "admin op", "the operator's name, not only an id");
+    let forced: BreakerChanged = read(forced).await;
+    assert_eq!((forced.action, forced.breaker.state), (BreakerAction::ForceOpen, BreakerState::ForcedOpen));
+    let set_by = forced.breaker.forced.as_ref().map(|o| o.set_by_name.as_str());
+    assert_eq!(set_by, Some("admin op"), "the operator's name, not only an id");
     app.eventually("every process forced open", WAIT, || async {
         let view = breakers(&app, &viewer).await;
-        (processes(&view) == [("api".into(), "forced_open".into()), ("worker".into(), "forced_open".into())])
-            .then_some(())
+        let forced = [(ProcessRole::Api, BreakerState::ForcedOpen), (ProcessRole::Worker, BreakerState::ForcedOpen)];
+        (processes(&view) == forced).then_some(())
     })
     .await;
 
@@ -137,7 +135,7 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(creates(&app, id), 1);
     let view = breakers(&app, &viewer).await;
-    assert!(view["data"][0].get("override").is_none(), "released: no override left: {view}");
+    assert!(view.data[0].forced.is_none(), "released: no override left: {view:?}");
 
     // Audited, with the reasons; an operator (not admin) may not touch the switch.
     let rows = audit::list(&app.db, &AuditFilter { limit: 100, ..AuditFilter::default() }).await.unwrap();
@@ -166,7 +164,7 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
     drop(worker);
     app.eventually("the killed worker to age out", WAIT, || async {
         let view = breakers(&app, &viewer).await;
-        (processes(&view) == [("api".into(), "closed".into())]).then_some(())
+        (processes(&view) == [(ProcessRole::Api, BreakerState::Closed)]).then_some(())
     })
     .await;
     app.assert_ledger_invariant().await;

@@ -7,11 +7,12 @@ use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
 use withdrawals::domain::{AccountId, AmountLimits};
+use withdrawals::ops::types::CreditView;
 use withdrawals::storage::accounts;
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
-use crate::harness::{operator_id, problem_code, Backend, Customer, TestApp};
+use crate::harness::{operator_id, problem_code, read, Backend, Customer, TestApp};
 
 both_backends!(
     with = app_with_a_large_credit_limit;
@@ -69,23 +70,23 @@ async fn a_treasury_credit_raises_the_balance_names_its_actor_on_the_ledger_and_
 
     assert_eq!(response.status(), 201);
     assert!(response.headers().get("idempotent-replayed").is_none());
-    let body: Value = response.json().await.unwrap();
-    assert_eq!((body["amount"].as_str(), body["currency"].as_str()), (Some("250.50"), Some("USD")));
-    assert_eq!(body["actor"], format!("operator:{treasury_id}"));
-    assert_eq!(body["idempotency_key"], "wire-4711");
+    let body: CreditView = read(response).await;
+    assert_eq!((body.amount.as_str(), body.currency.as_str()), ("250.50", "USD"));
+    assert_eq!(body.actor, format!("operator:{treasury_id}"));
+    assert_eq!(body.idempotency_key, "wire-4711");
     assert_eq!(app.usd_balance(&alice).await, ("350.50".into(), "0.00".into(), "0.00".into()));
     let entries = accounts::funding_entries(&app.db, alice.account_id).await.unwrap();
     assert_eq!(entries.len(), 2, "the account's creation and this credit: {entries:?}");
     let entry = &entries[1];
     assert_eq!((entry.amount, entry.actor.clone()), (25_050, Some(format!("operator:{treasury_id}"))));
-    assert_eq!(body["ledger_entry_id"], entry.id.to_string());
+    assert_eq!(body.ledger_entry_id, entry.id);
     let rows = credit_rows(&app, alice.account_id).await;
     let row = &rows[0];
     assert_eq!(
         (row.operator_id, row.role.as_str(), row.result.as_str(), row.reason.as_str()),
         (treasury_id, "treasury", "ok", "wire 4711 received")
     );
-    assert_eq!(row.parameters.0["ledger_entry_id"], body["ledger_entry_id"]);
+    assert_eq!(row.parameters.0["ledger_entry_id"], body.ledger_entry_id.to_string());
     assert_eq!(row.parameters.0["idempotency_key"], "wire-4711");
     app.assert_ledger_invariant().await;
 }

@@ -1,12 +1,12 @@
 //! Holding funds (SPEC §1.2): no overdraft under concurrency, cancel releases the hold.
 
 use futures::future::join_all;
-use serde_json::Value;
+use withdrawals::customer::types::WithdrawalView;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 
 use crate::both_backends;
-use crate::harness::{problem_code, withdrawal_body, TestApp};
+use crate::harness::{problem_code, read, withdrawal_body, TestApp};
 
 both_backends!(
     fifty_concurrent_withdrawals_against_a_balance_for_ten_accept_exactly_ten,
@@ -42,9 +42,9 @@ async fn fifty_concurrent_withdrawals_against_a_balance_for_ten_accept_exactly_t
 
 async fn cancelling_a_pending_withdrawal_releases_its_hold(app: TestApp) {
     let alice = app.customer("100.00").await;
-    let created: Value =
-        app.post_withdrawal(&alice, "k", &withdrawal_body("40.00")).send().await.unwrap().json().await.unwrap();
-    let id = created["id"].as_str().unwrap();
+    let created: WithdrawalView =
+        read(app.post_withdrawal(&alice, "k", &withdrawal_body("40.00")).send().await.unwrap()).await;
+    let id = created.id;
 
     let response = app
         .client
@@ -55,12 +55,12 @@ async fn cancelling_a_pending_withdrawal_releases_its_hold(app: TestApp) {
         .unwrap();
 
     assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["status"], "failed");
-    assert_eq!(body["failure_code"], "cancelled_by_customer");
-    assert_eq!(body["version"], 2);
+    let body: WithdrawalView = read(response).await;
+    assert_eq!(body.status, WithdrawalStatus::Failed);
+    assert_eq!(body.failure_code.as_deref(), Some("cancelled_by_customer"));
+    assert_eq!(body.version, 2);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
-    let transitions = store::transitions(&app.db, id.parse().unwrap()).await.unwrap();
+    let transitions = store::transitions(&app.db, WithdrawalId(id)).await.unwrap();
     let last = transitions.last().unwrap();
     assert_eq!(
         (last.from_status.map(|s| s.as_str()), last.to_status.as_str(), last.actor.as_str()),
@@ -71,9 +71,9 @@ async fn cancelling_a_pending_withdrawal_releases_its_hold(app: TestApp) {
 
 async fn cancelling_a_withdrawal_that_is_no_longer_pending_is_a_409(app: TestApp) {
     let alice = app.customer("100.00").await;
-    let created: Value =
-        app.post_withdrawal(&alice, "k", &withdrawal_body("40.00")).send().await.unwrap().json().await.unwrap();
-    let id: WithdrawalId = created["id"].as_str().unwrap().parse().unwrap();
+    let created: WithdrawalView =
+        read(app.post_withdrawal(&alice, "k", &withdrawal_body("40.00")).send().await.unwrap()).await;
+    let id = WithdrawalId(created.id);
     // A worker claimed it.
     let mut tx = app.db.begin().await.unwrap();
     let worker = Actor::Worker("w1".into());

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
 use tokio_util::sync::CancellationToken;
 use withdrawals::config::AppConfig;
+use withdrawals::customer::types::{BalanceList, WithdrawalView};
 use withdrawals::domain::{AccountId, Amount, Currency};
 use withdrawals::http::error::Problem;
 use withdrawals::http::{self, AppState};
@@ -222,13 +223,9 @@ impl TestApp {
 
     /// (available, held, paid_out) in USD as decimal strings.
     pub async fn usd_balance(&self, customer: &Customer) -> (String, String, String) {
-        let body: Value = self.get(customer, "/v1/balances").send().await.unwrap().json().await.unwrap();
-        let usd = body["data"].as_array().unwrap().iter().find(|b| b["currency"] == "USD").expect("USD balance");
-        (
-            usd["available"].as_str().unwrap().to_owned(),
-            usd["held"].as_str().unwrap().to_owned(),
-            usd["paid_out"].as_str().unwrap().to_owned(),
-        )
+        let balances: BalanceList = read(self.get(customer, "/v1/balances").send().await.unwrap()).await;
+        let usd = balances.data.into_iter().find(|b| b.currency == "USD").expect("USD balance");
+        (usd.available, usd.held, usd.paid_out)
     }
 }
 
@@ -391,8 +388,7 @@ impl TestApp {
     ) -> withdrawals::domain::WithdrawalId {
         let response = self.post_withdrawal(customer, key, &withdrawal_body(amount)).send().await.unwrap();
         assert_eq!(response.status(), 201);
-        let body: Value = response.json().await.unwrap();
-        body["id"].as_str().unwrap().parse().unwrap()
+        withdrawals::domain::WithdrawalId(read::<WithdrawalView>(response).await.id)
     }
 
     /// `n` withdrawals of `amount` USD from one account funded with `fund`, each rejected by the

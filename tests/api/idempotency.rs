@@ -2,12 +2,13 @@
 
 use futures::future::join_all;
 use serde_json::Value;
-use withdrawals::domain::{IdempotencyKey, WithdrawalId};
+use withdrawals::customer::types::WithdrawalView;
+use withdrawals::domain::{IdempotencyKey, WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::idempotency::{self, Begin, IdempotencySettings};
 use withdrawals::storage::{jobs, withdrawals as store};
 
 use crate::both_backends;
-use crate::harness::{problem_code, withdrawal_body, TestApp};
+use crate::harness::{problem_code, read, withdrawal_body, TestApp};
 
 both_backends!(
     first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its_job,
@@ -32,14 +33,13 @@ async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its
     assert_eq!(response.status(), 201);
     assert!(response.headers().get("idempotent-replayed").is_none());
     assert!(response.headers().get("x-correlation-id").is_some());
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["status"], "pending");
-    assert_eq!(body["amount"], "125.50");
-    assert_eq!(body["currency"], "USD");
-    assert_eq!(body["destination"]["account_number"], "****5678");
-    assert_eq!(body["version"], 1);
+    let body: WithdrawalView = read(response).await;
+    assert_eq!(body.status, WithdrawalStatus::Pending);
+    assert_eq!((body.amount.as_str(), body.currency.as_str()), ("125.50", "USD"));
+    assert_eq!(body.destination.account_number, "****5678");
+    assert_eq!(body.version, 1);
     assert_eq!(app.usd_balance(&alice).await, ("874.50".into(), "125.50".into(), "0.00".into()));
-    let id: WithdrawalId = body["id"].as_str().unwrap().parse().unwrap();
+    let id = WithdrawalId(body.id);
     let jobs = jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs.len(), 1, "creating a withdrawal enqueues exactly its submit job");
     assert_eq!((jobs[0].kind.as_str(), jobs[0].status.as_str()), ("submit_payout", "scheduled"));

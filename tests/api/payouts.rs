@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
-use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{Actor, Evidence, EvidenceSource, VerdictKind, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::{JobKind, Queue};
 use withdrawals::provider::breaker::{BreakerConfig, BreakerState, SlidingWindow};
 use withdrawals::provider::TransferRequest;
@@ -67,12 +67,10 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(jobs[0].status, withdrawals::domain::JobStatus::Succeeded);
     // The provider's answer, checked against the withdrawal, is the evidence of the completion.
     let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
-    let evidence = completed.evidence.expect("evidence on the completion").0;
-    assert_eq!((evidence["source"].as_str(), evidence["verdict"].as_str()), (Some("provider_create"), Some("paid")));
-    assert_eq!(
-        (evidence["transfer"]["id"].as_str(), evidence["transfer"]["amount"].as_str()),
-        (Some(transfer.id.as_str()), Some("25.00"))
-    );
+    let evidence = Evidence::read(&completed.evidence.expect("evidence on the completion").0).unwrap();
+    assert_eq!((evidence.source, evidence.verdict), (EvidenceSource::ProviderCreate, VerdictKind::Paid));
+    let shown = evidence.transfer.expect("the provider's transfer");
+    assert_eq!((shown.id.as_str(), shown.amount.to_string().as_str()), (transfer.id.as_str(), "25.00"));
     app.assert_ledger_invariant().await;
 }
 
@@ -362,8 +360,8 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"], "found → completed");
     let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
-    let evidence = completed.evidence.expect("evidence on the completion").0;
-    assert_eq!((evidence["source"].as_str(), evidence["verdict"].as_str()), (Some("provider_lookup"), Some("paid")));
+    let evidence = Evidence::read(&completed.evidence.expect("evidence on the completion").0).unwrap();
+    assert_eq!((evidence.source, evidence.verdict), (EvidenceSource::ProviderLookup, VerdictKind::Paid));
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "no second transfer attempted");
     assert_eq!(executions_for(&provider.mock, id), 1);
     app.assert_ledger_invariant().await;

@@ -8,17 +8,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch, Settlement, SettlementMode, TransferStatus};
-use reqwest::Method;
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::customer::types::WithdrawalView;
+use withdrawals::domain::{DecisionStatus, Evidence, ReviewAction, VerdictKind, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{Page, ResolveStatus, Resolved, ReviewDecisionView, WithdrawalDetail};
 use withdrawals::storage::audit::{self, AuditFilter};
 use withdrawals::storage::{dead_letters, reconciliations, withdrawals as store};
 
 use crate::both_backends;
-use crate::harness::{operator_id, problem_code, serve_extra, worker_config, Customer, TestApp};
-use crate::ops::{call, paid_but_unknown, rejected_withdrawal, resolve, version_of};
+use crate::harness::{operator_id, problem_code, read, serve_extra, worker_config, Customer, TestApp};
+use crate::ops::{paid_but_unknown, rejected_withdrawal, resolve, version_of};
 
 both_backends!(
     failing_or_retrying_while_the_provider_holds_a_pending_transfer_is_refused_and_complete_waits_for_paid,
@@ -73,9 +74,12 @@ async fn pending_in_review(app: &TestApp, delay_ms: u64) -> (WithdrawalId, Custo
     (id, alice)
 }
 
-async fn latest_transition_evidence(app: &TestApp, id: WithdrawalId) -> Value {
+/// The evidence the withdrawal's last move rests on, read as the typed record it was written as
+/// (an unknown shape fails the test).
+async fn latest_transition_evidence(app: &TestApp, id: WithdrawalId) -> Evidence {
     let transitions = store::transitions(&app.db, id).await.unwrap();
-    transitions.last().and_then(|t| t.evidence.clone()).map(|e| e.0).unwrap_or(Value::Null)
+    let stored = transitions.last().and_then(|t| t.evidence.clone()).expect("evidence stored with the move").0;
+    Evidence::read(&stored).unwrap_or_else(|e| panic!("{e}: {stored}"))
 }
 
 async fn failing_or_retrying_while_the_provider_holds_a_pending_transfer_is_refused_and_complete_waits_for_paid(
@@ -85,8 +89,8 @@ async fn failing_or_retrying_while_the_provider_holds_a_pending_transfer_is_refu
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
     // Why it waits is visible to the customer and the operator (not null).
-    let shown: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(shown["failure_code"], "side_effect_unknown");
+    let shown: WithdrawalView = read(app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap()).await;
+    assert_eq!(shown.failure_code.as_deref(), Some("side_effect_unknown"));
 
     // The reproduced double payment: `fail` released the hold, then the provider paid.
     for action in ["fail", "retry"] {
@@ -125,9 +129,9 @@ async fn failing_or_retrying_while_the_provider_holds_a_pending_transfer_is_refu
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "0.00".into(), "40.00".into()));
     assert_eq!(provider_paid(&app, id), usd("40.00"), "paid_out equals what the provider paid");
     let evidence = latest_transition_evidence(&app, id).await;
-    assert_eq!(evidence["verdict"], "paid");
-    assert_eq!(evidence["transfer"]["id"], reference.as_str());
-    assert_eq!(evidence["transfer"]["amount"], "40.00");
+    assert_eq!(evidence.verdict, VerdictKind::Paid);
+    let transfer = evidence.transfer.expect("the provider's transfer");
+    assert_eq!((transfer.id.as_str(), transfer.amount), (reference.as_str(), usd("40.00")));
     let refusals = audit::list(
         &app.db,
         &AuditFilter { action: Some("withdrawal.resolve".into()), limit: 20, ..Default::default() },
@@ -171,16 +175,11 @@ async fn an_unreachable_provider_refuses_every_money_decision_and_an_allowed_one
         resolve(&app, id, &operator, json!({"action": "fail", "reason": "bad account", "version": version})).await;
     assert_eq!(failed.status(), 200);
     let evidence = latest_transition_evidence(&app, id).await;
-    assert_eq!((evidence["verdict"].as_str(), evidence["action"].as_str()), (Some("no_transfer"), Some("fail")));
-    assert!(evidence["asked_at"].is_string());
+    assert_eq!((evidence.verdict, evidence.action), (VerdictKind::NoTransfer, Some(ReviewAction::Fail)));
     // The evidence timeline shows it.
-    let shown: Value = call(&app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(&operator), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    let last = shown["transitions"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["evidence"]["verdict"], "no_transfer");
+    let shown: WithdrawalDetail = app.ops_get(&operator, &format!("/ops/v1/withdrawals/{id}")).await;
+    let last = shown.transitions.last().unwrap().evidence.as_ref().expect("the move's evidence");
+    assert_eq!(Evidence::read(last).unwrap().verdict, VerdictKind::NoTransfer);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
     app.assert_ledger_invariant().await;
 }
@@ -347,7 +346,8 @@ async fn a_returned_transfer_found_by_reconciliation_completes_the_withdrawal(ap
     // The provider did pay; the return's re-credit is settlement's (SPEC §14.3, issue 19).
     let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
     assert!(results.iter().any(|r| r.result == withdrawals::domain::ReconciliationResult::Returned), "{results:#?}");
-    assert_eq!(latest_transition_evidence(&app, id).await["transfer"]["return_code"], "R01");
+    let transfer = latest_transition_evidence(&app, id).await.transfer.expect("the provider's transfer");
+    assert_eq!(transfer.return_code.as_deref(), Some("R01"));
     assert_eq!(app.usd_balance(&alice).await.2, "40.00");
     app.assert_ledger_invariant().await;
 }
@@ -382,9 +382,10 @@ async fn a_large_decision_waits_for_a_second_operator_who_is_not_the_first(app: 
     .await;
 
     assert_eq!(requested.status(), 202);
-    let requested: Value = requested.json().await.unwrap();
-    assert_eq!(requested["status"], "pending_approval");
-    assert_eq!(requested["decision"]["request_evidence"]["verdict"], "no_transfer");
+    let requested: Resolved = read(requested).await;
+    assert_eq!(requested.status, Some(ResolveStatus::PendingApproval));
+    let decision = requested.decision.expect("the stored decision");
+    assert_eq!(Evidence::read(&decision.request_evidence).unwrap().verdict, VerdictKind::NoTransfer);
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "nothing moves before the approval");
     let again =
         ops_at(&app, &base, &resolve_path, &first, json!({"action": "fail", "reason": "again", "version": version}))
@@ -408,15 +409,14 @@ async fn a_large_decision_waits_for_a_second_operator_who_is_not_the_first(app: 
     assert_eq!(approved.status(), 200);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
     // The move rests on the answer to the approver's own question, typed as it was written.
-    let evidence = withdrawals::domain::Evidence::read(&latest_transition_evidence(&app, id).await).unwrap();
-    assert_eq!(evidence.verdict, withdrawals::domain::VerdictKind::NoTransfer);
-    assert_eq!(evidence.action, Some(withdrawals::domain::ReviewAction::Fail));
+    let evidence = latest_transition_evidence(&app, id).await;
+    assert_eq!(evidence.verdict, VerdictKind::NoTransfer);
+    assert_eq!(evidence.action, Some(ReviewAction::Fail));
     let approval = evidence.approval.expect("the approval it rests on");
-    assert_eq!(Some(approval.decision_id.to_string().as_str()), requested["decision"]["id"].as_str());
+    assert_eq!(approval.decision_id, decision.id);
     assert_eq!((approval.requested_by, approval.approved_by), (operator_id(&first), operator_id(&second)));
-    let shown: Value =
-        call(&app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(&first), None).await.json().await.unwrap();
-    assert_eq!(shown["review_decisions"][0]["status"], "approved");
+    let shown: WithdrawalDetail = app.ops_get(&first, &format!("/ops/v1/withdrawals/{id}")).await;
+    assert_eq!(shown.review_decisions[0].status, DecisionStatus::Approved);
     let rows = audit::list(&app.db, &AuditFilter { target_id: Some(id.to_string()), limit: 20, ..Default::default() })
         .await
         .unwrap();
@@ -459,9 +459,9 @@ async fn the_cli_lists_approves_and_rejects_pending_decisions(app: TestApp) {
     assert!(requested.status.success(), "{}", String::from_utf8_lossy(&requested.stderr));
     assert!(String::from_utf8_lossy(&requested.stdout).contains("waits for a second operator"));
     let listed = cli_at(&base, &second, &["review", "decisions", "--json"]);
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    assert_eq!(listed["data"][0]["withdrawal_id"], id_text.as_str());
-    assert_eq!(listed["data"][0]["requested_by_name"], "operator op", "the requester by name");
+    let listed: Page<ReviewDecisionView> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.data[0].withdrawal_id, id.0);
+    assert_eq!(listed.data[0].requested_by_name, "operator op", "the requester by name");
     let table = cli_at(&base, &second, &["review", "decisions"]);
     assert!(
         String::from_utf8_lossy(&table.stdout).contains("operator op"),
@@ -513,11 +513,10 @@ async fn a_waiting_decision_is_superseded_when_reconciliation_settles_the_withdr
     let (status, code, _) = problem_code(approve).await;
 
     assert_eq!((status, code.as_str()), (404, "no_pending_decision"));
-    let shown: Value =
-        call(&app, Method::GET, &format!("/ops/v1/withdrawals/{id}"), Some(&first), None).await.json().await.unwrap();
-    let decision = &shown["review_decisions"][0];
-    assert_eq!(decision["status"], "superseded");
-    assert!(decision["decision_reason"].as_str().unwrap().contains("completed by reconciliation"), "{decision}");
+    let shown: WithdrawalDetail = app.ops_get(&first, &format!("/ops/v1/withdrawals/{id}")).await;
+    let decision = &shown.review_decisions[0];
+    assert_eq!(decision.status, DecisionStatus::Superseded);
+    assert!(decision.decision_reason.as_deref().unwrap().contains("completed by reconciliation"), "{decision:?}");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
 }

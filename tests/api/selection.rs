@@ -87,7 +87,7 @@ async fn run(app: &TestApp, by: OperatorId, status: ReplayStatus, letters: &[Dea
         reason: "test".into(),
         selection: Json(json!({})),
         expected_payload_version: 2,
-        destination_queue: Queue::Payouts.as_str().into(),
+        destination_queue: Queue::Payouts,
         status,
         total: letters.len() as i64,
         rate_per_second: 1,

@@ -8,8 +8,10 @@ use std::time::Duration;
 use chrono::NaiveDate;
 use fantoccini::Locator;
 use provider_mocks::{ReportFault, ReportFaultConfig};
-use serde_json::{json, Value};
+use serde_json::json;
+use withdrawals::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{ExceptionView, List, Page, ReportView};
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
@@ -72,17 +74,17 @@ async fn the_cli_imports_a_day_and_lists_shows_and_resolves_its_exception_once(a
     assert!(again.contains("is already imported (version 1"), "the same report twice changes nothing: {again}");
     assert!(again.contains("exceptions opened 0,"), "{again}");
 
-    let listed: Value =
+    let listed: Page<ExceptionView> =
         serde_json::from_str(&stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--json"]))).unwrap();
-    let rows = listed["data"].as_array().unwrap();
-    assert_eq!(rows.len(), 1, "{listed}");
-    assert_eq!((rows[0]["kind"].as_str(), rows[0]["status"].as_str()), (Some("amount_mismatch"), Some("open")));
-    assert_eq!(rows[0]["withdrawal_id"], id.to_string());
-    let exception = rows[0]["id"].as_str().unwrap().to_owned();
+    let rows = &listed.data;
+    assert_eq!(rows.len(), 1, "{listed:?}");
+    assert_eq!((rows[0].kind, rows[0].status), (ExceptionKind::AmountMismatch, ExceptionStatus::Open));
+    assert_eq!(rows[0].withdrawal_id, Some(id.0));
+    let exception = rows[0].id.to_string();
     let table = stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--kind", "amount_mismatch"]));
     assert!(table.lines().any(|l| l.starts_with(&exception) && l.contains(&id.to_string())), "{table}");
     let none = stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--kind", "unknown_transfer", "--json"]));
-    assert_eq!(serde_json::from_str::<Value>(&none).unwrap()["data"], json!([]), "filtered by kind");
+    assert!(exceptions_in(&none).is_empty(), "filtered by kind");
     let shown = stdout(&cli(&app, &viewer, &["settlement", "show", &exception]));
     assert!(shown.contains("kind:        amount_mismatch") && shown.contains("evidence:"), "{shown}");
     assert!(shown.contains("\"amount_minor\": 1200"), "the report line is in the evidence: {shown}");
@@ -107,12 +109,10 @@ async fn the_cli_imports_a_day_and_lists_shows_and_resolves_its_exception_once(a
     let twice = refusal(&cli(&app, &operator, &resolve));
     assert!(twice.contains("409 already_resolved"), "{twice}");
     let open = stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--json"]));
-    assert_eq!(serde_json::from_str::<Value>(&open).unwrap()["data"], json!([]), "no open exception is left");
-    let all: Value =
-        serde_json::from_str(&stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--status", "all", "--json"])))
-            .unwrap();
-    assert_eq!(all["data"][0]["resolution"], "accepted_difference");
-    assert_eq!(all["data"][0]["resolution_note"], note);
+    assert!(exceptions_in(&open).is_empty(), "no open exception is left");
+    let all = exceptions_in(&stdout(&cli(&app, &viewer, &["settlement", "exceptions", "--status", "all", "--json"])));
+    assert_eq!(all[0].resolution, Some(Resolution::AcceptedDifference));
+    assert_eq!(all[0].resolution_note.as_deref(), Some(note));
     let rows = audit::list(
         &app.db,
         &AuditFilter { action: Some("settlement_exception.resolve".into()), limit: 10, ..Default::default() },
@@ -127,11 +127,10 @@ async fn the_cli_imports_a_day_and_lists_shows_and_resolves_its_exception_once(a
     let corrected = stdout(&cli(&app, &operator, &["settlement", "import", "--date", &day_text]));
     assert!(corrected.contains("version 2"), "{corrected}");
     assert!(corrected.contains("0 added, 0 removed, 1 changed"), "{corrected}");
-    let reports: Value =
+    let reports: List<ReportView> =
         serde_json::from_str(&stdout(&cli(&app, &viewer, &["settlement", "reports", "--date", &day_text, "--json"])))
             .unwrap();
-    let versions: Vec<i64> =
-        reports["data"].as_array().unwrap().iter().map(|r| r["version"].as_i64().unwrap()).collect();
+    let versions: Vec<i32> = reports.data.iter().map(|r| r.version).collect();
     assert_eq!(versions, [2, 1], "newest first");
     let verified = stdout(&cli(&app, &viewer, &["ledger", "verify", "--date", &day_text]));
     assert!(verified.contains(&format!("{day}: our totals agree with the settlement report")), "{verified}");
@@ -156,7 +155,7 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
     assert!(imported.contains("exceptions opened 0,"), "{imported}");
     let reports = || stdout(&cli(&app, &operator, &["settlement", "reports", "--json"]));
     let before = reports();
-    assert_eq!(serde_json::from_str::<Value>(&before).unwrap()["data"].as_array().unwrap().len(), 1, "{before}");
+    assert_eq!(serde_json::from_str::<List<ReportView>>(&before).unwrap().data.len(), 1, "{before}");
 
     let bad = dir.path().join("bad.csv");
     let at = format!("{day}T12:00:00Z");
@@ -178,7 +177,7 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
     assert!(refused.contains("12.3.4"), "the bad amount is named: {refused}");
     assert_eq!(reports(), before, "nothing of the refused report is stored");
     let open = stdout(&cli(&app, &operator, &["settlement", "exceptions", "--status", "all", "--json"]));
-    assert_eq!(serde_json::from_str::<Value>(&open).unwrap()["data"], json!([]), "and nothing of it matched");
+    assert!(exceptions_in(&open).is_empty(), "and nothing of it matched");
     let neither = cli(&app, &operator, &["settlement", "import"]);
     assert_eq!(neither.status.code(), Some(2), "a usage error");
     let usage = String::from_utf8_lossy(&neither.stderr);
@@ -193,17 +192,13 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
 async fn import_and_find_the_exception(app: &TestApp, day: NaiveDate) -> String {
     let operator = app.operator("operator").await;
     crate::settlement::imported(app, &operator, json!({"date": day})).await;
-    let listed: Value = app
-        .client
-        .get(app.url("/ops/v1/settlement/exceptions"))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    listed["data"][0]["id"].as_str().expect("one open exception").to_owned()
+    let listed: Page<ExceptionView> = app.ops_get(&operator, "/ops/v1/settlement/exceptions").await;
+    listed.data.first().expect("one open exception").id.to_string()
+}
+
+/// The exceptions `settlement exceptions --json` printed.
+fn exceptions_in(json: &str) -> Vec<ExceptionView> {
+    serde_json::from_str::<Page<ExceptionView>>(json).unwrap_or_else(|e| panic!("{e}: {json}")).data
 }
 
 async fn exception_status(app: &TestApp, id: &str) -> String {

@@ -9,6 +9,8 @@ use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
 use withdrawals::domain::input_text::refused_char;
+use withdrawals::domain::Role;
+use withdrawals::ops::types::{List, OperatorStatus, OperatorView};
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
@@ -64,11 +66,8 @@ async fn a_nul_in_any_action_body_is_a_422_invalid_body_and_its_refusal_is_audit
     let some = Uuid::now_v7();
     // A real operator to disable: before the fix its NUL reason reached PostgreSQL (500).
     let _victim = app.operator("viewer").await;
-    let operators: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.json().await.unwrap();
-    let other = operators["data"].as_array().unwrap().iter().find(|o| o["role"] == "viewer").unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let operators: List<OperatorView> = app.ops_get(&admin, "/ops/v1/operators").await;
+    let other = operators.data.iter().find(|o| o.role == Role::Viewer).unwrap().id.to_string();
     let start = |filter: Value, reason: &str| json!({"reason": reason, "filter": filter, "expected_payload_version": 1, "destination_queue": "payouts", "dry_run": true});
     // (path, token, body, action audited, field named)
     let cases = [
@@ -141,9 +140,9 @@ async fn a_nul_in_any_action_body_is_a_422_invalid_body_and_its_refusal_is_audit
         assert_eq!(row.parameters.0, json!({"body": "refused", "field": field}), "{path}");
         assert_eq!(row.reason, "", "{path}: the refused text is not stored");
     }
-    let operators: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&admin), None).await.json().await.unwrap();
-    let victim = operators["data"].as_array().unwrap().iter().find(|o| o["id"] == other.as_str()).unwrap();
-    assert_eq!(victim["status"], "enabled", "the refused disable changed nothing");
+    let operators: List<OperatorView> = app.ops_get(&admin, "/ops/v1/operators").await;
+    let victim = operators.data.iter().find(|o| o.id.to_string() == other).unwrap();
+    assert_eq!(victim.status, OperatorStatus::Enabled, "the refused disable changed nothing");
     // A role below the action's is still refused for its role first (the body is never read).
     let viewer = app.operator("viewer").await;
     let path = format!("/ops/v1/withdrawals/{some}/resolve");

@@ -10,12 +10,13 @@ use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use uuid::Uuid;
 use withdrawals::config::AppConfig;
-use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{DecisionStatus, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{List, OperatorView, Page, ReviewDecisionView};
 use withdrawals::storage::audit::{self, AuditFilter, AuditRow};
 use withdrawals::storage::withdrawals as store;
 
 use crate::both_backends;
-use crate::harness::{operator_id, problem_code, serve_extra, TestApp};
+use crate::harness::{operator_id, problem_code, read, serve_extra, TestApp};
 use crate::ops::{call, rejected_withdrawal, version_of};
 
 both_backends!(
@@ -58,10 +59,8 @@ async fn approve(app: &TestApp, base: &str, id: WithdrawalId, token: &str) -> re
 /// The refusal leaves everything as it was: the decision waits, the withdrawal is in review and
 /// the 25.00 are still held.
 async fn assert_still_pending(app: &TestApp, id: WithdrawalId, alice: &crate::harness::Customer, token: &str) {
-    let waiting: Value =
-        call(app, Method::GET, "/ops/v1/review-decisions", Some(token), None).await.json().await.unwrap();
-    assert_eq!(waiting["data"][0]["withdrawal_id"], id.to_string().as_str(), "{waiting}");
-    assert_eq!(waiting["data"][0]["status"], "pending");
+    let waiting: Page<ReviewDecisionView> = app.ops_get(token, "/ops/v1/review-decisions").await;
+    assert_eq!((waiting.data[0].withdrawal_id, waiting.data[0].status), (id.0, DecisionStatus::Pending), "{waiting:?}");
     let w = store::get(&app.db, None, id).await.unwrap().unwrap();
     assert_eq!(w.status, WithdrawalStatus::RequiresReview);
     assert_eq!(app.usd_balance(alice).await, ("75.00".into(), "25.00".into(), "0.00".into()), "no money moved");
@@ -83,9 +82,9 @@ async fn a_token_the_requester_rotated_cannot_approve_their_large_fail_but_anoth
     // A hands themself a working token for B.
     let rotated = post(&app, &base, &format!("/ops/v1/operators/{b_id}/rotate-token"), &a, json!({})).await;
     assert_eq!(rotated.status(), 200);
-    let rotated: Value = rotated.json().await.unwrap();
-    assert_eq!(rotated["credential_issued_by"], operator_id(&a).to_string().as_str(), "{rotated}");
-    let b_by_a = rotated["token"].as_str().unwrap().to_owned();
+    let rotated: OperatorView = read(rotated).await;
+    assert_eq!(rotated.credential_issued_by, Some(operator_id(&a)), "{rotated:?}");
+    let b_by_a = rotated.token.expect("the new token, shown once");
     let refused = approve(&app, &base, id, &b_by_a).await;
 
     let (status, code, problem) = problem_code(refused).await;
@@ -129,9 +128,9 @@ async fn a_token_the_requester_re_enabled_cannot_approve_until_its_holder_rotate
 
     // B rotates their own token: now it is theirs, and B may approve.
     let own = post(&app, &base, &format!("/ops/v1/operators/{b_id}/rotate-token"), &b, json!({})).await;
-    let own: Value = own.json().await.unwrap();
-    assert_eq!(own["own_token"], true);
-    let approved = approve(&app, &base, id, own["token"].as_str().unwrap()).await;
+    let own: OperatorView = read(own).await;
+    assert_eq!(own.own_token, Some(true));
+    let approved = approve(&app, &base, id, own.token.as_deref().unwrap()).await;
     assert_eq!(approved.status(), 200);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
     app.assert_ledger_invariant().await;
@@ -171,16 +170,15 @@ async fn operators_create_with_only_the_database_is_audited_as_the_local_actor_a
     assert!(problem.detail.as_str().contains("database access"), "{problem:?}");
     assert_still_pending(&app, id, &alice, &a).await;
     // The local actor is no operator anyone can list or sign in as.
-    let listed: Value = call(&app, Method::GET, "/ops/v1/operators", Some(&mallory), None).await.json().await.unwrap();
-    let ids: Vec<&str> = listed["data"].as_array().unwrap().iter().map(|o| o["id"].as_str().unwrap()).collect();
-    assert!(!ids.contains(&Uuid::nil().to_string().as_str()), "{listed}");
-    let mine = listed["data"].as_array().unwrap().iter().find(|o| o["id"] == mallory_id.as_str()).unwrap();
-    assert_eq!(mine["credential_issuer_name"], "local:mallory-shell");
+    let listed: List<OperatorView> = app.ops_get(&mallory, "/ops/v1/operators").await;
+    assert!(!listed.data.iter().any(|o| o.id == Uuid::nil()), "{listed:?}");
+    let mine = listed.data.iter().find(|o| o.id.to_string() == mallory_id).unwrap();
+    assert_eq!(mine.credential_issuer_name.as_deref(), Some("local:mallory-shell"));
 
     // The holder makes the token their own (audited); then it counts as a person.
     let own = post(&app, &base, &format!("/ops/v1/operators/{mallory_id}/rotate-token"), &mallory, json!({})).await;
-    let own: Value = own.json().await.unwrap();
-    let approved = approve(&app, &base, id, own["token"].as_str().unwrap()).await;
+    let own: OperatorView = read(own).await;
+    let approved = approve(&app, &base, id, own.token.as_deref().unwrap()).await;
 
     assert_eq!(approved.status(), 200);
     let trail: Vec<(String, String)> =
@@ -211,9 +209,9 @@ async fn every_role_rotates_its_own_token_and_only_an_admin_rotates_anothers(app
         let path = format!("/ops/v1/operators/{}/rotate-token", operator_id(token));
         let rotated = call(&app, Method::POST, &path, Some(token), Some(json!({"reason": "mine"}))).await;
         assert_eq!(rotated.status(), 200);
-        let rotated: Value = rotated.json().await.unwrap();
-        assert_eq!(rotated["credential_issued_by"], operator_id(token).to_string().as_str());
-        let fresh = rotated["token"].as_str().unwrap();
+        let rotated: OperatorView = read(rotated).await;
+        assert_eq!(rotated.credential_issued_by, Some(operator_id(token)));
+        let fresh = rotated.token.as_deref().unwrap();
         assert_eq!(call(&app, Method::GET, "/ops/v1/audit", Some(token), None).await.status(), 401);
         assert_eq!(call(&app, Method::GET, "/ops/v1/review-decisions", Some(fresh), None).await.status(), 200);
     }

@@ -15,7 +15,9 @@ use std::time::Duration;
 use harness::{provider_mock, worker_config, TestApp};
 use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use serde_json::Value;
-use withdrawals::domain::WithdrawalStatus;
+use withdrawals::customer::types::WithdrawalView;
+use withdrawals::domain::{Category, WithdrawalStatus};
+use withdrawals::ops::types::Overview;
 use withdrawals::provider::breaker::{BreakerConfig, SlidingWindow};
 use withdrawals::startup;
 use withdrawals::storage::{dead_letters, jobs as job_store};
@@ -242,16 +244,14 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
 
     // The overview the on-call engineer reads says the same.
     let token = app.operator("viewer").await;
-    let overview: Value =
+    let overview: Overview =
         app.client.get(app.url("/ops/v1/overview")).bearer_auth(&token).send().await.unwrap().json().await.unwrap();
-    let count = |state: &str| {
-        overview["withdrawals"].as_array().unwrap().iter().find(|w| w["state"] == state).unwrap()["count"].clone()
-    };
-    assert_eq!(count("completed"), 1);
-    assert_eq!(count("requires_review"), 2);
-    assert_eq!(overview["dead_letters"]["open"], 2);
-    assert_eq!(overview["dead_letters"]["by_category"][0]["category"], "dependency_rejected");
-    assert_eq!(overview["dead_letters"]["by_category"][0]["open"], 2);
+    let count = |state: WithdrawalStatus| overview.withdrawals.iter().find(|w| w.state == state).unwrap().count;
+    assert_eq!(count(WithdrawalStatus::Completed), 1);
+    assert_eq!(count(WithdrawalStatus::RequiresReview), 2);
+    assert_eq!(overview.dead_letters.open, 2);
+    let by_category = &overview.dead_letters.by_category[0];
+    assert_eq!((by_category.category, by_category.open), (Category::DependencyRejected, 2));
     app.assert_ledger_invariant().await;
 }
 
@@ -273,8 +273,7 @@ async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every
         .unwrap();
     assert_eq!(response.status(), 201);
     assert_eq!(response.headers()["x-correlation-id"], correlation.as_str(), "the response");
-    let id: withdrawals::domain::WithdrawalId =
-        response.json::<Value>().await.unwrap()["id"].as_str().unwrap().parse().unwrap();
+    let id = withdrawals::domain::WithdrawalId(response.json::<WithdrawalView>().await.unwrap().id);
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
@@ -344,8 +343,7 @@ async fn a_batched_payouts_stale_move_is_logged_with_its_jobs_correlation_id(app
             .await
             .unwrap();
         assert_eq!(response.status(), 201);
-        let id: withdrawals::domain::WithdrawalId =
-            response.json::<Value>().await.unwrap()["id"].as_str().unwrap().parse().unwrap();
+        let id = withdrawals::domain::WithdrawalId(response.json::<WithdrawalView>().await.unwrap().id);
         rows.push((id, correlation));
     }
     // One claim takes both (created before the worker starts): one batch.

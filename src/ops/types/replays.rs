@@ -80,7 +80,7 @@ pub struct ReplayRunView {
     pub reason: String,
     pub selection: Value,
     pub expected_payload_version: i64,
-    pub destination_queue: String,
+    pub destination_queue: crate::domain::job::Queue,
     pub total: i64,
     pub rate_per_second: i64,
     pub max_concurrency: i64,
