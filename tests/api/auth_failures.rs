@@ -4,12 +4,12 @@
 //! credential is checked. (The warn line with the key's prefix is checked in the observability
 //! binary, which captures the logs.)
 
-use serde_json::Value;
 use withdrawals::config::{AppConfig, AuthFailureSettings};
+use withdrawals::http::error::Problem;
 
 use crate::both_backends;
 use crate::console::http_sign_in;
-use crate::harness::{Backend, TestApp};
+use crate::harness::{read, Backend, TestApp};
 
 both_backends!(
     a_bad_credential_on_each_surface_counts_in_auth_failures_total_for_that_surface,
@@ -93,10 +93,10 @@ async fn missing_credentials_are_refused_but_neither_counted_nor_slowed(app: Tes
     assert_eq!(ok.status(), 200, "five requests without a key spent no budget");
 }
 
-async fn problem(response: reqwest::Response) -> (u16, Option<String>, Value) {
+async fn problem(response: reqwest::Response) -> (u16, Option<String>, Problem) {
     let status = response.status().as_u16();
     let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
-    (status, retry_after, response.json().await.unwrap_or(Value::Null))
+    (status, retry_after, read(response).await)
 }
 
 async fn after_a_burst_of_failures_a_source_gets_429_with_retry_after_even_with_a_valid_key(app: TestApp) {
@@ -116,13 +116,12 @@ async fn after_a_burst_of_failures_a_source_gets_429_with_retry_after_even_with_
     // The budget is spent: the source is not heard, whatever it presents, on every surface.
     let (status, retry_after, body) =
         problem(app.client.get(app.url("/v1/balances")).bearer_auth(&alice.api_key).send().await.unwrap()).await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["code"], "too_many_auth_failures");
+    assert_eq!((status, body.code.as_str()), (429, "too_many_auth_failures"), "{body:?}");
     let secs: u64 = retry_after.expect("a Retry-After header").parse().unwrap();
     assert!((1..=60).contains(&secs), "Retry-After {secs} s, one failure a minute");
     let ops = app.client.get(app.url("/ops/v1/overview")).bearer_auth(&admin).send().await.unwrap();
     let (status, retry_after, body) = problem(ops).await;
-    assert_eq!((status, body["code"].as_str()), (429, Some("too_many_auth_failures")), "the ops API shares the budget");
+    assert_eq!((status, body.code.as_str()), (429, "too_many_auth_failures"), "the ops API shares the budget");
     assert!(retry_after.is_some());
 }
 

@@ -8,14 +8,15 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
-use withdrawals::domain::{JobId, WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{JobId, ReplayStatus, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::JobKind;
+use withdrawals::ops::types::ReplayRunView;
 use withdrawals::storage::dead_letters::{self, SummaryRow};
 use withdrawals::storage::jobs::{self as job_store, NewJob};
 use withdrawals::storage::{metrics, verify, DbTime};
 
 use crate::both_backends;
-use crate::harness::TestApp;
+use crate::harness::{typed, TestApp};
 
 both_backends!(the_summary_stays_exact_through_dead_lettering_closing_settling_and_replaying);
 
@@ -86,9 +87,11 @@ async fn replay(app: &TestApp, admin: &str, letter: Uuid) {
                     "destination_queue": "payouts", "rate_per_second": 50, "max_concurrency": 10})),
     )
     .await;
-    let path = format!("/ops/v1/replays/{}", run["id"].as_str().unwrap());
+    let run: ReplayRunView = typed(run);
+    let path = format!("/ops/v1/replays/{}", run.id);
     app.eventually("the replay run to complete", WAIT, || async {
-        (ops(app, Method::GET, &path, admin, None).await["status"] == "completed").then_some(())
+        (typed::<ReplayRunView>(ops(app, Method::GET, &path, admin, None).await).status == ReplayStatus::Completed)
+            .then_some(())
     })
     .await;
 }

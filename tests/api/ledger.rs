@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use withdrawals::domain::WithdrawalStatus;
+use withdrawals::ops::types::LedgerCheck;
 
 use crate::both_backends;
-use crate::harness::{problem_code, TestApp};
+use crate::harness::{problem_code, read, TestApp};
 use crate::ops::cli;
 
 both_backends!(
@@ -156,7 +156,7 @@ async fn ledger_verify_passes_on_an_exact_ledger_and_names_a_tampered_row(app: T
 
     let clean = app.client.get(app.url("/ops/v1/ledger/verify")).bearer_auth(&viewer).send().await.unwrap();
     assert_eq!(clean.status(), 200);
-    assert_eq!(clean.json::<Value>().await.unwrap()["clean"], true);
+    assert!(read::<LedgerCheck>(clean).await.clean);
     let out = cli(&app, &viewer, &["ledger", "verify"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(withdrawals::gauges::refresh_ledger_gauge(&app.db).await.unwrap(), 0, "the periodic check");

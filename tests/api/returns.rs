@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use withdrawals::customer::types::WithdrawalView;
 use withdrawals::domain::{Amount, Currency, WithdrawalStatus};
 use withdrawals::storage::returns::{self, Applied};
 use withdrawals::storage::withdrawals as store;
 use withdrawals::storage::DbTime;
 
 use crate::both_backends;
-use crate::harness::TestApp;
+use crate::harness::{read, TestApp};
 
 both_backends!(
     a_return_re_credits_the_customer_once_and_the_ledger_stays_exact,
@@ -79,10 +80,10 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     app.assert_ledger_invariant().await;
 
     // The withdrawal stays completed (the provider did pay) and shows the return.
-    let body: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(body["status"], "completed");
-    assert_eq!(body["return"]["return_code"], "R01");
-    assert!(body["return"]["returned_at"].is_string(), "{body}");
+    let body: WithdrawalView = read(app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap()).await;
+    assert_eq!(body.status, WithdrawalStatus::Completed);
+    let returned = body.returned.as_ref().expect("the return shown");
+    assert_eq!(returned.return_code, "R01");
     let stored = returns::for_withdrawal(&app.db, id).await.unwrap().unwrap();
     assert_eq!((stored.amount_minor, stored.currency.as_str()), (2550, "USD"));
     assert_eq!(stored.evidence.0["transfer"]["return_code"], "R01", "the evidence is stored with the return");

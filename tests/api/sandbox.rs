@@ -5,13 +5,14 @@
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::Value;
 use withdrawals::config::AppConfig;
+use withdrawals::customer::types::WithdrawalView;
 use withdrawals::domain::WithdrawalStatus;
+use withdrawals::ops::types::{Overview, WithdrawalDetail};
 use withdrawals::storage::dead_letters;
 
 use crate::both_backends;
-use crate::harness::{worker_config, Backend, TestApp};
+use crate::harness::{read, worker_config, Backend, TestApp};
 
 both_backends!(a_sandbox_withdrawal_is_marked_and_paid_only_by_a_sandbox, a_real_withdrawal_is_never_paid_by_a_sandbox);
 
@@ -78,23 +79,13 @@ async fn a_sandbox_withdrawal_is_marked_and_paid_only_by_a_sandbox(app: TestApp)
     let paid = app.create_withdrawal(&alice, "k2", "25.00").await;
     app.wait_for_status(paid, WithdrawalStatus::Completed, WAIT).await;
 
-    let shown: Value = app.get(&alice, &format!("/v1/withdrawals/{paid}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(shown["sandbox"], true, "the customer sees the marker");
+    let shown: WithdrawalView = read(app.get(&alice, &format!("/v1/withdrawals/{paid}")).send().await.unwrap()).await;
+    assert!(shown.sandbox, "the customer sees the marker");
     let operator = app.operator("viewer").await;
-    let overview: Value =
-        app.client.get(app.url("/ops/v1/overview")).bearer_auth(&operator).send().await.unwrap().json().await.unwrap();
-    assert_eq!(overview["sandbox"], true, "the overview shows sandbox mode");
-    let ops: Value = app
-        .client
-        .get(app.url(&format!("/ops/v1/withdrawals/{paid}")))
-        .bearer_auth(&operator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(ops["withdrawal"]["sandbox"], true);
+    let overview: Overview = app.ops_get(&operator, "/ops/v1/overview").await;
+    assert!(overview.sandbox, "the overview shows sandbox mode");
+    let ops: WithdrawalDetail = app.ops_get(&operator, &format!("/ops/v1/withdrawals/{paid}")).await;
+    assert!(ops.withdrawal.sandbox);
     app.assert_ledger_invariant().await;
 }
 
@@ -111,8 +102,8 @@ async fn a_real_withdrawal_is_never_paid_by_a_sandbox(app: TestApp) {
     assert_eq!(letter.error_code, "sandbox_mismatch");
     assert_eq!(letter.side_effect_state, withdrawals::domain::SideEffect::NotStarted);
     assert!(app.provider.mock.transfers().is_empty());
-    let shown: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(shown["sandbox"], false);
+    let shown: WithdrawalView = read(app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap()).await;
+    assert!(!shown.sandbox);
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "25.00".into(), "0.00".into()), "held, not paid");
     app.assert_ledger_invariant().await;
 }

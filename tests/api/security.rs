@@ -345,8 +345,8 @@ async fn a_request_slower_than_the_request_timeout_is_answered_503_request_timeo
     let (status, body) = tokio::time::timeout(timeout + SLACK, read_response(&mut stream)).await.expect("an answer");
     let took = since.elapsed();
     assert_eq!(status, 503, "{body}");
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(body["code"], "request_timeout", "{body}");
+    let problem: withdrawals::http::error::Problem = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem.code, "request_timeout", "{body}");
     assert!(took >= timeout, "answered after {took:?}, before the request timeout");
 
     // Nothing was created, and the same key works afterwards.

@@ -1,13 +1,13 @@
 //! The guarded write of SPEC §1.1 at the storage layer.
 
 use futures::future::join_all;
-use serde_json::Value;
+use withdrawals::customer::types::WithdrawalView;
 use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
 use withdrawals::storage::batch::Writes;
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 
 use crate::both_backends;
-use crate::harness::{withdrawal_body, TestApp};
+use crate::harness::{read, withdrawal_body, TestApp};
 
 both_backends!(
     a_guarded_transition_that_lost_the_race_changes_nothing_and_reports_it,
@@ -19,9 +19,9 @@ both_backends!(
 
 async fn pending_withdrawal(app: &TestApp) -> WithdrawalId {
     let alice = app.customer("100.00").await;
-    let body: Value =
-        app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap().json().await.unwrap();
-    body["id"].as_str().unwrap().parse().unwrap()
+    let body: WithdrawalView =
+        read(app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap()).await;
+    WithdrawalId(body.id)
 }
 
 fn request(id: WithdrawalId, from: WithdrawalStatus, to: WithdrawalStatus, actor: &Actor) -> TransitionRequest<'_> {
@@ -98,9 +98,9 @@ async fn completing_settles_the_hold_and_failing_releases_it(app: TestApp) {
     let alice = app.customer("100.00").await;
     let mut ids = Vec::new();
     for key in ["a", "b"] {
-        let body: Value =
-            app.post_withdrawal(&alice, key, &withdrawal_body("30.00")).send().await.unwrap().json().await.unwrap();
-        ids.push(body["id"].as_str().unwrap().parse::<WithdrawalId>().unwrap());
+        let body: WithdrawalView =
+            read(app.post_withdrawal(&alice, key, &withdrawal_body("30.00")).send().await.unwrap()).await;
+        ids.push(WithdrawalId(body.id));
     }
     let worker = Actor::Worker("w".into());
     for id in &ids {
@@ -123,9 +123,9 @@ async fn completing_settles_the_hold_and_failing_releases_it(app: TestApp) {
 /// it the other way: its ledger write (a release of a hold already settled) must never run.
 async fn a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_writes_nothing(app: TestApp) {
     let alice = app.customer("100.00").await;
-    let body: Value =
-        app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap().json().await.unwrap();
-    let id: WithdrawalId = body["id"].as_str().unwrap().parse().unwrap();
+    let body: WithdrawalView =
+        read(app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap()).await;
+    let id = WithdrawalId(body.id);
     let worker = Actor::Worker("w".into());
     apply(&app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await;
     let read = store::get(&app.db, None, id).await.unwrap().unwrap();

@@ -50,13 +50,14 @@ use provider_mocks::{
 use rust_decimal::Decimal;
 use serde_json::{json, Value};
 use withdrawals::config::AppConfig;
+use withdrawals::customer::types::{BalanceList, WithdrawalView};
 use withdrawals::domain::{Withdrawal, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::JobKind;
 use withdrawals::storage::jobs as job_store;
 use withdrawals::storage::{attempts, reconciliations, withdrawals as store};
 
 use crate::both_backends;
-use crate::harness::{Backend, Customer, TestApp};
+use crate::harness::{read, typed, Backend, Customer, TestApp};
 
 mod oracle;
 mod scenario;

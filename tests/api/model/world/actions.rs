@@ -47,7 +47,7 @@ impl World {
         if status != 201 {
             self.bug(format!("a withdrawal of {amount} from a funded account was refused: {status} {body}"));
         }
-        let id: WithdrawalId = body["id"].as_str().unwrap().parse().unwrap();
+        let id = WithdrawalId(typed::<WithdrawalView>(body).id);
         for (rule_for, rule) in &mut self.create_rules {
             if rule.account_number_contains.as_deref() == Some(account_number.as_str()) {
                 *rule_for = Some(id);

@@ -17,20 +17,11 @@ impl World {
 
     /// (available, held, paid_out) in USD, as the customer API reports them.
     pub(super) async fn balances(&self) -> (Decimal, Decimal, Decimal) {
-        let body: Value = self
-            .app
-            .client
-            .get(format!("{}/v1/balances", self.api))
-            .bearer_auth(&self.customer.api_key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let usd = body["data"].as_array().unwrap().iter().find(|b| b["currency"] == "USD").expect("a USD balance");
-        let field = |name: &str| Decimal::from_str(usd[name].as_str().unwrap()).unwrap();
-        (field("available"), field("held"), field("paid_out"))
+        let request = self.app.client.get(format!("{}/v1/balances", self.api)).bearer_auth(&self.customer.api_key);
+        let balances: BalanceList = read(request.send().await.unwrap()).await;
+        let usd = balances.data.into_iter().find(|b| b.currency == "USD").expect("a USD balance");
+        let field = |value: &str| Decimal::from_str(value).unwrap();
+        (field(&usd.available), field(&usd.held), field(&usd.paid_out))
     }
 
     /// The withdrawals and the balances at one instant: every transition moves the version and
