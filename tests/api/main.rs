@@ -29,6 +29,7 @@ mod replays;
 mod returns;
 mod runbooks;
 mod sandbox;
+mod schema_keys;
 mod security;
 mod selection;
 mod settlement;
