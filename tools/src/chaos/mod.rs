@@ -26,9 +26,11 @@
 //! a paid transfer is a violation (the account's `paid_out` would not match the provider's).
 
 pub mod checks;
+mod control;
 pub mod load;
 pub mod operator;
 pub mod procs;
+mod report;
 pub mod settlement;
 
 use std::collections::HashSet;
@@ -41,10 +43,12 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
+use control::{fault_mix, quiet, save_metrics, set_faults, set_settlement, wait_until};
 use operator::{Button, Desk, Operator};
 use procs::{free_port, PgCluster, Proc};
+use report::print_summary;
 use withdrawals::domain::{Amount, Currency};
-use withdrawals::storage::{verify, Db, PoolSettings};
+use withdrawals::storage::{Db, PoolSettings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -538,150 +542,6 @@ async fn run_against(
         bail!("{} invariant violations (see {})", findings.violations.len(), dir.join("report.json").display());
     }
     Ok(())
-}
-
-/// The fault mix of the fault phase; probabilities per matching request, from the seeded RNG.
-fn fault_mix() -> Vec<FaultRule> {
-    let p = |probability: f64, route: RouteMatch, effect: FaultEffect| FaultRule {
-        probability,
-        ..FaultRule::new(route, effect)
-    };
-    vec![
-        FaultRule {
-            account_number_contains: Some("0000".into()),
-            ..FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)
-        },
-        p(0.10, RouteMatch::Any, FaultEffect::Latency { ms: 300 }),
-        p(0.02, RouteMatch::Any, FaultEffect::Latency { ms: 1_200 }),
-        p(0.08, RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None }),
-        p(0.04, RouteMatch::Create, FaultEffect::Status { code: 429, retry_after_secs: Some(1) }),
-        p(0.03, RouteMatch::Create, FaultEffect::TimeoutBeforeCommit { ms: 2_500 }),
-        p(0.03, RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 2_500 }),
-        p(0.03, RouteMatch::Create, FaultEffect::ResetAfterCommit),
-        p(0.03, RouteMatch::Lookup, FaultEffect::Status { code: 503, retry_after_secs: None }),
-    ]
-}
-
-/// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live
-/// job, no review decision waiting, no transfer `pending` at the provider. (What is left for the
-/// operators, the desk knows.)
-async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bool {
-    let Ok(outcomes) = verify::withdrawal_outcomes(db).await else { return false };
-    if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
-        return false;
-    }
-    let Ok(live) = withdrawals::storage::metrics::live_jobs_by_queue(db).await else { return false };
-    if live.iter().map(|d| d.count).sum::<i64>() > 0 {
-        return false;
-    }
-    match withdrawals::storage::review_decisions::list_pending(db, 1).await {
-        Ok(waiting) if waiting.is_empty() => {}
-        _ => return false,
-    }
-    let Ok(response) = http.get(format!("{mock_url}/__admin/transfers")).send().await else { return false };
-    let Ok(transfers) = response.json::<Value>().await else { return false };
-    !transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending")
-}
-
-async fn set_faults(http: &reqwest::Client, mock: &str, rules: &[FaultRule], seed: u64) -> anyhow::Result<()> {
-    let response =
-        http.post(format!("{mock}/__admin/faults")).json(&json!({"rules": rules, "seed": seed})).send().await?;
-    if !response.status().is_success() {
-        bail!("the mock refused the fault rules: {}", response.text().await.unwrap_or_default());
-    }
-    Ok(())
-}
-
-async fn set_settlement(http: &reqwest::Client, mock: &str, settlement: Value) -> anyhow::Result<()> {
-    let response = http.post(format!("{mock}/__admin/settlement")).json(&settlement).send().await?;
-    if !response.status().is_success() {
-        bail!("the mock refused the settlement: {}", response.text().await.unwrap_or_default());
-    }
-    Ok(())
-}
-
-/// Appends one scrape of `url` to `file`, headed by when it was taken (best effort: a process
-/// that is down has nothing to say).
-async fn save_metrics(http: &reqwest::Client, url: &str, file: &Path, kills_so_far: u64) {
-    let Ok(Ok(response)) = tokio::time::timeout(Duration::from_millis(800), http.get(url).send()).await else { return };
-    let text = response.text().await.unwrap_or_default();
-    let header = format!("# scrape of {url} at {} (after {kills_so_far} kills)\n", chrono::Utc::now().to_rfc3339());
-    use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
-        let _ = f.write_all(header.as_bytes()).and_then(|()| f.write_all(text.as_bytes()));
-    }
-}
-
-async fn wait_until(http: &reqwest::Client, url: &str, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Ok(r) = http.get(url).send().await {
-            if r.status().is_success() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{url} did not answer within {within:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn print_summary(report: &Value) {
-    let f = &report["findings"];
-    let c = &report["customers"];
-    let i = &report["injected"];
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    eprintln!("\n== chaos run: {} seed {} ==", report["backend"].as_str().unwrap_or("?"), report["seed"]);
-    eprintln!(
-        "customers: {} requested, {} accepted, {} rejected; {} client retries, {} sequential and {} concurrent duplicate sends ({} replays seen), {} cancels asked ({} took effect), {} invalid destinations",
-        n(&c["requested"]), n(&c["accepted"]), n(&c["rejected"]), n(&c["client_retries"]), n(&c["sequential_duplicates"]),
-        n(&c["concurrent_duplicates"]), n(&c["replays_seen"]), n(&c["cancels_requested"]), n(&c["cancels_accepted"]),
-        n(&c["invalid_destinations"])
-    );
-    eprintln!(
-        "injected: {} worker SIGKILLs, {} database restarts, {} s lookup outage, {} s async settlement, {} s slow settlement ({} ms, past the {} ms reconciliation window); provider answers: {}",
-        n(&i["worker_kills"]), n(&i["database_restarts"]), n(&i["lookup_outage_seconds"]), n(&i["async_settlement_seconds"]),
-        n(&i["slow_settlement_seconds"]), n(&i["slow_settlement_delay_ms"]), n(&i["reconcile_window_ms"]),
-        i["provider_outcomes"]
-    );
-    let o = &report["operator"];
-    eprintln!(
-        "operator: {}; {} passes ({} settled), {} visits, {} requests, {} withdrawals met in review with their transfer pending",
-        operator::describe(&o["actions"]),
-        n(&o["passes"]),
-        n(&o["settled_passes"]),
-        n(&o["visits"]),
-        n(&o["requests"]),
-        n(&o["pending_at_provider_in_review"])
-    );
-    eprintln!(
-        "final states: {}  ({} in the database); requires_review evidence: {} with a dead letter, {} with a reconciliation result",
-        f["final_states"], n(&f["withdrawals_in_database"]), n(&f["review_with_dead_letter"]), n(&f["review_with_reconciliation"])
-    );
-    eprintln!(
-        "checked: {} provider transfers ({} paid) for executions per key, {} dead letters and {} bytes of logs for secrets",
-        n(&f["provider_executions_checked"]), n(&f["paid_transfers"]), n(&f["dead_letters_scanned"]), n(&f["log_bytes_scanned"])
-    );
-    for line in settlement::describe(&report["settlement"]) {
-        eprintln!("{line}");
-    }
-    eprintln!(
-        "time: fault phase {:.0} s, convergence {:.1} s, total {:.0} s",
-        report["fault_phase_seconds"].as_f64().unwrap_or(0.0),
-        report["convergence_seconds"].as_f64().unwrap_or(0.0),
-        report["total_seconds"].as_f64().unwrap_or(0.0)
-    );
-    let violations = f["violations"].as_array().cloned().unwrap_or_default();
-    if violations.is_empty() {
-        eprintln!("violations: none\n");
-    } else {
-        eprintln!("violations ({}):", violations.len());
-        for v in violations {
-            eprintln!("  - {}", v.as_str().unwrap_or_default());
-        }
-        eprintln!();
-    }
 }
 
 #[cfg(test)]
