@@ -1,7 +1,8 @@
 //! Maker-checker (SPEC §8): what a second person approves, and who counts as one. Every action that
 //! needs two people is an [`ApprovalKind`]; the rule of who may approve, [`may_approve`], is one
 //! pure function over who asked, who approves and who issued the approver's current credential.
-//! The flow (authorise, check, mark decided, apply, audit) is `ops::approvals`.
+//! The flow (check, mark decided, apply, audit) is `ops::approvals`, run inside `Ops::perform`,
+//! which authorises.
 
 use super::OperatorId;
 use crate::text_enum;

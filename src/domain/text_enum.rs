@@ -1,6 +1,7 @@
 //! The shape every stored state shares: a closed set of snake_case names, stored as TEXT on both
 //! backends, sent as the same names in JSON. [`text_enum!`](crate::text_enum) writes the enum, its
-//! `as_str`, `ALL`, `Display` and `FromStr`, so the three spellings (Rust, JSON, SQL) cannot drift.
+//! `as_str`, `ALL`, `AsRef<str>`, `Display` and `FromStr`, so the three spellings (Rust, JSON, SQL)
+//! cannot drift.
 //!
 //! The sqlx derive declares the PostgreSQL type as `text` (not a custom enum type named after the
 //! Rust type, sqlx's default), so values bind to and decode from the TEXT columns as they are.

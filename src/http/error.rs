@@ -17,10 +17,8 @@ pub enum ApiError {
     Internal(anyhow::Error),
 }
 
-/// A client-facing problem. Deserialised strictly (an unknown member is an error), so a client or
-/// test that reads one knows it saw the whole body.
+/// A client-facing problem (also readable back, for the tests and Rust clients).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct Problem {
     #[serde(rename = "type")]
     pub kind: String,

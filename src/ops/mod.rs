@@ -212,7 +212,7 @@ impl<'a> Audited<'a> {
             action: self.action.to_owned(),
             target_type: self.target_type.to_owned(),
             target_id: self.target_id.clone(),
-            reason: crate::redact::text(&stored_text(self.reason)),
+            reason: crate::redact::text(&stored_text(self.reason.trim())),
             parameters: sqlx::types::Json(crate::redact::json(&stored_parameters(&self.parameters))),
             result: result.to_owned(),
             at: DbTime::now(),

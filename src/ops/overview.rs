@@ -23,6 +23,30 @@ fn age_seconds(t: Option<DbTime>) -> Option<i64> {
     t.map(|t| (Utc::now() - t.0).num_seconds().max(0))
 }
 
+/// One process's report as the view shows it. A role or state this version does not know (a
+/// process of another version, during a rolling deploy) leaves that report out, with a warning,
+/// instead of failing the breaker view and with it the kill switch.
+fn process_view(r: &breaker_store::Report) -> Option<BreakerProcessView> {
+    match (r.role.parse(), r.state.parse()) {
+        (Ok(role), Ok(state)) => Some(BreakerProcessView {
+            process_id: r.process_id.clone(),
+            role,
+            host: r.host.clone(),
+            version: r.version.clone(),
+            state,
+            since: r.since.0,
+            reported_at: r.reported_at.0,
+        }),
+        (role, state) => {
+            tracing::warn!(
+                process = r.process_id, version = r.version, role = ?role.err(), state = ?state.err(),
+                "a breaker report this version cannot read is left out of the view"
+            );
+            None
+        }
+    }
+}
+
 /// Every breaker the cluster knows — this process's, any a live process reports, any with an
 /// override — with its override and its processes (SPEC §8).
 async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
@@ -38,19 +62,8 @@ async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
     Ok(names
         .into_iter()
         .map(|name| {
-            let processes: Vec<BreakerProcessView> = reports
-                .iter()
-                .filter(|r| r.breaker == name)
-                .map(|r| BreakerProcessView {
-                    process_id: r.process_id.clone(),
-                    role: r.role,
-                    host: r.host.clone(),
-                    version: r.version.clone(),
-                    state: r.state,
-                    since: r.since.0,
-                    reported_at: r.reported_at.0,
-                })
-                .collect();
+            let processes: Vec<BreakerProcessView> =
+                reports.iter().filter(|r| r.breaker == name).filter_map(process_view).collect();
             let forced = overrides.iter().find(|o| o.breaker == name).map(|o| BreakerOverrideView {
                 mode: o.mode,
                 reason: o.reason.clone(),
@@ -111,7 +124,8 @@ pub async fn force_breaker(
 }
 
 impl BreakerAction {
-    /// The action a console form or a CLI word names (`force-open`, `force_open`, …).
+    /// The action a console form names (`force-open`, `force-closed`, `release`; the JSON spelling
+    /// `force_open` is read too).
     pub fn from_form(raw: &str) -> Option<Self> {
         raw.replace('-', "_").parse().ok()
     }

@@ -74,10 +74,10 @@ async fn sync_once(
         &Report {
             process_id: process.id.clone(),
             breaker: breaker.name().to_owned(),
-            role: process.role,
+            role: process.role.as_str().to_owned(),
             host: process.host.clone(),
             version: crate::VERSION.to_owned(),
-            state,
+            state: state.as_str().to_owned(),
             since: seen.1,
             reported_at: now,
         },

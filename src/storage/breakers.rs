@@ -4,7 +4,9 @@
 //! interval (`provider::cluster`).
 
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::{BreakerOverride, BreakerState, OperatorId, ProcessRole};
+use crate::domain::{BreakerOverride, OperatorId};
+#[cfg(doc)]
+use crate::domain::{BreakerState, ProcessRole};
 use crate::{with_conn, with_read_conn};
 
 /// An operator's override of one breaker.
@@ -68,15 +70,18 @@ pub async fn overrides(db: &Db) -> Result<Vec<Override>> {
     }))
 }
 
-/// What one process's breaker said at `reported_at`.
+/// What one process's breaker said at `reported_at`. `role` and `state` are text as the reporting
+/// process wrote them (a [`ProcessRole`] and a [`BreakerState`]): during a rolling deploy a process
+/// of another version may report a value this one does not know, and the reader decides what to
+/// do with it rather than failing the whole view.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Report {
     pub process_id: String,
     pub breaker: String,
-    pub role: ProcessRole,
+    pub role: String,
     pub host: String,
     pub version: String,
-    pub state: BreakerState,
+    pub state: String,
     /// When the breaker entered `state` (as this process saw it).
     pub since: DbTime,
     pub reported_at: DbTime,
@@ -94,10 +99,10 @@ pub async fn report(db: &Db, r: &Report) -> Result<()> {
         )
         .bind(&r.process_id)
         .bind(&r.breaker)
-        .bind(r.role)
+        .bind(&r.role)
         .bind(&r.host)
         .bind(&r.version)
-        .bind(r.state)
+        .bind(&r.state)
         .bind(r.since)
         .bind(r.reported_at)
         .execute(&mut *conn)

@@ -20,9 +20,43 @@ use crate::ops::cli;
 both_backends!(
     a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_across_the_cluster,
     an_admin_forces_and_releases_the_breaker_in_the_console,
+    a_report_this_version_cannot_read_leaves_the_view_and_the_kill_switch_working,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// During a rolling deploy a process of another version may report a role or state this one does
+/// not know: that report is left out, and the view and the kill switch keep working.
+async fn a_report_this_version_cannot_read_leaves_the_view_and_the_kill_switch_working(app: TestApp) {
+    use withdrawals::storage::breakers::{self as breaker_store, Report};
+    use withdrawals::storage::DbTime;
+    let now = DbTime::now();
+    let report = |process: &str, role: &str, state: &str| Report {
+        process_id: process.into(),
+        breaker: "payout_provider".into(),
+        role: role.into(),
+        host: "h".into(),
+        version: "9.9.9".into(),
+        state: state.into(),
+        since: now,
+        reported_at: now,
+    };
+    breaker_store::report(&app.db, &report("future:1", "api", "melting")).await.unwrap();
+    breaker_store::report(&app.db, &report("future:2", "janitor", "closed")).await.unwrap();
+    breaker_store::report(&app.db, &report("present:1", "worker", "half_open")).await.unwrap();
+
+    let view = breakers(&app, &app.operator("viewer").await).await;
+    assert_eq!(processes(&view), [(ProcessRole::Worker, BreakerState::HalfOpen)], "{view:?}");
+    let forced = app
+        .client
+        .post(app.url("/ops/v1/breakers/payout_provider/force-open"))
+        .bearer_auth(app.operator("admin").await)
+        .json(&json!({"reason": "INC-3001"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forced.status(), 200, "the kill switch still works");
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -199,12 +199,12 @@ impl TestApp {
         self.client.get(self.url(path)).bearer_auth(&customer.api_key)
     }
 
-    /// Runs one statement on the app's database behind the app's back (to stage a broken state).
     /// `GET path` as the operator holding `token`, read as the DTO the ops API sends.
     pub async fn ops_get<T: serde::de::DeserializeOwned>(&self, token: &str, path: &str) -> T {
         read(self.client.get(self.url(path)).bearer_auth(token).send().await.unwrap()).await
     }
 
+    /// Runs one statement on the app's database behind the app's back (to stage a broken state).
     pub async fn execute_raw(&self, sql: &str) {
         if self.database_url.starts_with("sqlite:") {
             let mut conn = sqlx::SqliteConnection::connect(&self.database_url).await.unwrap();
@@ -250,7 +250,11 @@ pub async fn problem_code(response: Response) -> (u16, String, Problem) {
     let status = response.status().as_u16();
     let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(content_type.as_deref(), Some("application/problem+json"), "status {status}");
-    let problem: Problem = read(response).await;
+    let body: Value = read(response).await;
+    let members: Vec<&str> = body.as_object().expect("a JSON object").keys().map(String::as_str).collect();
+    let known = ["type", "title", "status", "detail", "code", "field"];
+    assert!(members.iter().all(|m| known.contains(m)), "a problem has only {known:?}: {body}");
+    let problem: Problem = typed(body);
     assert_eq!(problem.status, status, "{problem:?}");
     (status, problem.code.clone(), problem)
 }
