@@ -145,18 +145,18 @@ impl FromRequestParts<AppState> for Session {
             && stored.expires_at.0 > Utc::now()
             && stored.operator_disabled_at.is_none()
             && credentials::verify(secret, &stored.secret_hash);
-        match live {
-            true => Ok(Session {
-                id,
-                operator: Operator {
-                    id: OperatorId(stored.operator_id),
-                    name: stored.operator_name,
-                    role: stored.operator_role,
-                },
-                csrf: csrf_for(secret),
-            }),
-            _ => Err(sign_in_redirect(parts)),
+        if !live {
+            return Err(sign_in_redirect(parts));
         }
+        Ok(Session {
+            id,
+            operator: Operator {
+                id: OperatorId(stored.operator_id),
+                name: stored.operator_name,
+                role: stored.operator_role,
+            },
+            csrf: csrf_for(secret),
+        })
     }
 }
 

@@ -398,16 +398,8 @@ async fn dead_letter_store_outage(app: &TestApp, on: bool) {
             "DROP FUNCTION test_dead_letter_store_outage()",
         ],
     };
-    if app.database_url.starts_with("sqlite") {
-        let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
-        for sql in statements {
-            sqlx::query(sql).execute(&mut conn).await.unwrap();
-        }
-    } else {
-        let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
-        for sql in statements {
-            sqlx::query(sql).execute(&mut conn).await.unwrap();
-        }
+    for sql in statements {
+        app.execute_raw(sql).await;
     }
 }
 

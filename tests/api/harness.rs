@@ -33,6 +33,22 @@ pub enum Backend {
 /// `both_backends!(a, b)` gives each scenario [`TestApp::spawn`]; `both_backends!(with = app; a, b)`
 /// gives it `app(backend).await` instead, for a module whose scenarios need other settings
 /// (`app` is any `async fn(Backend) -> TestApp` in scope where the macro is invoked).
+/// Runs `$body` with `$conn` a fresh connection to `$url`, on whichever backend it names (for
+/// statements a test runs behind the app's back: staging a broken state, reading the catalog).
+#[macro_export]
+macro_rules! on_connection {
+    ($url:expr, |$conn:ident| $body:expr) => {
+        if $url.starts_with("sqlite") {
+            let options: sqlx::sqlite::SqliteConnectOptions = $url.parse().unwrap();
+            let mut $conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true)).await.unwrap();
+            $body
+        } else {
+            let mut $conn = sqlx::PgConnection::connect($url).await.unwrap();
+            $body
+        }
+    };
+}
+
 #[macro_export]
 macro_rules! both_backends {
     (with = $app:expr; $($name:ident),* $(,)?) => {
@@ -206,13 +222,9 @@ impl TestApp {
 
     /// Runs one statement on the app's database behind the app's back (to stage a broken state).
     pub async fn execute_raw(&self, sql: &str) {
-        if self.database_url.starts_with("sqlite:") {
-            let mut conn = sqlx::SqliteConnection::connect(&self.database_url).await.unwrap();
+        crate::on_connection!(&self.database_url, |conn| {
             conn.execute(sql).await.unwrap();
-        } else {
-            let mut conn = sqlx::PgConnection::connect(&self.database_url).await.unwrap();
-            conn.execute(sql).await.unwrap();
-        }
+        });
     }
 
     /// The ledger invariant of SPEC §1.2, checked with the storage layer's one query.

@@ -11,8 +11,8 @@ use sqlx::Connection;
 use uuid::Uuid;
 use withdrawals::storage::{Db, PoolSettings};
 
-use crate::both_backends;
 use crate::harness::{fresh_database, Backend, TestApp};
+use crate::{both_backends, on_connection};
 
 both_backends!(
     with = TestApp::spawn;
@@ -205,20 +205,6 @@ async fn every_table_is_classified_and_per_account_keys_name_the_account(app: Te
         let still_unkeyed = found.get(*table).is_some_and(|f| f.iter().any(|f| f.unkeyed));
         assert!(still_unkeyed, "`{table}` is keyed by account now: remove it from NOT_YET_KEYED");
     }
-}
-
-/// Runs `$body` with `$conn` a fresh connection to `$url`, on whichever backend it names.
-macro_rules! on_connection {
-    ($url:expr, |$conn:ident| $body:expr) => {
-        if $url.starts_with("sqlite") {
-            let options: sqlx::sqlite::SqliteConnectOptions = $url.parse().unwrap();
-            let mut $conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true)).await.unwrap();
-            $body
-        } else {
-            let mut $conn = sqlx::PgConnection::connect($url).await.unwrap();
-            $body
-        }
-    };
 }
 
 /// Applies the migrations up to `version` only, as a database deployed before the later ones.
