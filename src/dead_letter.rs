@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 pub use crate::domain::Category;
-use crate::domain::{Actor, DeadLetterId, SideEffect, WithdrawalId};
+use crate::domain::{Actor, DeadLetterId, SideEffect, Withdrawal, WithdrawalKey};
 use crate::redact;
 use crate::storage::attempts;
 use crate::storage::dead_letters::{self, DeadLetter};
@@ -136,9 +136,9 @@ fn redact_raw(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// What the service knows about the provider side effect from the withdrawal's attempts.
-async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalId>) -> anyhow::Result<SideEffect> {
-    let Some(id) = withdrawal else { return Ok(SideEffect::NotStarted) };
-    Ok(match attempts::latest(tx, id).await? {
+async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalKey>) -> anyhow::Result<SideEffect> {
+    let Some(key) = withdrawal else { return Ok(SideEffect::NotStarted) };
+    Ok(match attempts::latest(tx, key).await? {
         None => SideEffect::NotStarted,
         Some(a) if a.outcome.is_none() => SideEffect::Unknown,
         Some(a) => a.side_effect,
@@ -148,9 +148,14 @@ async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalId>) -> a
 /// Writes the envelope and parks the withdrawal, in `tx`. The caller marks the job dead in the
 /// same transaction (fenced by its lease, or as an expired lease) and commits.
 pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &str) -> anyhow::Result<()> {
+    // The job names its withdrawal by id; the row gives its account.
+    let withdrawal = match job.withdrawal_id {
+        Some(id) => store::find_in_tx(tx, id).await?,
+        None => None,
+    };
     let side_effect = match failure.side_effect {
         Some(known) => known,
-        None => derived_side_effect(tx, job.withdrawal_id).await?,
+        None => derived_side_effect(tx, withdrawal.as_ref().map(Withdrawal::key)).await?,
     };
     let mut letter = envelope(job, failure, side_effect, &worker_host());
     // The claimed copy of the job predates this run's mark of its first attempt, so the job row
@@ -160,12 +165,10 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     // The withdrawal first, the envelope last: inserting it locks its group's open-count row, and
     // a settling transition takes the withdrawal row before that same counter row
     // (`storage::dead_letters`), so both lock in one order.
-    if let Some(id) = job.withdrawal_id {
-        if let Some(w) = store::get_in_tx(tx, id).await? {
-            let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
-            let actor = Actor::Worker(worker_id.to_owned());
-            store::park_for_review(tx, &w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
-        }
+    if let Some(w) = &withdrawal {
+        let reason = format!("dead-lettered: {} ({})", failure.category.as_str(), letter.error_code);
+        let actor = Actor::Worker(worker_id.to_owned());
+        store::park_for_review(tx, w, &actor, &reason, &job.correlation_id, failure.category.as_str()).await?;
     }
     dead_letters::insert(tx, &letter).await?;
     let (queue, job_type, category, error_code) =

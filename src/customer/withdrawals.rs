@@ -9,7 +9,7 @@ use super::types::{CreateWithdrawalRequest, ListQuery, ReturnView, WithdrawalLis
 use super::{Customers, ServiceError, ServiceResult};
 use crate::domain::{
     check_reference, AccountId, Actor, Amount, AmountLimits, Currency, Destination, IdempotencyKey, Withdrawal,
-    WithdrawalId, WithdrawalStatus,
+    WithdrawalId, WithdrawalKey, WithdrawalStatus,
 };
 use crate::storage::batch::{Writes, Written};
 use crate::storage::idempotency::{self, Begin};
@@ -242,7 +242,7 @@ fn parse_id(raw: &str) -> ServiceResult<WithdrawalId> {
 }
 
 async fn get(customers: &Customers<'_>, account: AccountId, id: WithdrawalId) -> ServiceResult<Withdrawal> {
-    store::get(customers.db, Some(account), id).await?.ok_or_else(ServiceError::not_found)
+    store::get(customers.db, WithdrawalKey { account, id }).await?.ok_or_else(ServiceError::not_found)
 }
 
 /// `GET /v1/withdrawals/{id}`: the account's withdrawal, with its return when it had one.
@@ -250,7 +250,7 @@ pub async fn read(customers: &Customers<'_>, account: AccountId, id: &str) -> Se
     let withdrawal = get(customers, account, parse_id(id)?).await?;
     let mut view = WithdrawalView::from(&withdrawal);
     if withdrawal.status == WithdrawalStatus::Completed {
-        view.returned = crate::storage::returns::for_withdrawal(customers.db, withdrawal.id)
+        view.returned = crate::storage::returns::for_withdrawal(customers.db, withdrawal.key())
             .await?
             .map(|r| ReturnView { returned_at: r.returned_at.0, return_code: r.return_code });
     }
@@ -264,11 +264,13 @@ fn encode_cursor(w: &Withdrawal) -> String {
     hex::encode(format!("{}|{}", DbTime::from(w.created_at).0.timestamp_micros(), w.id))
 }
 
+/// The cursor still carries the creation time (cursors handed out before issue 29 stay valid);
+/// the page is found by the id alone.
 fn decode_cursor(raw: &str) -> Option<PageCursor> {
     let text = String::from_utf8(hex::decode(raw).ok()?).ok()?;
     let (micros, id) = text.split_once('|')?;
-    let created_at = DbTime::from_client_micros(micros.parse().ok()?)?;
-    Some(PageCursor { created_at, id: Uuid::parse_str(id).ok()? })
+    DbTime::from_client_micros(micros.parse().ok()?)?;
+    Some(PageCursor { id: Uuid::parse_str(id).ok()? })
 }
 
 /// `GET /v1/withdrawals`: the account's withdrawals, newest first, a page at a time.
@@ -316,7 +318,7 @@ pub async fn cancel(customers: &Customers<'_>, caller: &Caller<'_>, id: &str) ->
     }
     let mut tx = customers.db.begin().await?;
     let request = store::TransitionRequest {
-        id,
+        key: current.key(),
         from: WithdrawalStatus::Pending,
         to: WithdrawalStatus::Failed,
         expected_version: None,

@@ -54,4 +54,4 @@ pub use replay::{check_replay_transition, ReplayAction, ReplayItemStatus, Replay
 pub use role::Role;
 pub use status::{check_transition, path_to_review, Actor, LedgerEffect, TransitionError, WithdrawalStatus};
 pub use text_enum::UnknownValue;
-pub use withdrawal::Withdrawal;
+pub use withdrawal::{Withdrawal, WithdrawalKey};

@@ -48,7 +48,7 @@ pub async fn enqueue_reconciliation(
 /// proved it did not: a resubmission could pay twice, so only reconciliation may follow.
 ///
 /// [`AttemptRow::may_have_paid`]: crate::storage::attempts::AttemptRow::may_have_paid
-pub async fn side_effect_unreconciled(db: &crate::storage::Db, id: WithdrawalId) -> Result<bool> {
+pub async fn side_effect_unreconciled(db: &crate::storage::Db, id: crate::domain::WithdrawalKey) -> Result<bool> {
     let Some(last) = crate::storage::attempts::for_withdrawal(db, id).await?.pop() else { return Ok(false) };
     if !last.may_have_paid() {
         return Ok(false);

@@ -196,12 +196,12 @@ async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyho
     // meanwhile, even with its status unchanged, is a stale move.
     let settles: Vec<Option<TransitionRequest>> = held
         .iter()
-        .map(|(row, w, _, d)| d.settle(w.id, actor, &batch[*row].ctx.job.correlation_id, Some(w.version + 1)))
+        .map(|(row, w, _, d)| d.settle(w.key(), actor, &batch[*row].ctx.job.correlation_id, Some(w.version + 1)))
         .collect();
     let mut writes = Writes::new();
     let mut guards = Vec::with_capacity(held.len());
-    for ((_, _, attempt, d), settle) in held.iter().zip(&settles) {
-        attempts::record_outcome_in(&mut writes, *attempt, &d.record);
+    for ((_, w, attempt, d), settle) in held.iter().zip(&settles) {
+        attempts::record_outcome_in(&mut writes, w.account_id, *attempt, &d.record);
         guards.push(settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?);
     }
     let ran = writes.run(&mut tx).await?;
@@ -306,7 +306,7 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
     let claims: Vec<TransitionRequest> = leased
         .iter()
         .map(|(row, w, _, _)| TransitionRequest {
-            id: w.id,
+            key: w.key(),
             from: WithdrawalStatus::Pending,
             to: WithdrawalStatus::Processing,
             // The version this transaction read: a row changed since is a stale move.
@@ -329,8 +329,14 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
         let ctx = &batch[row].ctx;
         let _span = ctx.span().entered();
         if guard.settle_in(&mut writes, &ran, &withdrawal, req) {
-            let attempt =
-                attempts::start_in(&mut writes, withdrawal.id, ctx.job.id, 1, ctx.worker_id(), &ctx.job.correlation_id);
+            let attempt = attempts::start_in(
+                &mut writes,
+                withdrawal.key(),
+                ctx.job.id,
+                1,
+                ctx.worker_id(),
+                &ctx.job.correlation_id,
+            );
             moved.push(req);
             calls.push(Call { row, withdrawal, permit, attempt });
         } else {

@@ -20,7 +20,7 @@ use super::{JobKind, ReconcilePayout, SubmitPayout};
 use crate::dead_letter::Failure;
 use crate::domain::{
     Actor, Evidence, EvidenceSource, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome,
-    StoredEvidence, VerdictKind, WithdrawalStatus,
+    StoredEvidence, VerdictKind, WithdrawalKey, WithdrawalStatus,
 };
 use crate::provider::{LookupOutcome, Verdict};
 use crate::storage::attempts::{self, SideEffect};
@@ -32,7 +32,7 @@ use crate::storage::{DbTime, Tx};
 pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Result<()> {
     let id = payload.withdrawal_id;
     let job = &ctx.job;
-    let Some(withdrawal) = store::get(ctx.db(), None, id).await? else {
+    let Some(withdrawal) = store::find(ctx.db(), id).await? else {
         return ctx
             .poison(
                 super::payload::UNKNOWN_WITHDRAWAL,
@@ -40,10 +40,11 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             )
             .await;
     };
+    let key = withdrawal.key();
     let from = withdrawal.status;
     if !matches!(from, WithdrawalStatus::Processing | WithdrawalStatus::RequiresReview) {
         let mut tx = ctx.db().begin().await?;
-        record(&mut tx, ctx, Outcome::Skipped, None, None, &format!("withdrawal already {from}"), None).await?;
+        record(&mut tx, ctx, key, Outcome::Skipped, None, None, &format!("withdrawal already {from}"), None).await?;
         return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
@@ -57,7 +58,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             if started.plus(window) <= DbTime::now() {
                 let mut tx = ctx.db().begin().await?;
                 let message = "reconciliation could not ask the provider within its window (breaker open)";
-                record(&mut tx, ctx, Outcome::WindowExpired, None, None, message, None).await?;
+                record(&mut tx, ctx, key, Outcome::WindowExpired, None, None, message, None).await?;
                 let failure = Failure::side_effect_unknown("reconciliation_breaker_open", message);
                 return ctx.dead_letter(tx, &failure).await;
             }
@@ -73,7 +74,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     // "Not found" is only definitive once no attempt can still be on its way: a request we
     // stopped waiting for may yet be executed by the provider.
     let in_flight = match &answer {
-        LookupOutcome::NotFound => in_flight_until(ctx.db(), id, ctx.config().in_flight_grace).await?,
+        LookupOutcome::NotFound => in_flight_until(ctx.db(), key, ctx.config().in_flight_grace).await?,
         _ => None,
     };
     // Every transfer the provider shows is checked against the withdrawal first (SPEC §7).
@@ -86,30 +87,31 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             let name = verdict.kind();
             let result = if matches!(verdict, Verdict::Returned(_)) { Outcome::Returned } else { Outcome::Paid };
             let to = WithdrawalStatus::Completed;
-            decide(&mut tx, ctx, from, to, "reconciliation found it paid", None, Some(evidence)).await?;
-            record(&mut tx, ctx, result, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
+            decide(&mut tx, ctx, key, from, to, "reconciliation found it paid", None, Some(evidence)).await?;
+            record(&mut tx, ctx, key, result, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Failed(t) => {
             let code = t.failure_code.as_deref().unwrap_or("provider_failed");
             let to = WithdrawalStatus::Failed;
-            decide(&mut tx, ctx, from, to, "reconciliation found it failed", Some(code), Some(evidence)).await?;
-            record(&mut tx, ctx, Outcome::Failed, Some(&t.id), Some(code), "provider reports failed", None).await?;
+            decide(&mut tx, ctx, key, from, to, "reconciliation found it failed", Some(code), Some(evidence)).await?;
+            record(&mut tx, ctx, key, Outcome::Failed, Some(&t.id), Some(code), "provider reports failed", None)
+                .await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Mismatch(t, m) => {
             let failure = super::submit::mismatch_failure(&withdrawal, t, m);
-            record(&mut tx, ctx, Outcome::Mismatch, Some(&t.id), None, &failure.message, None).await?;
+            record(&mut tx, ctx, key, Outcome::Mismatch, Some(&t.id), None, &failure.message, None).await?;
             return ctx.dead_letter(tx, &failure).await;
         }
         Verdict::InFlight => {
             let settled = in_flight.unwrap_or_else(DbTime::now);
             let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
-            record(&mut tx, ctx, Outcome::NotFound, None, None, detail, None).await?;
+            record(&mut tx, ctx, key, Outcome::NotFound, None, None, detail, None).await?;
             let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
-        Verdict::NoTransfer => return controlled_retry(tx, ctx, from).await,
+        Verdict::NoTransfer => return controlled_retry(tx, ctx, key, from).await,
         Verdict::Pending(t) => (Outcome::Pending, format!("transfer {} still pending at the provider", t.id)),
         Verdict::Unavailable(why) => (Outcome::Unavailable, why.clone()),
     };
@@ -130,14 +132,14 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     };
     match decision {
         RetryDecision::RetryAfter(delay) => {
-            record(&mut tx, ctx, result, None, None, &detail, None).await?;
+            record(&mut tx, ctx, key, result, None, None, &detail, None).await?;
             let run_at = DbTime::after(delay);
             ctx.finish_or_rollback(tx, &Finish::Reschedule { run_at, consumed_attempt: true, error: result.as_str() })
                 .await
         }
         RetryDecision::Exhausted(_) => {
             let message = format!("reconciliation could not decide within its window; last answer: {detail}");
-            record(&mut tx, ctx, Outcome::WindowExpired, None, None, &message, None).await?;
+            record(&mut tx, ctx, key, Outcome::WindowExpired, None, None, &message, None).await?;
             let failure = Failure::side_effect_unknown(format!("reconciliation_{result}"), message);
             ctx.dead_letter(tx, &failure).await
         }
@@ -149,11 +151,11 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
 /// live lease. Until then an empty lookup is not a definitive "no such transfer".
 pub async fn in_flight_until(
     db: &crate::storage::Db,
-    id: crate::domain::WithdrawalId,
+    key: WithdrawalKey,
     grace: std::time::Duration,
 ) -> crate::storage::Result<Option<DbTime>> {
     let grace = TimeDelta::from_std(grace).unwrap_or(TimeDelta::seconds(15));
-    let latest = attempts::for_withdrawal(db, id).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown);
+    let latest = attempts::for_withdrawal(db, key).await?.pop().filter(|a| a.side_effect == SideEffect::Unknown);
     let Some(a) = latest else { return Ok(None) };
     let settled = a.started_at.plus(grace);
     if settled > DbTime::now() {
@@ -169,11 +171,16 @@ pub async fn in_flight_until(
 /// The provider definitively has no transfer under this key: a new submit job with the same
 /// idempotency key, linked to the result that justified it, after the submit policy's backoff —
 /// unless the withdrawal's retry budget is spent, then `retries_exhausted` (nothing was paid).
-async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) -> anyhow::Result<()> {
+async fn controlled_retry(
+    mut tx: Tx,
+    ctx: &JobContext,
+    key: WithdrawalKey,
+    from: WithdrawalStatus,
+) -> anyhow::Result<()> {
     let job = &ctx.job;
-    let id = ctx.payload_withdrawal()?;
-    attempts::resolve_unfinished_as_not_executed(&mut tx, id).await?;
-    let (attempts_made, first) = attempts::budget(&mut tx, id).await?;
+    let id = key.id;
+    attempts::resolve_unfinished_as_not_executed(&mut tx, key).await?;
+    let (attempts_made, first) = attempts::budget(&mut tx, key).await?;
     let elapsed = first.map(|f| (DbTime::now().0 - f.0).to_std().unwrap_or_default()).unwrap_or_default();
     let policy = &ctx.config().submit_policy;
     let decision = policy.next_delay(
@@ -188,9 +195,9 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
             let detail = format!(
                 "provider has no transfer under this key; retry budget spent ({by:?}) after {attempts_made} attempts"
             );
-            record(&mut tx, ctx, Outcome::NotFound, None, None, &detail, None).await?;
+            record(&mut tx, ctx, key, Outcome::NotFound, None, None, &detail, None).await?;
             let last_code =
-                attempts::latest(&mut tx, id).await?.and_then(|a| a.error_code).unwrap_or_else(|| "not_found".into());
+                attempts::latest(&mut tx, key).await?.and_then(|a| a.error_code).unwrap_or_else(|| "not_found".into());
             let failure = Failure::retries_exhausted(last_code, detail);
             return ctx.dead_letter(tx, &failure).await;
         }
@@ -198,7 +205,7 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
     if from == WithdrawalStatus::RequiresReview {
         let reason = "controlled retry after reconciliation";
         let evidence = Evidence::of(EvidenceSource::ProviderLookup, VerdictKind::NoTransfer, chrono::Utc::now());
-        decide(&mut tx, ctx, from, WithdrawalStatus::Processing, reason, None, Some(evidence)).await?;
+        decide(&mut tx, ctx, key, from, WithdrawalStatus::Processing, reason, None, Some(evidence)).await?;
     }
     let result_id = ReconciliationId::new();
     let follow_up = if job_store::has_live_job(&mut tx, id, JobKind::SubmitPayout).await? {
@@ -209,13 +216,15 @@ async fn controlled_retry(mut tx: Tx, ctx: &JobContext, from: WithdrawalStatus) 
         Some(job_store::enqueue(&mut tx, &retry).await?)
     };
     let detail = "provider has no transfer under this key: controlled retry with the same key";
-    insert_result(&mut tx, ctx, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;
+    insert_result(&mut tx, ctx, key, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;
     ctx.finish_or_rollback(tx, &Finish::Succeeded).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn decide(
     tx: &mut Tx,
     ctx: &JobContext,
+    key: WithdrawalKey,
     from: WithdrawalStatus,
     to: WithdrawalStatus,
     reason: &str,
@@ -224,7 +233,7 @@ async fn decide(
 ) -> anyhow::Result<()> {
     let evidence = evidence.map(StoredEvidence::from);
     let request = TransitionRequest {
-        id: ctx.payload_withdrawal()?,
+        key,
         from,
         to,
         expected_version: None,
@@ -240,22 +249,25 @@ async fn decide(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn record(
     tx: &mut Tx,
     ctx: &JobContext,
+    key: WithdrawalKey,
     result: Outcome,
     transfer: Option<&str>,
     failure_code: Option<&str>,
     detail: &str,
     follow_up: Option<JobId>,
 ) -> anyhow::Result<()> {
-    insert_result(tx, ctx, ReconciliationId::new(), result, transfer, failure_code, detail, follow_up).await
+    insert_result(tx, ctx, key, ReconciliationId::new(), result, transfer, failure_code, detail, follow_up).await
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn insert_result(
     tx: &mut Tx,
     ctx: &JobContext,
+    key: WithdrawalKey,
     id: ReconciliationId,
     result: Outcome,
     transfer: Option<&str>,
@@ -269,7 +281,8 @@ async fn insert_result(
         tx,
         &ReconciliationRecord {
             id,
-            withdrawal_id: ctx.payload_withdrawal()?,
+            account_id: key.account,
+            withdrawal_id: key.id,
             job_id: ctx.job.id,
             result,
             provider_transfer_id: transfer.map(str::to_owned),

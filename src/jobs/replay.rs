@@ -151,9 +151,12 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     let Some(withdrawal) = withdrawal else {
         return skip(tx, item, "no withdrawal to replay").await;
     };
+    // The letter names its withdrawal by id; the row gives its account.
+    let Some(key) = store::find(db, withdrawal).await?.map(|w| w.key()) else {
+        return skip(tx, item, "withdrawal not found").await;
+    };
     let correlation = format!("replay-{}", run.id);
-    let unknown =
-        letter.side_effect_state == SideEffect::Unknown || super::side_effect_unreconciled(db, withdrawal).await?;
+    let unknown = letter.side_effect_state == SideEffect::Unknown || super::side_effect_unreconciled(db, key).await?;
     if unknown {
         return reconcile_first(tx, run, item, &letter.id, withdrawal, &correlation).await;
     }
@@ -161,7 +164,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     let moved = store::transition(
         &mut tx,
         &TransitionRequest {
-            id: withdrawal,
+            key,
             from: WithdrawalStatus::RequiresReview,
             to: WithdrawalStatus::Processing,
             expected_version: None,
@@ -174,7 +177,7 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     )
     .await?;
     if !matches!(moved, TransitionOutcome::Applied(_)) {
-        let now = store::get_in_tx(&mut tx, withdrawal).await?.map(|w| w.status.to_string()).unwrap_or_default();
+        let now = store::get_in_tx(&mut tx, key).await?.map(|w| w.status.to_string()).unwrap_or_default();
         return skip(tx, item, &format!("withdrawal is {now}, not requires_review")).await;
     }
     // The run's destination was checked when it started (payouts or reconciliation).

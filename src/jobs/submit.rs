@@ -94,8 +94,9 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
     // The writes before the call go out as one batch: the guarded `pending → processing` and —
     // when the call will be made — the lease check; then, if the move applied, its transition
     // row with the attempt row (a retry, already `processing`, has the attempt in the first).
+    let key = withdrawal.key();
     let claiming = TransitionRequest {
-        id,
+        key,
         from: WithdrawalStatus::Pending,
         to: WithdrawalStatus::Processing,
         expected_version: None,
@@ -118,7 +119,7 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
             Ok(permit) => {
                 let attempt_no = last.map_or(1, |a| a.attempt_no + 1);
                 let batch = if claim.is_some() { &mut after_claim } else { &mut writes };
-                let attempt = attempts::start_in(batch, id, job.id, attempt_no, ctx.worker_id(), &job.correlation_id);
+                let attempt = attempts::start_in(batch, key, job.id, attempt_no, ctx.worker_id(), &job.correlation_id);
                 Step::Call { permit, attempt_no, attempt, leased: ctx.lease_for_attempt_in(&mut writes) }
             }
             Err(rejected) => Step::Defer(rejected),
@@ -162,7 +163,7 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
     let (attempts_in_budget, first) = match &last {
         // A first attempt is the whole budget so far: nothing to count.
         None => (1, None),
-        Some(_) => attempts::budget(&mut tx, id).await?,
+        Some(_) => attempts::budget(&mut tx, withdrawal.key()).await?,
     };
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
     tx.commit().await?;
@@ -187,11 +188,11 @@ async fn record(
     decision: &AfterCall<'_>,
 ) -> anyhow::Result<()> {
     let job = &ctx.job;
-    let id = withdrawal.id;
-    let settle = decision.settle(id, actor, &job.correlation_id, None);
+    let key = withdrawal.key();
+    let settle = decision.settle(key, actor, &job.correlation_id, None);
     let mut tx = ctx.db().begin().await?;
     let mut writes = Writes::new();
-    attempts::record_outcome_in(&mut writes, attempt, &decision.record);
+    attempts::record_outcome_in(&mut writes, key.account, attempt, &decision.record);
     let moved = settle.as_ref().map(|req| store::transition_known_in(&mut writes, req)).transpose()?;
     let finished = match &decision.next {
         Next::Finish(how) => Some(ctx.finish_in(&mut writes, how)),
@@ -209,7 +210,7 @@ async fn record(
         moved.settle(&mut tx, &counts, withdrawal, req, Writes::new()).await?;
     }
     if let Some((reason, run_at)) = decision.follow_up {
-        enqueue_reconciliation(&mut tx, id, reason, &job.correlation_id, run_at).await?;
+        enqueue_reconciliation(&mut tx, key.id, reason, &job.correlation_id, run_at).await?;
     }
     match &decision.next {
         Next::DeadLetter(failure) => ctx.dead_letter(tx, failure).await,
@@ -290,13 +291,13 @@ impl<'a> AfterCall<'a> {
     /// `expected_version`, only from that version.
     pub fn settle<'b>(
         &'b self,
-        id: crate::domain::WithdrawalId,
+        key: crate::domain::WithdrawalKey,
         actor: &'b Actor,
         correlation_id: &'b str,
         expected_version: Option<i64>,
     ) -> Option<TransitionRequest<'b>> {
         self.settled.as_ref().map(|(to, reason, failure_code)| TransitionRequest {
-            id,
+            key,
             from: WithdrawalStatus::Processing,
             to: *to,
             expected_version,

@@ -395,7 +395,9 @@ impl Worker {
         for id in &stuck {
             let correlation = format!("sweep-{}", uuid::Uuid::new_v4());
             enqueued += usize::from(
-                enqueue_reconciliation(&mut tx, *id, "stuck_processing", &correlation, DbTime::now()).await?.is_some(),
+                enqueue_reconciliation(&mut tx, id.id, "stuck_processing", &correlation, DbTime::now())
+                    .await?
+                    .is_some(),
             );
         }
         tx.commit().await?;

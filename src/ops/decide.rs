@@ -26,7 +26,7 @@ pub fn parse_action(raw: &str) -> OpsResult<ReviewAction> {
 
 /// The withdrawal, if it is in review at the version the operator looked at.
 pub(super) async fn in_review(ops: &Ops<'_>, id: WithdrawalId, version: i64) -> OpsResult<Withdrawal> {
-    let current = store::get(ops.db, None, id).await?.ok_or_else(OpsError::not_found)?;
+    let current = store::find(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     if current.version != version {
         return Err(stale(current.version));
     }
@@ -68,7 +68,7 @@ pub(super) async fn apply(
     };
     let stored = StoredEvidence::from(evidence);
     let transition = TransitionRequest {
-        id,
+        key: current.key(),
         from: WithdrawalStatus::RequiresReview,
         to,
         expected_version: Some(version),
@@ -87,13 +87,13 @@ pub(super) async fn apply(
     }
     match outcome {
         TransitionOutcome::Applied(w) => Ok(*w),
-        TransitionOutcome::Stale => Err(stale_now(tx, id).await?),
+        TransitionOutcome::Stale => Err(stale_now(tx, current.key()).await?),
         TransitionOutcome::Forbidden(err) => Err(OpsError::Internal(err.into())),
     }
 }
 
-async fn stale_now(tx: &mut crate::storage::Tx, id: WithdrawalId) -> OpsResult<OpsError> {
-    let now = store::get_in_tx(tx, id).await?.ok_or_else(OpsError::not_found)?;
+async fn stale_now(tx: &mut crate::storage::Tx, key: crate::domain::WithdrawalKey) -> OpsResult<OpsError> {
+    let now = store::get_in_tx(tx, key).await?.ok_or_else(OpsError::not_found)?;
     Ok(stale(now.version))
 }
 
@@ -149,7 +149,7 @@ pub(super) async fn check_with_provider(
         .map_err(|_| unavailable("the provider breaker is open; try later"))?;
     let in_flight = match answer {
         LookupOutcome::NotFound => {
-            crate::jobs::reconcile::in_flight_until(ops.db, w.id, ops.config.review.in_flight_grace).await?.is_some()
+            crate::jobs::reconcile::in_flight_until(ops.db, w.key(), ops.config.review.in_flight_grace).await?.is_some()
         }
         // A transfer answers for itself; no answer decides nothing.
         LookupOutcome::Found(_) | LookupOutcome::Unavailable(_) => false,

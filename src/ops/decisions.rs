@@ -69,6 +69,7 @@ pub(super) async fn request(
 ) -> OpsResult<ReviewDecisionView> {
     let decision = ReviewDecision {
         id: crate::domain::DecisionId::new(),
+        account_id: w.account_id,
         withdrawal_id: w.id,
         action,
         provider_reference: reference.map(str::to_owned),
@@ -146,7 +147,7 @@ pub async fn reject(
         let reason = require_reason(&req.reason)?;
         let pending = pending_on(ops, id, audited).await?;
         let mut tx = ops.db.begin().await?;
-        if !review_decisions::decide(&mut tx, pending.id, DecisionStatus::Rejected, operator.id, reason).await? {
+        if !review_decisions::decide(&mut tx, &pending, DecisionStatus::Rejected, operator.id, reason).await? {
             return Err(already_decided());
         }
         audited.record_ok(&mut tx, operator).await?;
@@ -158,9 +159,11 @@ pub async fn reject(
 
 /// The decision waiting on `id`, named in the action's audit row from now on.
 async fn pending_on(ops: &Ops<'_>, id: WithdrawalId, audited: &mut Audited<'_>) -> OpsResult<ReviewDecision> {
-    let pending = review_decisions::pending_for(ops.db, id).await?.ok_or_else(|| {
-        OpsError::refused(RefusalKind::NotFound, "no_pending_decision", "no decision waits on this withdrawal")
-    })?;
+    let none =
+        || OpsError::refused(RefusalKind::NotFound, "no_pending_decision", "no decision waits on this withdrawal");
+    // The operator names the withdrawal by id; its row gives the account its decisions live with.
+    let key = crate::storage::withdrawals::find(ops.db, id).await?.ok_or_else(none)?.key();
+    let pending = review_decisions::pending_for(ops.db, key).await?.ok_or_else(none)?;
     audited.parameters = json!({"decision_id": pending.id, "decision_action": pending.action});
     Ok(pending)
 }
@@ -198,7 +201,7 @@ impl Approvable for ReviewDecision {
         reason: &str,
         (current, evidence): Self::Checked,
     ) -> OpsResult<Withdrawal> {
-        if !review_decisions::decide(tx, self.id, DecisionStatus::Approved, approver.id, reason).await? {
+        if !review_decisions::decide(tx, self, DecisionStatus::Approved, approver.id, reason).await? {
             return Err(already_decided());
         }
         let correlation = format!("ops-{}", Uuid::new_v4());

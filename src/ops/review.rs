@@ -69,9 +69,10 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: WithdrawalQuery) -> Ops
 pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsResult<WithdrawalDetail> {
     operator.require(Role::Viewer)?;
     let db = ops.db;
-    let w = store::get(db, None, id).await?.ok_or_else(OpsError::not_found)?;
+    let w = store::find(db, id).await?.ok_or_else(OpsError::not_found)?;
+    let key = w.key();
     let currency = w.amount.currency();
-    let transitions = store::transitions(db, id)
+    let transitions = store::transitions(db, key)
         .await?
         .into_iter()
         .map(|t| TransitionView {
@@ -84,7 +85,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             evidence: t.evidence.map(|e| e.0),
         })
         .collect();
-    let provider_attempts = attempts::for_withdrawal(db, id)
+    let provider_attempts = attempts::for_withdrawal(db, key)
         .await?
         .into_iter()
         .map(|a| AttemptView {
@@ -102,7 +103,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             error_message: a.error_message,
         })
         .collect();
-    let reconciliation_results = reconciliations::for_withdrawal(db, id)
+    let reconciliation_results = reconciliations::for_withdrawal(db, key)
         .await?
         .into_iter()
         .map(|r| ReconciliationView {
@@ -130,7 +131,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             failed_at: d.failed_at.0,
         })
         .collect();
-    let ledger_entries = accounts::entries_for_withdrawal(db, id)
+    let ledger_entries = accounts::entries_for_withdrawal(db, key)
         .await?
         .into_iter()
         .map(|e| LedgerEntryView {
@@ -141,7 +142,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             at: e.created_at.0,
         })
         .collect();
-    let review_decisions = super::decisions::views(ops, &review_decisions::for_withdrawal(db, id).await?).await?;
+    let review_decisions = super::decisions::views(ops, &review_decisions::for_withdrawal(db, key).await?).await?;
     let settlement_lines = crate::storage::settlement::lines_for_withdrawal(db, id)
         .await?
         .into_iter()
@@ -198,7 +199,7 @@ pub async fn reconcile_now(
 ) -> OpsResult<Reconciling> {
     ops.perform(operator, &WithdrawalReconcile::ACT, id.to_string(), &req.reason, serde_json::json!({}), async |audited| {
         require_reason(&req.reason)?;
-        let current = store::get(ops.db, None, id).await?.ok_or_else(OpsError::not_found)?;
+        let current = store::find(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         if current.status != WithdrawalStatus::Processing {
             return Err(OpsError::conflict(
                 "not_processing",
@@ -249,7 +250,7 @@ async fn resolve_checked(
         tx.commit().await?;
         return Ok(Resolved::applied(&current, action));
     }
-    if let Some(pending) = review_decisions::pending_for(db, id).await? {
+    if let Some(pending) = review_decisions::pending_for(db, current.key()).await? {
         return Err(OpsError::conflict(
             "decision_pending",
             format!(

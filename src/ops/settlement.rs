@@ -269,7 +269,7 @@ pub async fn credit_return(
         let withdrawal_id = row
             .withdrawal_id
             .ok_or_else(|| OpsError::conflict("no_withdrawal", "this return names no withdrawal of ours"))?;
-        let w = withdrawals::get(ops.db, None, withdrawal_id).await?.ok_or_else(OpsError::not_found)?;
+        let w = withdrawals::find(ops.db, withdrawal_id).await?.ok_or_else(OpsError::not_found)?;
         let gateway = ops
             .gateway
             .ok_or_else(|| OpsError::unavailable("provider_unavailable", "this process cannot reach the provider"))?;
@@ -307,7 +307,7 @@ pub async fn credit_return(
         let code = transfer.return_code.clone().unwrap_or_else(|| "unspecified".into());
         let returned_at = transfer.updated_at.map_or_else(DbTime::now, DbTime);
         let mut tx = ops.db.begin().await?;
-        let current = withdrawals::get_in_tx(&mut tx, w.id).await?.ok_or_else(OpsError::not_found)?;
+        let current = withdrawals::get_in_tx(&mut tx, w.key()).await?.ok_or_else(OpsError::not_found)?;
         let credited = match returns::apply(&mut tx, &current, reported, &code, returned_at, &evidence).await? {
             returns::Applied::Credited => true,
             returns::Applied::AlreadyApplied => false,

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{DbTime, Result, Tx};
 pub use crate::domain::EntryKind;
-use crate::domain::{AccountId, Amount, Currency, WithdrawalId};
+use crate::domain::{AccountId, Amount, Currency, WithdrawalId, WithdrawalKey};
 use crate::{with_conn, with_read_conn};
 
 pub async fn create_account(tx: &mut Tx, name: &str) -> Result<AccountId> {
@@ -148,13 +148,8 @@ pub async fn stored_credit(tx: &mut Tx, account: AccountId, key: &str) -> Result
 /// the conditional balance update (its count is the returned index; zero rows means
 /// insufficient funds, and the caller must then roll back) and the ledger entry. The update
 /// takes the balance row's lock, so two concurrent holds can never overdraw.
-pub fn hold_in(
-    writes: &mut Writes,
-    account: AccountId,
-    amount: Amount,
-    withdrawal: WithdrawalId,
-    transition: Uuid,
-) -> Written {
+pub fn hold_in(writes: &mut Writes, withdrawal: WithdrawalKey, amount: Amount, transition: Uuid) -> Written {
+    let account = withdrawal.account;
     let minor = amount.to_minor();
     let held = writes.push(
         Sql::new("UPDATE balances SET available = available - ")
@@ -174,7 +169,7 @@ pub fn hold_in(
         amount.currency(),
         Entry::new(EntryKind::Hold),
         minor,
-        Some(withdrawal),
+        Some(withdrawal.id),
         Some(transition),
     );
     held
@@ -182,7 +177,8 @@ pub fn hold_in(
 
 /// A returned payout's re-credit (paid out → available) with its ledger entry, as writes of a
 /// larger batch.
-pub fn return_in(writes: &mut Writes, account: AccountId, amount: Amount, withdrawal: WithdrawalId) {
+pub fn return_in(writes: &mut Writes, withdrawal: WithdrawalKey, amount: Amount) {
+    let account = withdrawal.account;
     let minor = amount.to_minor();
     writes.push(
         Sql::new("UPDATE balances SET available = available + ")
@@ -194,18 +190,12 @@ pub fn return_in(writes: &mut Writes, account: AccountId, amount: Amount, withdr
             .sql(" AND currency = ")
             .bind(amount.currency().code()),
     );
-    entry_in(writes, account, amount.currency(), Entry::new(EntryKind::Return), minor, Some(withdrawal), None);
+    entry_in(writes, account, amount.currency(), Entry::new(EntryKind::Return), minor, Some(withdrawal.id), None);
 }
 
 /// A settle or release of a held amount with its ledger entry, as writes of a larger batch.
-pub fn move_held_in(
-    writes: &mut Writes,
-    kind: EntryKind,
-    account: AccountId,
-    amount: Amount,
-    withdrawal: WithdrawalId,
-    transition: Uuid,
-) {
+pub fn move_held_in(writes: &mut Writes, kind: EntryKind, withdrawal: WithdrawalKey, amount: Amount, transition: Uuid) {
+    let account = withdrawal.account;
     let minor = amount.to_minor();
     let (available, held, paid_out) = kind.deltas(minor);
     writes.push(
@@ -220,7 +210,7 @@ pub fn move_held_in(
             .sql(" AND currency = ")
             .bind(amount.currency().code()),
     );
-    entry_in(writes, account, amount.currency(), Entry::new(kind), minor, Some(withdrawal), Some(transition));
+    entry_in(writes, account, amount.currency(), Entry::new(kind), minor, Some(withdrawal.id), Some(transition));
 }
 
 /// A ledger entry's identity: its id, its kind, and for a `funding` entry who put the money in
@@ -465,13 +455,15 @@ pub struct LedgerEntry {
     pub created_at: DbTime,
 }
 
-pub async fn entries_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Vec<LedgerEntry>> {
+/// A withdrawal's ledger entries, oldest first.
+pub async fn entries_for_withdrawal(db: &super::Db, withdrawal: WithdrawalKey) -> Result<Vec<LedgerEntry>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, LedgerEntry>(
             "SELECT id, kind, currency, available_delta, held_delta, paid_out_delta, created_at
-             FROM ledger_entries WHERE withdrawal_id = $1 ORDER BY created_at, id",
+             FROM ledger_entries WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY created_at, id",
         )
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))

@@ -6,7 +6,7 @@
 
 use super::batch::{Arg, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
-use crate::domain::{AttemptId, AttemptResult, JobId, WithdrawalId};
+use crate::domain::{AccountId, AttemptId, AttemptResult, JobId, WithdrawalKey};
 use crate::{with_conn, with_read_conn};
 
 pub use crate::domain::SideEffect;
@@ -48,24 +48,27 @@ const COLUMNS: &str = "id, job_id, attempt_no, worker_id, correlation_id, starte
                        side_effect, http_status, provider_transfer_id, failure_code, error_code, error_message";
 
 /// The latest attempt for a withdrawal, if any.
-pub async fn latest(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<Option<AttemptRow>> {
+pub async fn latest(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<Option<AttemptRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, AttemptRow>(&format!(
-            "SELECT {COLUMNS} FROM provider_attempts WHERE withdrawal_id = $1 ORDER BY attempt_no DESC LIMIT 1"
+            "SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2
+             ORDER BY attempt_no DESC LIMIT 1"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_optional(&mut *conn)
         .await?
     }))
 }
 
 /// Every attempt for a withdrawal, oldest first.
-pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<AttemptRow>> {
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<AttemptRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, AttemptRow>(&format!(
-            "SELECT {COLUMNS} FROM provider_attempts WHERE withdrawal_id = $1 ORDER BY attempt_no"
+            "SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY attempt_no"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -74,7 +77,7 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Att
 /// [`start_in`] on its own, in `tx`.
 pub async fn start(
     tx: &mut Tx,
-    withdrawal: WithdrawalId,
+    withdrawal: WithdrawalKey,
     job: JobId,
     attempt_no: i64,
     worker: &str,
@@ -91,7 +94,7 @@ pub async fn start(
 /// second start fail instead of calling twice.
 pub fn start_in(
     writes: &mut Writes,
-    withdrawal: WithdrawalId,
+    withdrawal: WithdrawalKey,
     job: JobId,
     attempt_no: i64,
     worker: &str,
@@ -99,12 +102,13 @@ pub fn start_in(
 ) -> AttemptId {
     let id = AttemptId::new();
     writes.push(Sql::row(
-        "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
-                                            started_at, side_effect)
+        "INSERT INTO provider_attempts (id, account_id, withdrawal_id, job_id, attempt_no, worker_id,
+                                            correlation_id, started_at, side_effect)
              VALUES ",
         [
             Arg::Uuid(id.0),
-            Arg::Uuid(withdrawal.0),
+            Arg::Uuid(withdrawal.account.0),
+            Arg::Uuid(withdrawal.id.0),
             Arg::Uuid(job.0),
             Arg::I64(attempt_no),
             Arg::Text(worker.to_owned()),
@@ -128,9 +132,14 @@ pub struct AttemptOutcome<'a> {
     pub error_message: Option<&'a str>,
 }
 
-/// What the call produced, as a write of a larger batch. Provider texts are redacted before
-/// storage.
-pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &AttemptOutcome<'_>) -> Written {
+/// What the call produced, as a write of a larger batch, on attempt `attempt` of an `account`'s
+/// withdrawal. Provider texts are redacted before storage.
+pub fn record_outcome_in(
+    writes: &mut Writes,
+    account: AccountId,
+    attempt: AttemptId,
+    outcome: &AttemptOutcome<'_>,
+) -> Written {
     writes.push(
         Sql::new("UPDATE provider_attempts SET finished_at = ")
             .bind(DbTime::now())
@@ -148,7 +157,9 @@ pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &Atte
             .bind(outcome.error_code.map(crate::redact::text))
             .sql(", error_message = ")
             .bind(outcome.error_message.map(crate::redact::text))
-            .sql(" WHERE id = ")
+            .sql(" WHERE account_id = ")
+            .bind(account.0)
+            .sql(" AND id = ")
             .bind(attempt.0),
     )
 }
@@ -156,17 +167,18 @@ pub fn record_outcome_in(writes: &mut Writes, attempt: AttemptId, outcome: &Atte
 /// Once reconciliation proved the provider has no transfer under the operation key (and no call
 /// can still be in flight), every attempt whose side effect was unknown is known not executed:
 /// recorded so, so a controlled or deliberate retry may call again.
-pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<u64> {
+pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<u64> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE provider_attempts
              SET finished_at = COALESCE(finished_at, $1), outcome = COALESCE(outcome, 'unknown'),
                  side_effect = 'not_started', error_code = COALESCE(error_code, 'reconciled_not_found'),
                  error_message = COALESCE(error_message, 'reconciliation found no transfer for this operation key')
-             WHERE withdrawal_id = $2 AND side_effect = 'unknown'",
+             WHERE account_id = $2 AND withdrawal_id = $3 AND side_effect = 'unknown'",
         )
         .bind(DbTime::now())
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .execute(&mut *conn)
         .await?
         .rows_affected()
@@ -177,17 +189,19 @@ pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: Withdra
 /// first one started — since it last left `requires_review` (a deliberate retry or replay gets a
 /// fresh budget). Budgets are per withdrawal, not per job, so controlled retries (new jobs)
 /// cannot reset them.
-pub async fn budget(tx: &mut Tx, withdrawal: WithdrawalId) -> Result<(i64, Option<DbTime>)> {
+pub async fn budget(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<(i64, Option<DbTime>)> {
     let row: (i64, Option<DbTime>) = with_conn!(tx, |conn| {
         sqlx::query_as(
             "SELECT COUNT(*), MIN(started_at) FROM provider_attempts a
-             WHERE a.withdrawal_id = $1
+             WHERE a.account_id = $1 AND a.withdrawal_id = $2
                AND a.started_at >= COALESCE(
                    (SELECT MAX(t.at) FROM withdrawal_transitions t
-                    WHERE t.withdrawal_id = $1 AND t.from_status = 'requires_review' AND t.to_status = 'processing'),
+                    WHERE t.account_id = $1 AND t.withdrawal_id = $2
+                      AND t.from_status = 'requires_review' AND t.to_status = 'processing'),
                    a.started_at)",
         )
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_one(&mut *conn)
         .await?
     });

@@ -2,13 +2,14 @@
 //! kept as evidence on the withdrawal. Append-only.
 
 use super::{Db, DbTime, Result, Tx, TxConn};
-use crate::domain::{JobId, ReconciliationId, ReconciliationResult, WithdrawalId};
+use crate::domain::{AccountId, JobId, ReconciliationId, ReconciliationResult, WithdrawalId, WithdrawalKey};
 use crate::{with_conn, with_read_conn};
 
 /// One stored answer of reconciliation.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReconciliationRecord {
     pub id: ReconciliationId,
+    pub account_id: AccountId,
     pub withdrawal_id: WithdrawalId,
     pub job_id: JobId,
     pub result: ReconciliationResult,
@@ -21,14 +22,16 @@ pub struct ReconciliationRecord {
 }
 
 const COLUMNS: &str =
-    "id, withdrawal_id, job_id, result, provider_transfer_id, failure_code, detail, follow_up_job_id, correlation_id, at";
+    "id, account_id, withdrawal_id, job_id, result, provider_transfer_id, failure_code, detail, follow_up_job_id, \
+     correlation_id, at";
 
 pub async fn insert(tx: &mut Tx, r: &ReconciliationRecord) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
-            "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         ))
         .bind(r.id)
+        .bind(r.account_id)
         .bind(r.withdrawal_id)
         .bind(r.job_id)
         .bind(r.result)
@@ -44,12 +47,14 @@ pub async fn insert(tx: &mut Tx, r: &ReconciliationRecord) -> Result<()> {
     Ok(())
 }
 
-pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReconciliationRecord>> {
+/// A withdrawal's reconciliation results, oldest first.
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<ReconciliationRecord>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReconciliationRecord>(&format!(
-            "SELECT {COLUMNS} FROM reconciliation_results WHERE withdrawal_id = $1 ORDER BY at, id"
+            "SELECT {COLUMNS} FROM reconciliation_results WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY at, id"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -57,8 +62,8 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<Rec
 
 /// Withdrawals in `processing` since before `older_than` with no scheduled or running job: the
 /// sweep reconciles them. On PostgreSQL only the instance holding the advisory lock sweeps.
-pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<WithdrawalId>>> {
-    const SQL: &str = "SELECT w.id FROM withdrawals w
+pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<WithdrawalKey>>> {
+    const SQL: &str = "SELECT w.account_id, w.id FROM withdrawals w
          WHERE w.status = 'processing' AND w.updated_at < $1
            AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.withdrawal_id = w.id AND j.status IN ('scheduled', 'running'))
          ORDER BY w.updated_at LIMIT $2";
@@ -69,8 +74,14 @@ pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Re
             if !locked {
                 return Ok(None);
             }
-            Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?))
+            let rows: Vec<(AccountId, WithdrawalId)> =
+                sqlx::query_as(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?;
+            Ok(Some(rows.into_iter().map(|(account, id)| WithdrawalKey { account, id }).collect()))
         }
-        TxConn::Sqlite(t) => Ok(Some(sqlx::query_scalar(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?)),
+        TxConn::Sqlite(t) => {
+            let rows: Vec<(AccountId, WithdrawalId)> =
+                sqlx::query_as(SQL).bind(older_than).bind(limit).fetch_all(&mut **t).await?;
+            Ok(Some(rows.into_iter().map(|(account, id)| WithdrawalKey { account, id }).collect()))
+        }
     }
 }

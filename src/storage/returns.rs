@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::batch::Writes;
 use super::{accounts, DbTime, Result, Tx};
-use crate::domain::{Amount, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{Amount, Withdrawal, WithdrawalId, WithdrawalKey, WithdrawalStatus};
 use crate::{with_conn, with_read_conn};
 
 /// A return as stored.
@@ -63,7 +63,7 @@ pub async fn apply(
             "INSERT INTO payout_returns (id, withdrawal_id, account_id, currency, amount_minor, return_code,
                                          returned_at, evidence, recorded_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT (withdrawal_id) DO NOTHING",
+             ON CONFLICT (account_id, withdrawal_id) DO NOTHING",
         )
         .bind(Uuid::now_v7())
         .bind(withdrawal.id.0)
@@ -82,7 +82,7 @@ pub async fn apply(
         return Ok(Applied::AlreadyApplied);
     }
     let mut writes = Writes::new();
-    accounts::return_in(&mut writes, withdrawal.account_id, withdrawal.amount, withdrawal.id);
+    accounts::return_in(&mut writes, withdrawal.key(), withdrawal.amount);
     writes.run(tx).await?;
     Ok(Applied::Credited)
 }
@@ -90,11 +90,14 @@ pub async fn apply(
 const COLUMNS: &str = "id, withdrawal_id, currency, amount_minor, return_code, returned_at, evidence, recorded_at";
 
 /// The withdrawal's return, if it was returned.
-pub async fn for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Option<PayoutReturn>> {
+pub async fn for_withdrawal(db: &super::Db, withdrawal: WithdrawalKey) -> Result<Option<PayoutReturn>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, PayoutReturn>(&format!("SELECT {COLUMNS} FROM payout_returns WHERE withdrawal_id = $1"))
-            .bind(withdrawal.0)
-            .fetch_optional(&mut *conn)
-            .await?
+        sqlx::query_as::<_, PayoutReturn>(&format!(
+            "SELECT {COLUMNS} FROM payout_returns WHERE account_id = $1 AND withdrawal_id = $2"
+        ))
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
+        .fetch_optional(&mut *conn)
+        .await?
     }))
 }

@@ -6,12 +6,14 @@
 use sqlx::types::Json;
 
 use super::{Db, DbTime, Result, StorageError, Tx, TxConn};
-use crate::domain::{DecisionId, DecisionStatus, OperatorId, WithdrawalId, WithdrawalStatus};
+use crate::domain::{AccountId, DecisionId, DecisionStatus, OperatorId, WithdrawalId, WithdrawalKey, WithdrawalStatus};
 use crate::{with_conn, with_read_conn};
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReviewDecision {
     pub id: DecisionId,
+    /// The withdrawal's account (with `withdrawal_id`, its [`WithdrawalKey`]).
+    pub account_id: AccountId,
     pub withdrawal_id: WithdrawalId,
     /// `complete` or `fail`.
     pub action: crate::domain::ReviewAction,
@@ -31,7 +33,8 @@ pub struct ReviewDecision {
     pub decision_reason: Option<String>,
 }
 
-const COLUMNS: &str = "id, withdrawal_id, action, provider_reference, version, reason, requested_by, requested_at, \
+const COLUMNS: &str =
+    "id, account_id, withdrawal_id, action, provider_reference, version, reason, requested_by, requested_at, \
                        request_evidence, status, decided_by, decided_at, decision_reason";
 
 /// What [`insert_pending`] did.
@@ -52,13 +55,15 @@ pub enum Requested {
 pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested> {
     let current: Option<(WithdrawalStatus, i64)> = match &mut tx.conn {
         TxConn::Postgres(t) => {
-            sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1 FOR UPDATE")
+            sqlx::query_as("SELECT status, version FROM withdrawals WHERE account_id = $1 AND id = $2 FOR UPDATE")
+                .bind(d.account_id)
                 .bind(d.withdrawal_id)
                 .fetch_optional(&mut **t)
                 .await?
         }
         TxConn::Sqlite(t) => {
-            sqlx::query_as("SELECT status, version FROM withdrawals WHERE id = $1")
+            sqlx::query_as("SELECT status, version FROM withdrawals WHERE account_id = $1 AND id = $2")
+                .bind(d.account_id)
                 .bind(d.withdrawal_id)
                 .fetch_optional(&mut **t)
                 .await?
@@ -69,9 +74,10 @@ pub async fn insert_pending(tx: &mut Tx, d: &ReviewDecision) -> Result<Requested
     }
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(&format!(
-            "INSERT INTO review_decisions ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', NULL, NULL, NULL)"
+            "INSERT INTO review_decisions ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'pending', NULL, NULL, NULL)"
         ))
         .bind(d.id)
+        .bind(d.account_id)
         .bind(d.withdrawal_id)
         .bind(d.action)
         .bind(&d.provider_reference)
@@ -96,24 +102,28 @@ fn is_unique_violation(err: &sqlx::Error) -> bool {
 }
 
 /// The decision waiting for a second operator on this withdrawal, if any.
-pub async fn pending_for(db: &Db, withdrawal: WithdrawalId) -> Result<Option<ReviewDecision>> {
+pub async fn pending_for(db: &Db, withdrawal: WithdrawalKey) -> Result<Option<ReviewDecision>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReviewDecision>(&format!(
-            "SELECT {COLUMNS} FROM review_decisions WHERE withdrawal_id = $1 AND status = 'pending'"
+            "SELECT {COLUMNS} FROM review_decisions
+             WHERE account_id = $1 AND withdrawal_id = $2 AND status = 'pending'"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_optional(&mut *conn)
         .await?
     }))
 }
 
 /// Every decision on a withdrawal, oldest first (its evidence timeline).
-pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ReviewDecision>> {
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<ReviewDecision>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReviewDecision>(&format!(
-            "SELECT {COLUMNS} FROM review_decisions WHERE withdrawal_id = $1 ORDER BY requested_at, id"
+            "SELECT {COLUMNS} FROM review_decisions WHERE account_id = $1 AND withdrawal_id = $2
+             ORDER BY requested_at, id"
         ))
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -131,22 +141,29 @@ pub async fn list_pending(db: &Db, limit: i64) -> Result<Vec<ReviewDecision>> {
     }))
 }
 
-/// Decides a pending decision (`approved` or `rejected`) by `by`, in `tx`. False if it was no
+/// Decides a pending decision `d` (`approved` or `rejected`) by `by`, in `tx`. False if it was no
 /// longer pending (someone else decided first): nothing changed.
-pub async fn decide(tx: &mut Tx, id: DecisionId, status: DecisionStatus, by: OperatorId, reason: &str) -> Result<bool> {
+pub async fn decide(
+    tx: &mut Tx,
+    d: &ReviewDecision,
+    status: DecisionStatus,
+    by: OperatorId,
+    reason: &str,
+) -> Result<bool> {
     if !matches!(status, DecisionStatus::Approved | DecisionStatus::Rejected) {
         return Err(StorageError::corrupt(format!("a decision cannot become {status}")));
     }
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE review_decisions SET status = $1, decided_by = $2, decided_at = $3, decision_reason = $4
-             WHERE id = $5 AND status = 'pending'",
+             WHERE account_id = $5 AND id = $6 AND status = 'pending'",
         )
         .bind(status)
         .bind(by)
         .bind(DbTime::now())
         .bind(crate::redact::text(reason))
-        .bind(id)
+        .bind(d.account_id)
+        .bind(d.id)
         .execute(&mut *conn)
         .await?
         .rows_affected()
@@ -156,15 +173,16 @@ pub async fn decide(tx: &mut Tx, id: DecisionId, status: DecisionStatus, by: Ope
 
 /// The withdrawal left `requires_review` (by any transition): a decision still waiting on it can
 /// no longer apply, so it is closed as `superseded` with why, in the transition's transaction.
-pub async fn supersede(tx: &mut Tx, withdrawal: WithdrawalId, why: &str) -> Result<()> {
+pub async fn supersede(tx: &mut Tx, withdrawal: WithdrawalKey, why: &str) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE review_decisions SET status = 'superseded', decided_at = $1, decision_reason = $2
-             WHERE withdrawal_id = $3 AND status = 'pending'",
+             WHERE account_id = $3 AND withdrawal_id = $4 AND status = 'pending'",
         )
         .bind(DbTime::now())
         .bind(crate::redact::text(why))
-        .bind(withdrawal)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .execute(&mut *conn)
         .await?;
     });

@@ -50,12 +50,12 @@ pub async fn review_evidence(db: &Db) -> Result<Vec<ReviewEvidence>> {
         sqlx::query_as::<_, ReviewEvidence>(
             "SELECT w.id AS withdrawal_id,
                     (SELECT COUNT(*) FROM dead_letters d WHERE d.withdrawal_id = w.id) AS dead_letters,
-                    (SELECT COUNT(*) FROM reconciliation_results r WHERE r.withdrawal_id = w.id) AS reconciliations,
-                    (SELECT COUNT(*) FROM provider_attempts a WHERE a.withdrawal_id = w.id AND a.outcome = 'paid')
-                      + (SELECT COUNT(*) FROM reconciliation_results r WHERE r.withdrawal_id = w.id AND r.result = 'paid')
+                    (SELECT COUNT(*) FROM reconciliation_results r WHERE r.account_id = w.account_id AND r.withdrawal_id = w.id) AS reconciliations,
+                    (SELECT COUNT(*) FROM provider_attempts a WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id AND a.outcome = 'paid')
+                      + (SELECT COUNT(*) FROM reconciliation_results r WHERE r.account_id = w.account_id AND r.withdrawal_id = w.id AND r.result = 'paid')
                       AS paid_evidence,
                     (SELECT COUNT(*) FROM dead_letters d WHERE d.withdrawal_id = w.id AND d.side_effect_state = 'unknown')
-                      + (SELECT COUNT(*) FROM provider_attempts a WHERE a.withdrawal_id = w.id AND a.side_effect = 'unknown')
+                      + (SELECT COUNT(*) FROM provider_attempts a WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id AND a.side_effect = 'unknown')
                       AS unknown_evidence
              FROM withdrawals w WHERE w.status = 'requires_review' ORDER BY w.id",
         )
@@ -201,16 +201,16 @@ pub async fn return_credits(db: &Db) -> Result<Vec<ReturnCredit>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReturnCredit>(
             "SELECT w.id AS withdrawal_id, w.account_id,
-                    (SELECT COUNT(*) FROM payout_returns p WHERE p.withdrawal_id = w.id) AS payout_returns,
+                    (SELECT COUNT(*) FROM payout_returns p WHERE p.account_id = w.account_id AND p.withdrawal_id = w.id) AS payout_returns,
                     (SELECT CAST(COALESCE(SUM(p.amount_minor), 0) AS BIGINT) FROM payout_returns p
-                     WHERE p.withdrawal_id = w.id) AS returned_minor,
-                    (SELECT COUNT(*) FROM ledger_entries e WHERE e.withdrawal_id = w.id AND e.kind = 'return')
+                     WHERE p.account_id = w.account_id AND p.withdrawal_id = w.id) AS returned_minor,
+                    (SELECT COUNT(*) FROM ledger_entries e WHERE e.account_id = w.account_id AND e.withdrawal_id = w.id AND e.kind = 'return')
                       AS return_entries,
                     (SELECT CAST(COALESCE(SUM(e.available_delta), 0) AS BIGINT) FROM ledger_entries e
-                     WHERE e.withdrawal_id = w.id AND e.kind = 'return') AS entries_available_minor
+                     WHERE e.account_id = w.account_id AND e.withdrawal_id = w.id AND e.kind = 'return') AS entries_available_minor
              FROM withdrawals w
-             WHERE EXISTS (SELECT 1 FROM payout_returns p WHERE p.withdrawal_id = w.id)
-                OR EXISTS (SELECT 1 FROM ledger_entries e WHERE e.withdrawal_id = w.id AND e.kind = 'return')
+             WHERE EXISTS (SELECT 1 FROM payout_returns p WHERE p.account_id = w.account_id AND p.withdrawal_id = w.id)
+                OR EXISTS (SELECT 1 FROM ledger_entries e WHERE e.account_id = w.account_id AND e.withdrawal_id = w.id AND e.kind = 'return')
              ORDER BY w.id",
         )
         .fetch_all(&mut *conn)

@@ -226,7 +226,7 @@ async fn the_chaos_operators_are_refused_until_the_provider_settles(app: TestApp
         started.elapsed()
     );
     for id in [small, large] {
-        let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+        let w = withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap();
         assert_eq!(w.status, WithdrawalStatus::RequiresReview, "nothing moves while the provider has not settled");
     }
 

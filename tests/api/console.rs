@@ -49,7 +49,7 @@ async fn rejected(app: &TestApp, n: usize) -> (Vec<WithdrawalId>, crate::harness
 }
 
 async fn status_of(app: &TestApp, id: WithdrawalId) -> WithdrawalStatus {
-    withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status
+    withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap().status
 }
 
 /// Clicks: the sign-in button; "Review queue" in the navigation; the withdrawal's id; the

@@ -134,7 +134,7 @@ async fn the_summary_stays_exact_through_dead_lettering_closing_settling_and_rep
 
     // A withdrawal settles: failing it closes its letter in the transition (`close_settled`).
     let failed = rejected[0];
-    let version = withdrawals::storage::withdrawals::get(&app.db, None, failed).await.unwrap().unwrap().version;
+    let version = withdrawals::storage::withdrawals::find(&app.db, failed).await.unwrap().unwrap().version;
     let resolve = json!({"action": "fail", "reason": "invalid account", "version": version});
     ops(&app, Method::POST, &format!("/ops/v1/withdrawals/{failed}/resolve"), &operator, Some(resolve)).await;
     assert_eq!(
@@ -168,7 +168,7 @@ async fn the_summary_stays_exact_through_dead_lettering_closing_settling_and_rep
 
     // Settling the twice-rejected withdrawal closes both its letters, the last two in the group,
     // and the empty group leaves the summary.
-    let version = withdrawals::storage::withdrawals::get(&app.db, None, again).await.unwrap().unwrap().version;
+    let version = withdrawals::storage::withdrawals::find(&app.db, again).await.unwrap().unwrap().version;
     let resolve = json!({"action": "fail", "reason": "account cannot be paid", "version": version});
     ops(&app, Method::POST, &format!("/ops/v1/withdrawals/{again}/resolve"), &operator, Some(resolve)).await;
     assert_eq!(

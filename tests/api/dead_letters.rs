@@ -71,9 +71,9 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
         ("retries_exhausted", "not_started")
     );
     assert_eq!(letters[0].error_code, "timeout_after_send");
-    let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let calls = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(calls.len() >= 2, "retried under the same key before giving up: {}", calls.len());
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(
         results.iter().all(|r| r.result == withdrawals::domain::ReconciliationResult::NotFound),
         "each timeout was reconciled before any retry"
@@ -86,7 +86,7 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
     // budget: once the provider answers again, it pays, once.
     provider.mock.set_faults(FaultConfig::default());
     let operator = app.operator("operator").await;
-    let version = store::get(&app.db, None, id).await.unwrap().unwrap().version;
+    let version = store::find(&app.db, id).await.unwrap().unwrap().version;
     let retry = app
         .client
         .post(app.url(&format!("/ops/v1/withdrawals/{id}/resolve")))
@@ -114,7 +114,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let decisive = results.iter().find(|r| r.follow_up_job_id.is_some()).expect("a controlled retry");
     assert_eq!(decisive.result, withdrawals::domain::ReconciliationResult::NotFound);
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
@@ -122,7 +122,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     assert_eq!(retry.kind, JobKind::SubmitPayout.as_str());
     let payload: serde_json::Value = serde_json::from_slice(&retry.payload).unwrap();
     assert_eq!(payload["reconciliation_result_id"], decisive.id.to_string(), "linked to the evidence");
-    let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let calls = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0].error_code.as_deref(), Some("timeout_after_send"));
     assert_eq!(transfers_for(&provider.mock, id), 1, "one execution");
@@ -154,8 +154,12 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
         ("side_effect_unknown", "unknown")
     );
     assert_eq!((letters[0].owner.as_str(), letters[0].job_type.as_str()), ("operator", "reconcile_payout"));
-    let results: Vec<String> =
-        reconciliations::for_withdrawal(&app.db, id).await.unwrap().into_iter().map(|r| r.result.to_string()).collect();
+    let results: Vec<String> = reconciliations::for_withdrawal(&app.db, app.key(id).await)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.result.to_string())
+        .collect();
     assert!(results.iter().any(|r| r == "unavailable"), "{results:?}");
     assert_eq!(results.last().map(String::as_str), Some("window_expired"));
     assert_eq!(transfers_for(&provider.mock, id), 1, "it was paid once and never resubmitted");
@@ -436,7 +440,7 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     app.eventually("the worker to be inside its provider call", WAIT, || async {
-        let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+        let calls = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         (calls.len() == 1).then_some(())
     })
     .await;
@@ -446,7 +450,7 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
     let decided = store::transition(
         &mut tx,
         &TransitionRequest {
-            id,
+            key: app.key(id).await,
             from: WithdrawalStatus::Processing,
             to: WithdrawalStatus::Completed,
             expected_version: None,
@@ -463,13 +467,13 @@ async fn a_late_worker_after_reconciliation_completed_the_withdrawal_changes_not
     tx.commit().await.unwrap();
 
     app.eventually("the late worker to record its outcome", WAIT, || async {
-        let calls = attempts::for_withdrawal(&app.db, id).await.unwrap();
+        let calls = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         calls[0].outcome
     })
     .await;
-    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3), "the late worker moved nothing");
-    let transitions = store::transitions(&app.db, id).await.unwrap();
+    let transitions = store::transitions(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(transitions.last().unwrap().actor, "reconciliation");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
@@ -492,7 +496,7 @@ async fn a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed(app
         assert_eq!(buried, usize::from(round == 2), "round {round}");
     }
 
-    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(current.status, WithdrawalStatus::RequiresReview);
     let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
     assert_eq!(
@@ -514,7 +518,7 @@ async fn a_withdrawal_stuck_in_processing_is_swept_into_reconciliation(app: Test
     app.start_worker(startup::gateway(provider.provider.clone()), config);
 
     app.eventually("a reconciliation result", WAIT, || async {
-        let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+        let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         (!results.is_empty()).then_some(())
     })
     .await;

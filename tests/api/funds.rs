@@ -60,7 +60,7 @@ async fn cancelling_a_pending_withdrawal_releases_its_hold(app: TestApp) {
     assert_eq!(body.failure_code.as_deref(), Some("cancelled_by_customer"));
     assert_eq!(body.version, 2);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
-    let transitions = store::transitions(&app.db, WithdrawalId(id)).await.unwrap();
+    let transitions = store::transitions(&app.db, app.key(WithdrawalId(id)).await).await.unwrap();
     let last = transitions.last().unwrap();
     assert_eq!(
         (last.from_status.map(|s| s.as_str()), last.to_status.as_str(), last.actor.as_str()),
@@ -80,7 +80,7 @@ async fn cancelling_a_withdrawal_that_is_no_longer_pending_is_a_409(app: TestApp
     let claimed = store::transition(
         &mut tx,
         &TransitionRequest {
-            id,
+            key: app.key(id).await,
             from: WithdrawalStatus::Pending,
             to: WithdrawalStatus::Processing,
             expected_version: None,

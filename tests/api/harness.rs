@@ -439,6 +439,11 @@ impl TestApp {
         (ids, alice)
     }
 
+    /// Where withdrawal `id` lives: its account, from its row ([`withdrawals::domain::WithdrawalKey`]).
+    pub async fn key(&self, id: withdrawals::domain::WithdrawalId) -> withdrawals::domain::WithdrawalKey {
+        withdrawals::storage::withdrawals::find(&self.db, id).await.unwrap().expect("the withdrawal exists").key()
+    }
+
     /// Completes a `processing` withdrawal the way reconciliation does when the provider
     /// confirms it paid, behind any worker's back (the guarded move, committed); panics if the
     /// move did not apply.
@@ -447,7 +452,7 @@ impl TestApp {
         use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
         let mut tx = self.db.begin().await.unwrap();
         let reconciled = TransitionRequest {
-            id,
+            key: self.key(id).await,
             from: WithdrawalStatus::Processing,
             to: WithdrawalStatus::Completed,
             expected_version: None,
@@ -473,7 +478,7 @@ impl TestApp {
         let mut tx = self.db.begin().await.unwrap();
         let actor = Actor::Worker("w0".into());
         let claimed = TransitionRequest {
-            id,
+            key: self.key(id).await,
             from: WithdrawalStatus::Pending,
             to: WithdrawalStatus::Processing,
             expected_version: None,
@@ -497,7 +502,7 @@ impl TestApp {
     ) -> withdrawals::domain::Withdrawal {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let current = withdrawals::storage::withdrawals::get(&self.db, None, id).await.unwrap().unwrap();
+            let current = withdrawals::storage::withdrawals::find(&self.db, id).await.unwrap().unwrap();
             if current.status == status {
                 return current;
             }

@@ -233,7 +233,7 @@ async fn complete_is_checked_against_the_providers_record(app: TestApp) {
     let transfer = app.provider.mock.transfers().into_iter().find(|t| t.reference == id.to_string()).unwrap();
     let done = resolve(&app, id, &operator, json!({"action": "complete", "reason": "provider shows it paid", "version": version, "provider_reference": transfer.id})).await;
     assert_eq!(done.status(), 200);
-    let w = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+    let w = withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(w.status, WithdrawalStatus::Completed);
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
     app.assert_ledger_invariant().await;
@@ -479,7 +479,7 @@ async fn an_operator_reconciles_a_withdrawal_stuck_in_processing_now(app: TestAp
     let stop = app.start_default_worker();
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     stop.cancel();
-    let results = withdrawals::storage::reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = withdrawals::storage::reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(!results.is_empty(), "the reconciliation's result is stored as evidence");
     let rows = audit::list(&app.db, &AuditFilter { limit: 100, ..AuditFilter::default() }).await.unwrap();
     let reconciles: Vec<(&str, &str)> = rows

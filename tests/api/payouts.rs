@@ -59,14 +59,15 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(executions_for(&provider.mock, id), 1);
     let transfer = provider.mock.transfers().into_iter().find(|t| t.reference == id.to_string()).unwrap();
     assert_eq!(transfer.idempotency_key, id.to_string(), "the withdrawal id is the operation key");
-    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let recorded = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"));
     assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
     let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
     assert_eq!(jobs[0].status, withdrawals::domain::JobStatus::Succeeded);
     // The provider's answer, checked against the withdrawal, is the evidence of the completion.
-    let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    let completed =
+        withdrawals::storage::withdrawals::transitions(&app.db, app.key(id).await).await.unwrap().pop().unwrap();
     let evidence = Evidence::read(&completed.evidence.expect("evidence on the completion").0).unwrap();
     assert_eq!((evidence.source, evidence.verdict), (EvidenceSource::ProviderCreate, VerdictKind::Paid));
     let shown = evidence.transfer.expect("the provider's transfer");
@@ -87,7 +88,7 @@ async fn three_503s_then_success_completes_with_every_attempt_recorded(app: Test
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
-    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let recorded = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let outcomes: Vec<_> = recorded.iter().map(|a| a.outcome.unwrap().as_str()).collect();
     assert_eq!(outcomes, ["retryable", "retryable", "retryable", "paid"]);
     assert!(recorded[..3]
@@ -172,7 +173,7 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
     assert_ne!(gateway.breaker.state(), BreakerState::Open, "the breaker closed after recovery");
     for id in &ids {
         let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
-        let calls = attempts::for_withdrawal(&app.db, *id).await.unwrap();
+        let calls = attempts::for_withdrawal(&app.db, app.key(*id).await).await.unwrap();
         let failed_calls =
             calls.iter().filter(|a| a.outcome == Some(withdrawals::domain::AttemptResult::Retryable)).count() as i64;
         assert_eq!(job.attempts, failed_calls, "only real calls consume attempts ({id})");
@@ -217,11 +218,12 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     let job = claim_and_die(&app, 200).await;
     // The doomed worker got as far as the call: processing, attempt started, transfer executed.
+    let key = app.key(id).await;
     let mut tx = app.db.begin().await.unwrap();
     let actor = Actor::Worker("doomed-worker".into());
-    let claimed = store::transition(&mut tx, &to_processing(id, &actor)).await.unwrap();
+    let claimed = store::transition(&mut tx, &to_processing(key, &actor)).await.unwrap();
     assert!(matches!(claimed, TransitionOutcome::Applied(_)));
-    attempts::start(&mut tx, id, job.id, 1, "doomed-worker", &job.correlation_id).await.unwrap();
+    attempts::start(&mut tx, key, job.id, 1, "doomed-worker", &job.correlation_id).await.unwrap();
     tx.commit().await.unwrap();
     let request = TransferRequest {
         reference: id.to_string(),
@@ -243,7 +245,7 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
         jobs.iter().any(|j| j.kind == JobKind::ReconcilePayout.as_str()),
         "the second claimer asked reconciliation"
     );
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"]);
     assert_eq!(executions_for(&provider.mock, id), 1, "never resubmitted blindly");
     assert_eq!(create_requests(&provider.mock, id).len(), 1);
@@ -251,9 +253,9 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     app.assert_ledger_invariant().await;
 }
 
-fn to_processing(id: WithdrawalId, actor: &Actor) -> TransitionRequest<'_> {
+fn to_processing(key: withdrawals::domain::WithdrawalKey, actor: &Actor) -> TransitionRequest<'_> {
     TransitionRequest {
-        id,
+        key,
         from: WithdrawalStatus::Pending,
         to: WithdrawalStatus::Processing,
         expected_version: None,
@@ -277,14 +279,15 @@ async fn a_zombie_workers_late_completion_is_rejected_and_changes_nothing(app: T
     assert_ne!(live[0].lease_token, zombie.lease_token);
 
     // The zombie wakes up and tries to finish: move the withdrawal and complete the job.
+    let key = app.key(id).await;
     let mut tx = app.db.begin().await.unwrap();
     let actor = Actor::Worker("zombie".into());
-    store::transition(&mut tx, &to_processing(id, &actor)).await.unwrap();
+    store::transition(&mut tx, &to_processing(key, &actor)).await.unwrap();
     let fenced = job_store::finish(&mut tx, zombie.id, zombie.lease_token, &Finish::Succeeded).await.unwrap();
     assert!(!fenced, "the old lease token no longer matches");
     drop(tx); // the caller rolls back, as JobContext::finish_or_rollback does
 
-    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Pending, 1));
     let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
     assert_eq!((job.status.as_str(), job.receives), ("running", 2), "still the live worker's");
@@ -331,8 +334,8 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     );
     assert_eq!(executions_for(&provider.mock, id), 1, "one provider execution");
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "the second delivery did not call again");
-    assert_eq!(attempts::for_withdrawal(&app.db, id).await.unwrap().len(), 1, "one attempt");
-    let current = store::get(&app.db, None, id).await.unwrap().unwrap();
+    assert_eq!(attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap().len(), 1, "one attempt");
+    let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3), "one outcome");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;
@@ -351,15 +354,16 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     let submit = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
     assert_eq!(submit.status, withdrawals::domain::JobStatus::Succeeded, "handed over, not retried");
-    let recorded = attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let recorded = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(
         (recorded[0].outcome.map(|o| o.as_str()), recorded[0].side_effect.as_str()),
         (Some("unknown"), "unknown")
     );
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(results.iter().map(|r| r.result.as_str()).collect::<Vec<_>>(), ["paid"], "found → completed");
-    let completed = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    let completed =
+        withdrawals::storage::withdrawals::transitions(&app.db, app.key(id).await).await.unwrap().pop().unwrap();
     let evidence = Evidence::read(&completed.evidence.expect("evidence on the completion").0).unwrap();
     assert_eq!((evidence.source, evidence.verdict), (EvidenceSource::ProviderLookup, VerdictKind::Paid));
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "no second transfer attempted");
@@ -431,7 +435,7 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
     for id in [ids[0], ids[2]] {
         let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
         assert_eq!(done.version, 3, "pending → processing → completed");
-        let last = store::transitions(&app.db, id).await.unwrap().pop().unwrap();
+        let last = store::transitions(&app.db, app.key(id).await).await.unwrap().pop().unwrap();
         assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "worker:w1"));
     }
     app.eventually("the stale row's job to finish", WAIT, || async {
@@ -442,9 +446,9 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
 
     // The stale row wrote its own records (the attempt's outcome, the job's finish) and nothing
     // else: no second move, no second settle.
-    let current = store::get(&app.db, None, stale).await.unwrap().unwrap();
+    let current = store::find(&app.db, stale).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Completed, 3));
-    let moves: Vec<_> = store::transitions(&app.db, stale)
+    let moves: Vec<_> = store::transitions(&app.db, app.key(stale).await)
         .await
         .unwrap()
         .into_iter()
@@ -452,13 +456,13 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
         .filter(|(to, _)| *to == WithdrawalStatus::Completed)
         .collect();
     assert_eq!(moves, vec![(WithdrawalStatus::Completed, "reconciliation".to_owned())]);
-    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, stale).await.unwrap();
+    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, app.key(stale).await).await.unwrap();
     assert_eq!(
         entries.iter().filter(|e| e.kind == withdrawals::domain::EntryKind::Settle).count(),
         1,
         "settled once: {entries:?}"
     );
-    let recorded = attempts::for_withdrawal(&app.db, stale).await.unwrap();
+    let recorded = attempts::for_withdrawal(&app.db, app.key(stale).await).await.unwrap();
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"), "the late worker still records its own attempt");
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
@@ -489,7 +493,7 @@ async fn three_for_one_batch(app: &TestApp, alice: &crate::harness::Customer) ->
 async fn assert_completed_by_the_batch(app: &TestApp, id: WithdrawalId) {
     let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(done.version, 3, "pending → processing → completed");
-    let last = store::transitions(&app.db, id).await.unwrap().pop().unwrap();
+    let last = store::transitions(&app.db, app.key(id).await).await.unwrap().pop().unwrap();
     assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "worker:w1"));
 }
 
@@ -522,14 +526,14 @@ async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_th
         (jobs.len() == 1 && jobs[0].status == withdrawals::domain::JobStatus::Succeeded).then_some(())
     })
     .await;
-    let current = store::get(&app.db, None, changed).await.unwrap().unwrap();
+    let current = store::find(&app.db, changed).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Processing, 3), "not moved by the batch");
-    assert!(store::transitions(&app.db, changed)
+    assert!(store::transitions(&app.db, app.key(changed).await)
         .await
         .unwrap()
         .iter()
         .all(|t| t.to_status != WithdrawalStatus::Completed));
-    let recorded = attempts::for_withdrawal(&app.db, changed).await.unwrap();
+    let recorded = attempts::for_withdrawal(&app.db, app.key(changed).await).await.unwrap();
     assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"), "its attempt's outcome is recorded");
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "10.00".into(), "20.00".into()));
     app.assert_ledger_invariant().await;
@@ -569,7 +573,7 @@ async fn one_rows_failing_write_after_the_batchs_calls_leaves_the_others_complet
     for id in [ids[0], ids[2]] {
         assert_completed_by_the_batch(&app, id).await;
     }
-    let stuck = store::get(&app.db, None, failing).await.unwrap().unwrap();
+    let stuck = store::find(&app.db, failing).await.unwrap().unwrap();
     assert_eq!(stuck.status, WithdrawalStatus::Processing, "the failing row was not moved");
 
     // Once the fault is gone, the failing row is reconciled (its attempt had no recorded
@@ -579,7 +583,7 @@ async fn one_rows_failing_write_after_the_batchs_calls_leaves_the_others_complet
         false => app.execute_raw("DROP TRIGGER test_fail_one_row ON withdrawals").await,
     }
     app.wait_for_status(failing, WithdrawalStatus::Completed, WAIT).await;
-    let last = store::transitions(&app.db, failing).await.unwrap().pop().unwrap();
+    let last = store::transitions(&app.db, app.key(failing).await).await.unwrap().pop().unwrap();
     assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "reconciliation"));
     for id in &ids {
         assert_eq!(executions_for(&provider.mock, *id), 1, "each paid once");

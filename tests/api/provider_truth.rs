@@ -77,7 +77,7 @@ async fn pending_in_review(app: &TestApp, delay_ms: u64) -> (WithdrawalId, Custo
 /// The evidence the withdrawal's last move rests on, read as the typed record it was written as
 /// (an unknown shape fails the test).
 async fn latest_transition_evidence(app: &TestApp, id: WithdrawalId) -> Evidence {
-    let transitions = store::transitions(&app.db, id).await.unwrap();
+    let transitions = store::transitions(&app.db, app.key(id).await).await.unwrap();
     let stored = transitions.last().and_then(|t| t.evidence.clone()).expect("evidence stored with the move").0;
     Evidence::read(&stored).unwrap_or_else(|e| panic!("{e}: {stored}"))
 }
@@ -156,10 +156,7 @@ async fn an_unreachable_provider_refuses_every_money_decision_and_an_allowed_one
     let (id, alice) = rejected_withdrawal(&app).await;
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
-    assert_eq!(
-        store::get(&app.db, None, id).await.unwrap().unwrap().failure_code.as_deref(),
-        Some("dependency_rejected")
-    );
+    assert_eq!(store::find(&app.db, id).await.unwrap().unwrap().failure_code.as_deref(), Some("dependency_rejected"));
     app.provider
         .mock
         .set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable)] });
@@ -209,7 +206,7 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "never completed");
     // The attempt records the mismatch the submit saw, in the run that saw it: no detour
     // through reconciliation.
-    let recorded = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
+    let recorded = withdrawals::storage::attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(
         recorded.iter().map(|a| a.outcome).collect::<Vec<_>>(),
         vec![Some(withdrawals::domain::AttemptResult::Mismatch)]
@@ -261,7 +258,7 @@ async fn a_lookup_with_a_different_amount_is_never_completed(app: TestApp) {
     let w = app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
     assert_eq!(w.failure_code.as_deref(), Some("provider_mismatch"));
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let mismatch = results
         .iter()
         .find(|r| r.result == withdrawals::domain::ReconciliationResult::Mismatch)
@@ -315,7 +312,7 @@ async fn a_pending_transfer_is_polled_past_the_attempt_cap_until_it_settles(app:
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
 
-    let pending = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let pending = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(
         pending.iter().filter(|r| r.result == withdrawals::domain::ReconciliationResult::Pending).count() >= 2,
         "{pending:#?}"
@@ -344,7 +341,7 @@ async fn a_returned_transfer_found_by_reconciliation_completes_the_withdrawal(ap
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
 
     // The provider did pay; the return's re-credit is settlement's (SPEC §14.3, issue 19).
-    let results = reconciliations::for_withdrawal(&app.db, id).await.unwrap();
+    let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(results.iter().any(|r| r.result == withdrawals::domain::ReconciliationResult::Returned), "{results:#?}");
     let transfer = latest_transition_evidence(&app, id).await.transfer.expect("the provider's transfer");
     assert_eq!(transfer.return_code.as_deref(), Some("R01"));
@@ -479,7 +476,7 @@ async fn the_cli_lists_approves_and_rejects_pending_decisions(app: TestApp) {
     let rejected = cli_at(&base, &second, &["review", "reject", &id_text, "--reason", "customer called, wait"]);
 
     assert!(rejected.status.success(), "{}", String::from_utf8_lossy(&rejected.stderr));
-    let w = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let w = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(w.status, WithdrawalStatus::RequiresReview, "a rejection moves nothing");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00");
     // A new request, approved by the second operator.
@@ -537,8 +534,10 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
             .await
             .unwrap()
             .operator_id;
+    let account_id = app.key(id).await.account;
     let decision = |version: i64| ReviewDecision {
         id: withdrawals::domain::DecisionId::new(),
+        account_id,
         withdrawal_id: id,
         action: withdrawals::domain::ReviewAction::Fail,
         provider_reference: None,
@@ -558,5 +557,8 @@ async fn a_decision_requested_on_a_version_that_moved_meanwhile_is_not_stored(ap
     tx.commit().await.unwrap();
 
     assert_eq!(stored, Requested::Stale);
-    assert!(review_decisions::pending_for(&app.db, id).await.unwrap().is_none(), "nothing blocks the withdrawal");
+    assert!(
+        review_decisions::pending_for(&app.db, app.key(id).await).await.unwrap().is_none(),
+        "nothing blocks the withdrawal"
+    );
 }

@@ -120,7 +120,7 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
     let count = |v: &Vec<Result<Vec<job_store::JobRow>, _>>| v.iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>();
     assert_eq!(count(&before), count(&after), "no job enqueued");
     for id in &ids {
-        let w = withdrawals::storage::withdrawals::get(&app.db, None, *id).await.unwrap().unwrap();
+        let w = withdrawals::storage::withdrawals::find(&app.db, *id).await.unwrap().unwrap();
         assert_eq!(w.status, WithdrawalStatus::RequiresReview);
         let letter = dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0);
         assert!(dead_letters::events(&app.db, letter.id).await.unwrap().is_empty());
@@ -495,7 +495,7 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
         job_store::job_row(&app.db, JobId(released.job_id.expect("a released item's job"))).await.unwrap().unwrap();
     assert_eq!(job.payload_version, 2, "released as the current version");
     assert_eq!(
-        withdrawals::storage::withdrawals::get(&app.db, None, broken).await.unwrap().unwrap().status,
+        withdrawals::storage::withdrawals::find(&app.db, broken).await.unwrap().unwrap().status,
         WithdrawalStatus::RequiresReview
     );
     app.assert_ledger_invariant().await;

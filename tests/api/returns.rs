@@ -23,15 +23,17 @@ const WAIT: Duration = Duration::from_secs(25);
 
 /// Applies a return the provider reports for the withdrawal's own amount.
 async fn apply(app: &TestApp, id: withdrawals::domain::WithdrawalId, code: &str) -> Applied {
+    let key = app.key(id).await;
     let mut tx = app.db.begin().await.unwrap();
-    let amount = store::get_in_tx(&mut tx, id).await.unwrap().unwrap().amount;
+    let amount = store::get_in_tx(&mut tx, key).await.unwrap().unwrap().amount;
     drop(tx);
     apply_reported(app, id, amount, code).await
 }
 
 async fn apply_reported(app: &TestApp, id: withdrawals::domain::WithdrawalId, reported: Amount, code: &str) -> Applied {
+    let key = app.key(id).await;
     let mut tx = app.db.begin().await.unwrap();
-    let withdrawal = store::get_in_tx(&mut tx, id).await.unwrap().unwrap();
+    let withdrawal = store::get_in_tx(&mut tx, key).await.unwrap().unwrap();
     use withdrawals::provider::{Transfer, TransferStatus, Verdict};
     let transfer = Transfer {
         id: "tr_returned".into(),
@@ -64,7 +66,7 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     for reported in [Amount::from_minor(2549, usd).unwrap(), Amount::from_minor(2550, eur).unwrap()] {
         assert_eq!(apply_reported(&app, id, reported, "R01").await, Applied::AmountMismatch);
         assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()), "{reported:?}");
-        assert!(returns::for_withdrawal(&app.db, id).await.unwrap().is_none(), "no return recorded");
+        assert!(returns::for_withdrawal(&app.db, app.key(id).await).await.unwrap().is_none(), "no return recorded");
     }
 
     assert_eq!(apply(&app, id, "R01").await, Applied::Credited);
@@ -74,7 +76,7 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     // The same return again (a re-imported report, a duplicated line): nothing changes.
     assert_eq!(apply(&app, id, "R01").await, Applied::AlreadyApplied);
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "credited once");
-    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, id).await.unwrap();
+    let entries = withdrawals::storage::accounts::entries_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "return").count(), 1, "{kinds:?}");
     app.assert_ledger_invariant().await;
@@ -84,7 +86,7 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     assert_eq!(body.status, WithdrawalStatus::Completed);
     let returned = body.returned.as_ref().expect("the return shown");
     assert_eq!(returned.return_code, "R01");
-    let stored = returns::for_withdrawal(&app.db, id).await.unwrap().unwrap();
+    let stored = returns::for_withdrawal(&app.db, app.key(id).await).await.unwrap().unwrap();
     assert_eq!((stored.amount_minor, stored.currency.as_str()), (2550, "USD"));
     assert_eq!(stored.evidence.0["transfer"]["return_code"], "R01", "the evidence is stored with the return");
 }
@@ -95,7 +97,7 @@ async fn a_return_for_a_withdrawal_we_never_completed_credits_nothing(app: TestA
     let id = app.create_withdrawal(&alice, "k1", "40.00").await;
     assert_eq!(apply(&app, id, "R02").await, Applied::NotCompleted);
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "nothing moved");
-    assert!(returns::for_withdrawal(&app.db, id).await.unwrap().is_none(), "no return recorded");
+    assert!(returns::for_withdrawal(&app.db, app.key(id).await).await.unwrap().is_none(), "no return recorded");
     let body: Value = app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap().json().await.unwrap();
     assert!(body.get("return").is_none(), "{body}");
     app.assert_ledger_invariant().await;

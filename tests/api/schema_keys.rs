@@ -25,18 +25,11 @@ const NOT_YET_KEYED: &[&str] = &[
     "api_keys",
     "dead_letter_events",
     "dead_letters",
-    "idempotency_records",
     "jobs",
-    "ledger_entries",
     "open_dead_letters",
-    "payout_returns",
-    "provider_attempts",
-    "reconciliation_results",
     "replay_items",
-    "review_decisions",
     "settlement_exceptions",
     "settlement_lines",
-    "withdrawal_transitions",
     "withdrawals",
 ];
 
@@ -308,6 +301,333 @@ async fn a_populated_database_moves_to_account_keys_losing_nothing(backend: Back
     assert_eq!(refused, [true; 5], "update, delete, a reused key and a zero amount refused; a new credit taken");
 }
 
+/// The withdrawal graph (issue 29, migration 23): a database at migration 22 holding withdrawals
+/// in three states with their transitions, ledger entries, attempts, reconciliation result, review
+/// decision, return, idempotency records and jobs migrates with no row lost, every history row
+/// carrying its withdrawal's account, the ledger exact, and the rules still holding.
+async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backend: Backend) {
+    let (url, _dir) = fresh_database(backend).await;
+    migrate_to(&url, backend, 22).await;
+    let at = |minutes: i64| chrono::Utc::now() - chrono::TimeDelta::days(1) + chrono::TimeDelta::minutes(minutes);
+    let (alice, bob, operator) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    // Created in this order, so newest first is w3, w2, w1.
+    let (w1, w2, w3) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let (j1, j2) = (Uuid::now_v7(), Uuid::now_v7());
+    let t: Vec<Uuid> = (0..8).map(|_| Uuid::now_v7()).collect();
+    const TABLES: [&str; 9] = [
+        "withdrawals",
+        "withdrawal_transitions",
+        "ledger_entries",
+        "idempotency_records",
+        "provider_attempts",
+        "reconciliation_results",
+        "review_decisions",
+        "payout_returns",
+        "jobs",
+    ];
+    let before: Vec<i64> = on_connection!(&url, |conn| {
+        for (account, name) in [(alice, "Alice"), (bob, "Bob")] {
+            sqlx::query("INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)")
+                .bind(account)
+                .bind(name)
+                .bind(at(0))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO operators (id, name, role, secret_hash, created_at) VALUES ($1, 'Ada', 'admin', $2, $3)",
+        )
+        .bind(operator)
+        .bind(vec![0_u8; 32])
+        .bind(at(0))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        // Alice: USD 1000.00 funded; w1 (2.50) paid then returned, w3 (1.00) failed.
+        // Bob: EUR 500.00 funded; w2 (20.00) held, in review.
+        for (account, currency, available, held) in [(alice, "USD", 100_000_i64, 0_i64), (bob, "EUR", 48_000, 2_000)] {
+            sqlx::query(
+                "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, $4, 0)",
+            )
+            .bind(account)
+            .bind(currency)
+            .bind(available)
+            .bind(held)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        let withdrawals = [
+            (w1, alice, "completed", 250_i64, "USD", "k1", 1),
+            (w2, bob, "requires_review", 2_000, "EUR", "k2", 2),
+            (w3, alice, "failed", 100, "USD", "k3", 3),
+        ];
+        for (id, account, status, amount, currency, key, minute) in withdrawals {
+            sqlx::query(
+                "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference,
+                                          failure_code, version, idempotency_key, correlation_id, created_at,
+                                          updated_at, sandbox)
+                 VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL, 3, $7, 'c', $8, $8, false)",
+            )
+            .bind(id)
+            .bind(account)
+            .bind(status)
+            .bind(amount)
+            .bind(currency)
+            .bind(sqlx::types::Json(
+                withdrawals::domain::Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+            ))
+            .bind(key)
+            .bind(at(minute))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        let transitions = [
+            (t[0], w1, None, "pending"),
+            (t[1], w1, Some("pending"), "processing"),
+            (t[2], w1, Some("processing"), "completed"),
+            (t[3], w2, None, "pending"),
+            (t[4], w2, Some("pending"), "processing"),
+            (t[5], w2, Some("processing"), "requires_review"),
+            (t[6], w3, None, "pending"),
+            (t[7], w3, Some("pending"), "failed"),
+        ];
+        for (n, (id, withdrawal, from, to)) in transitions.into_iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
+                                                     correlation_id, at, evidence)
+                 VALUES ($1, $2, $3, $4, 'worker:w', 'test', 'c', $5, NULL)",
+            )
+            .bind(id)
+            .bind(withdrawal)
+            .bind(from)
+            .bind(to)
+            .bind(at(10 + n as i64))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        // (account, currency, kind, withdrawal, transition, [available, held, paid out], actor)
+        type Entry = (Uuid, &'static str, &'static str, Option<Uuid>, Option<Uuid>, [i64; 3], Option<&'static str>);
+        let entries: [Entry; 8] = [
+            (alice, "USD", "funding", None, None, [100_000, 0, 0], Some("local:ops")),
+            (alice, "USD", "hold", Some(w1), Some(t[0]), [-250, 250, 0], None),
+            (alice, "USD", "settle", Some(w1), Some(t[2]), [0, -250, 250], None),
+            (alice, "USD", "return", Some(w1), None, [250, 0, -250], None),
+            (alice, "USD", "hold", Some(w3), Some(t[6]), [-100, 100, 0], None),
+            (alice, "USD", "release", Some(w3), Some(t[7]), [100, -100, 0], None),
+            (bob, "EUR", "funding", None, None, [50_000, 0, 0], Some("local:ops")),
+            (bob, "EUR", "hold", Some(w2), Some(t[3]), [-2_000, 2_000, 0], None),
+        ];
+        for (n, (account, currency, kind, withdrawal, transition, [available, held, paid_out], actor)) in
+            entries.into_iter().enumerate()
+        {
+            sqlx::query(
+                "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
+                                             available_delta, held_delta, paid_out_delta, created_at, actor)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(Uuid::now_v7())
+            .bind(account)
+            .bind(currency)
+            .bind(kind)
+            .bind(withdrawal)
+            .bind(transition)
+            .bind(available)
+            .bind(held)
+            .bind(paid_out)
+            .bind(at(20 + n as i64))
+            .bind(actor)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        for (account, key, withdrawal, state) in [
+            (alice, "k1", Some(w1), "completed"),
+            (bob, "k2", Some(w2), "completed"),
+            (alice, "k9", None, "in_progress"),
+        ] {
+            sqlx::query(
+                "INSERT INTO idempotency_records (account_id, key, fingerprint, state, response_status, response_body,
+                                                  withdrawal_id, locked_at, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4, NULL, NULL, $5, $6, $6, $7)",
+            )
+            .bind(account)
+            .bind(key)
+            .bind(key.as_bytes().to_vec())
+            .bind(state)
+            .bind(withdrawal)
+            .bind(at(1))
+            .bind(at(60 * 48))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        for (job, withdrawal, status) in [(j1, w1, "succeeded"), (j2, w2, "dead")] {
+            sqlx::query(
+                "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
+                                   withdrawal_id, created_at, updated_at)
+                 VALUES ($1, 'payouts', 'submit_payout', $2, 1, $3, $4, 'c', $5, $4, $4)",
+            )
+            .bind(job)
+            .bind(b"{}".to_vec())
+            .bind(status)
+            .bind(at(2))
+            .bind(withdrawal)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        for (withdrawal, job, outcome, side_effect) in [(w1, j1, "paid", "confirmed"), (w2, j2, "unknown", "unknown")] {
+            sqlx::query(
+                "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
+                                                started_at, finished_at, outcome, side_effect)
+                 VALUES ($1, $2, $3, 1, 'w', 'c', $4, $4, $5, $6)",
+            )
+            .bind(Uuid::now_v7())
+            .bind(withdrawal)
+            .bind(job)
+            .bind(at(30))
+            .bind(outcome)
+            .bind(side_effect)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO reconciliation_results (id, withdrawal_id, job_id, result, detail, correlation_id, at)
+             VALUES ($1, $2, $3, 'pending', 'still pending', 'c', $4)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(w2)
+        .bind(j2)
+        .bind(at(40))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO review_decisions (id, withdrawal_id, action, version, reason, requested_by, requested_at,
+                                           request_evidence, status)
+             VALUES ($1, $2, 'complete', 3, 'bank says paid', $3, $4, $5, 'pending')",
+        )
+        .bind(Uuid::now_v7())
+        .bind(w2)
+        .bind(operator)
+        .bind(at(50))
+        .bind(sqlx::types::Json(serde_json::json!({"verdict": "paid"})))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO payout_returns (id, withdrawal_id, account_id, currency, amount_minor, return_code,
+                                         returned_at, evidence, recorded_at)
+             VALUES ($1, $2, $3, 'USD', 250, 'R01', $4, $5, $4)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(w1)
+        .bind(alice)
+        .bind(at(55))
+        .bind(sqlx::types::Json(serde_json::json!({"status": "returned"})))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let mut counts = Vec::new();
+        for table in TABLES {
+            counts
+                .push(sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(&mut conn).await.unwrap());
+        }
+        counts
+    });
+    assert_eq!(before, [3, 8, 8, 3, 2, 1, 1, 1, 2], "the seed");
+
+    let db = Db::connect(&url, &PoolSettings::default()).await.unwrap();
+    db.migrate().await.unwrap();
+    // The ledger is exact after the move, and the service reads the history by its keys.
+    assert_eq!(withdrawals::storage::accounts::ledger_violations(&db).await.unwrap(), vec![]);
+    let key = |account, id| withdrawals::domain::WithdrawalKey {
+        account: withdrawals::domain::AccountId(account),
+        id: withdrawals::domain::WithdrawalId(id),
+    };
+    let transitions = withdrawals::storage::withdrawals::transitions(&db, key(alice, w1)).await.unwrap();
+    assert_eq!(transitions.len(), 3);
+    assert!(withdrawals::storage::withdrawals::transitions(&db, key(bob, w1)).await.unwrap().is_empty());
+    let pending = withdrawals::storage::review_decisions::pending_for(&db, key(bob, w2)).await.unwrap();
+    assert_eq!(pending.map(|d| d.account_id.0), Some(bob));
+    let page = withdrawals::storage::withdrawals::list(&db, withdrawals::domain::AccountId(alice), None, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|w| w.id.0).collect::<Vec<_>>(), [w3, w1], "newest first, one account's");
+    db.close().await;
+
+    let (after, matching, refused): (Vec<i64>, Vec<i64>, [bool; 4]) = on_connection!(&url, |conn| {
+        let mut counts = Vec::new();
+        for table in TABLES {
+            counts
+                .push(sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}")).fetch_one(&mut conn).await.unwrap());
+        }
+        // Every history row carries its withdrawal's account.
+        let mut matching = Vec::new();
+        for table in &TABLES[1..8] {
+            matching.push(
+                sqlx::query_scalar(&format!(
+                    "SELECT COUNT(*) FROM {table} t JOIN withdrawals w ON w.id = t.withdrawal_id
+                     WHERE t.account_id = w.account_id"
+                ))
+                .fetch_one(&mut conn)
+                .await
+                .unwrap(),
+            );
+        }
+        let rewrite = sqlx::query("UPDATE withdrawal_transitions SET reason = 'rewritten'").execute(&mut conn).await;
+        // A transition claiming w1 under Bob's account, a second pending decision on w2, and a
+        // second return of w1 are refused.
+        let foreign = sqlx::query(
+            "INSERT INTO withdrawal_transitions (id, account_id, withdrawal_id, from_status, to_status, actor, reason,
+                                                 correlation_id, at)
+             VALUES ($1, $2, $3, 'completed', 'completed', 'x', 'x', 'x', $4)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(bob)
+        .bind(w1)
+        .bind(at(70))
+        .execute(&mut conn)
+        .await;
+        let second_decision = sqlx::query(
+            "INSERT INTO review_decisions (id, account_id, withdrawal_id, action, version, reason, requested_by,
+                                           requested_at, request_evidence, status)
+             VALUES ($1, $2, $3, 'fail', 3, 'again', $4, $5, $6, 'pending')",
+        )
+        .bind(Uuid::now_v7())
+        .bind(bob)
+        .bind(w2)
+        .bind(operator)
+        .bind(at(71))
+        .bind(sqlx::types::Json(serde_json::json!({})))
+        .execute(&mut conn)
+        .await;
+        let second_return = sqlx::query(
+            "INSERT INTO payout_returns (id, withdrawal_id, account_id, currency, amount_minor, return_code,
+                                         returned_at, evidence, recorded_at)
+             VALUES ($1, $2, $3, 'USD', 250, 'R01', $4, $5, $4)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(w1)
+        .bind(alice)
+        .bind(at(72))
+        .bind(sqlx::types::Json(serde_json::json!({})))
+        .execute(&mut conn)
+        .await;
+        (counts, matching, [rewrite.is_err(), foreign.is_err(), second_decision.is_err(), second_return.is_err()])
+    });
+    assert_eq!(after, before, "no row lost or added");
+    // Every history row with a withdrawal (all but the two funding entries and the claimed-only
+    // key) carries its withdrawal's account.
+    assert_eq!(matching, [8, 6, 2, 2, 1, 1, 1], "every history row carries its withdrawal's account");
+    assert_eq!(refused, [true; 4], "rewrite, another account's transition, a second decision and a second return");
+}
+
 mod populated_migration {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
@@ -317,6 +637,16 @@ mod populated_migration {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres() {
         super::a_populated_database_moves_to_account_keys_losing_nothing(super::Backend::Postgres).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn withdrawal_graph_sqlite() {
+        super::a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(super::Backend::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn withdrawal_graph_postgres() {
+        super::a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(super::Backend::Postgres).await
     }
 }
 

@@ -275,8 +275,8 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     );
 
     // The real return is credited once; the spurious one not at all.
-    assert!(returns::for_withdrawal(&app.db, returned).await.unwrap().is_some());
-    assert!(returns::for_withdrawal(&app.db, spurious).await.unwrap().is_none());
+    assert!(returns::for_withdrawal(&app.db, app.key(returned).await).await.unwrap().is_some());
+    assert!(returns::for_withdrawal(&app.db, app.key(spurious).await).await.unwrap().is_none());
     let (available, held, paid_out) = app.usd_balance(&alice).await;
     assert_eq!((available.as_str(), held.as_str(), paid_out.as_str()), ("960.00", "0.00", "40.00"));
     let shown: WithdrawalView =
@@ -367,7 +367,7 @@ async fn paid_but_unanswered(app: &TestApp, offset: chrono::TimeDelta) -> (Withd
     // The attempt finished (timed out) with its outcome unknown, and the job handed over to
     // reconciliation.
     app.eventually("the attempt's outcome unknown", WAIT, || async {
-        let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, id).await.unwrap();
+        let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         let done = attempts
             .last()
             .is_some_and(|a| a.finished_at.is_some() && a.side_effect == withdrawals::domain::SideEffect::Unknown);
@@ -397,7 +397,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     mock.set_faults(FaultConfig { rules: vec![FaultRule::new(RouteMatch::Lookup, FaultEffect::LookupUnavailable)] });
     let waiting = imported(&app, &operator, json!({"date": today})).await;
     assert_eq!((waiting.matching.awaiting_confirmation, waiting.matching.completed), (1, 0), "{waiting:?}");
-    let held = withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap();
+    let held = withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(held.status, WithdrawalStatus::Processing);
     assert_eq!(result_of(&store::lines_for_withdrawal(&app.db, id).await.unwrap(), "paid"), None);
 
@@ -416,7 +416,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert!(again.already_imported);
     assert_eq!((again.matching.completed, again.matching.awaiting_confirmation), (0, 0), "{again:?}");
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
-    let transitions = withdrawals::storage::withdrawals::transitions(&app.db, id).await.unwrap();
+    let transitions = withdrawals::storage::withdrawals::transitions(&app.db, app.key(id).await).await.unwrap();
     let last = transitions.last().unwrap();
     assert_eq!(last.actor, "settlement");
     let evidence = &last.evidence.as_ref().expect("evidence stored with the transition").0;
@@ -470,9 +470,9 @@ async fn lines_that_contradict_our_state_are_status_mismatches_and_move_nothing(
     assert!(kinds.contains(&(ExceptionKind::StatusMismatch, Some(paid.0))), "{kinds:?}");
     assert!(kinds.contains(&(ExceptionKind::StatusMismatch, Some(failed.0))), "{kinds:?}");
     assert!(kinds.contains(&(ExceptionKind::Returned, Some(failed.0))), "{kinds:?}");
-    assert!(returns::for_withdrawal(&app.db, failed).await.unwrap().is_none());
+    assert!(returns::for_withdrawal(&app.db, app.key(failed).await).await.unwrap().is_none());
     for (id, status) in [(paid, WithdrawalStatus::Completed), (failed, WithdrawalStatus::Failed)] {
-        assert_eq!(withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status, status);
+        assert_eq!(withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap().status, status);
     }
     assert_eq!(app.usd_balance(&alice).await, before);
     app.assert_ledger_invariant().await;
@@ -773,7 +773,7 @@ async fn a_refused_return_is_credited_later_once_the_providers_record_shows_it(a
     assert_eq!((resolved.status, resolved.resolution), (ExceptionStatus::Resolved, Some(Resolution::ResolvedInReview)));
     let after = app.usd_balance(&alice).await;
     assert_eq!((after.0.as_str(), after.2.as_str()), ("100.00", "0.00"), "{after:?}");
-    let stored = returns::for_withdrawal(&app.db, id).await.unwrap().expect("the return is stored");
+    let stored = returns::for_withdrawal(&app.db, app.key(id).await).await.unwrap().expect("the return is stored");
     assert_eq!((stored.return_code.as_str(), stored.amount_minor), ("R03", 1000));
     assert_eq!(stored.evidence.0["source"], "operator_credit_return", "{:?}", stored.evidence);
 
@@ -899,7 +899,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     assert_eq!(reports[0].line_count, 203);
     let lines = store::lines_for_withdrawal(&app.db, returned).await.unwrap();
     assert_eq!(lines.len(), 2, "no line duplicated: {lines:?}");
-    assert!(returns::for_withdrawal(&app.db, returned).await.unwrap().is_some());
+    assert!(returns::for_withdrawal(&app.db, app.key(returned).await).await.unwrap().is_some());
     app.assert_ledger_invariant().await;
 }
 

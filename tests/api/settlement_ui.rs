@@ -183,7 +183,7 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
     let usage = String::from_utf8_lossy(&neither.stderr);
     assert!(usage.contains("<--date <DATE>|--file <FILE>>"), "one of them is required: {usage}");
     assert_eq!(
-        withdrawals::storage::withdrawals::get(&app.db, None, id).await.unwrap().unwrap().status,
+        withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap().status,
         WithdrawalStatus::Completed
     );
 }

@@ -2,7 +2,7 @@
 
 use futures::future::join_all;
 use withdrawals::customer::types::WithdrawalView;
-use withdrawals::domain::{Actor, WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{Actor, WithdrawalId, WithdrawalKey, WithdrawalStatus};
 use withdrawals::storage::batch::Writes;
 use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, TransitionRequest};
 
@@ -24,9 +24,9 @@ async fn pending_withdrawal(app: &TestApp) -> WithdrawalId {
     WithdrawalId(body.id)
 }
 
-fn request(id: WithdrawalId, from: WithdrawalStatus, to: WithdrawalStatus, actor: &Actor) -> TransitionRequest<'_> {
+fn request(key: WithdrawalKey, from: WithdrawalStatus, to: WithdrawalStatus, actor: &Actor) -> TransitionRequest<'_> {
     TransitionRequest {
-        id,
+        key,
         from,
         to,
         expected_version: None,
@@ -51,16 +51,18 @@ async fn a_guarded_transition_that_lost_the_race_changes_nothing_and_reports_it(
 
     let outcomes = join_all(workers.iter().map(|w| {
         let app = &app;
-        async move { apply(app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, w)).await }
+        async move {
+            apply(app, &request(app.key(id).await, WithdrawalStatus::Pending, WithdrawalStatus::Processing, w)).await
+        }
     }))
     .await;
 
     let applied = outcomes.iter().filter(|o| matches!(o, TransitionOutcome::Applied(_))).count();
     let stale = outcomes.iter().filter(|o| matches!(o, TransitionOutcome::Stale)).count();
     assert_eq!((applied, stale), (1, 7), "exactly one claim wins; the others are told they lost");
-    let withdrawal = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let withdrawal = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((withdrawal.status, withdrawal.version), (WithdrawalStatus::Processing, 2));
-    let transitions = store::transitions(&app.db, id).await.unwrap();
+    let transitions = store::transitions(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(transitions.len(), 2, "created + the one applied move, nothing from the losers");
     app.assert_ledger_invariant().await;
 }
@@ -69,11 +71,12 @@ async fn a_stale_version_changes_nothing(app: TestApp) {
     let id = pending_withdrawal(&app).await;
     let worker = Actor::Worker("w".into());
     assert!(matches!(
-        apply(&app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await,
+        apply(&app, &request(app.key(id).await, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker))
+            .await,
         TransitionOutcome::Applied(_)
     ));
     let operator = Actor::Operator("op".into());
-    let mut late = request(id, WithdrawalStatus::Processing, WithdrawalStatus::Failed, &operator);
+    let mut late = request(app.key(id).await, WithdrawalStatus::Processing, WithdrawalStatus::Failed, &operator);
     late.expected_version = Some(1);
 
     assert_eq!(apply(&app, &late).await, TransitionOutcome::Stale);
@@ -87,10 +90,11 @@ async fn a_forbidden_transition_changes_nothing(app: TestApp) {
     let id = pending_withdrawal(&app).await;
     let actor = Actor::System;
 
-    let outcome = apply(&app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Completed, &actor)).await;
+    let outcome =
+        apply(&app, &request(app.key(id).await, WithdrawalStatus::Pending, WithdrawalStatus::Completed, &actor)).await;
 
     assert!(matches!(outcome, TransitionOutcome::Forbidden(_)));
-    let withdrawal = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let withdrawal = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((withdrawal.status, withdrawal.version), (WithdrawalStatus::Pending, 1));
 }
 
@@ -104,16 +108,18 @@ async fn completing_settles_the_hold_and_failing_releases_it(app: TestApp) {
     }
     let worker = Actor::Worker("w".into());
     for id in &ids {
-        apply(&app, &request(*id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await;
+        apply(&app, &request(app.key(*id).await, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker))
+            .await;
     }
 
-    apply(&app, &request(ids[0], WithdrawalStatus::Processing, WithdrawalStatus::Completed, &worker)).await;
-    let mut fail = request(ids[1], WithdrawalStatus::Processing, WithdrawalStatus::Failed, &worker);
+    apply(&app, &request(app.key(ids[0]).await, WithdrawalStatus::Processing, WithdrawalStatus::Completed, &worker))
+        .await;
+    let mut fail = request(app.key(ids[1]).await, WithdrawalStatus::Processing, WithdrawalStatus::Failed, &worker);
     fail.failure_code = Some("rejected_by_bank");
     apply(&app, &fail).await;
 
     assert_eq!(app.usd_balance(&alice).await, ("70.00".into(), "0.00".into(), "30.00".into()));
-    let failed = store::get(&app.db, None, ids[1]).await.unwrap().unwrap();
+    let failed = store::find(&app.db, ids[1]).await.unwrap().unwrap();
     assert_eq!(failed.failure_code.as_deref(), Some("rejected_by_bank"));
     app.assert_ledger_invariant().await;
 }
@@ -127,12 +133,12 @@ async fn a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_
         read(app.post_withdrawal(&alice, "k", &withdrawal_body("25.00")).send().await.unwrap()).await;
     let id = WithdrawalId(body.id);
     let worker = Actor::Worker("w".into());
-    apply(&app, &request(id, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await;
-    let read = store::get(&app.db, None, id).await.unwrap().unwrap();
+    apply(&app, &request(app.key(id).await, WithdrawalStatus::Pending, WithdrawalStatus::Processing, &worker)).await;
+    let read = store::find(&app.db, id).await.unwrap().unwrap();
 
     let mut settled = Vec::new();
     for to in [WithdrawalStatus::Completed, WithdrawalStatus::Failed] {
-        let req = request(id, WithdrawalStatus::Processing, to, &worker);
+        let req = request(app.key(id).await, WithdrawalStatus::Processing, to, &worker);
         let mut tx = app.db.begin().await.unwrap();
         let mut writes = Writes::new();
         let known = store::transition_known_in(&mut writes, &req).unwrap();
@@ -142,9 +148,9 @@ async fn a_batched_transition_of_a_read_withdrawal_settles_once_and_a_stale_one_
     }
 
     assert_eq!(settled, [true, false], "the first settles, the second finds it moved");
-    let now = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let now = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((now.status, now.version), (WithdrawalStatus::Completed, 3));
-    let transitions = store::transitions(&app.db, id).await.unwrap();
+    let transitions = store::transitions(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(transitions.len(), 3, "created, processing, completed: nothing from the stale move");
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()), "settled once");
     app.assert_ledger_invariant().await;

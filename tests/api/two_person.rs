@@ -61,7 +61,7 @@ async fn approve(app: &TestApp, base: &str, id: WithdrawalId, token: &str) -> re
 async fn assert_still_pending(app: &TestApp, id: WithdrawalId, alice: &crate::harness::Customer, token: &str) {
     let waiting: Page<ReviewDecisionView> = app.ops_get(token, "/ops/v1/review-decisions").await;
     assert_eq!((waiting.data[0].withdrawal_id, waiting.data[0].status), (id.0, DecisionStatus::Pending), "{waiting:?}");
-    let w = store::get(&app.db, None, id).await.unwrap().unwrap();
+    let w = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(w.status, WithdrawalStatus::RequiresReview);
     assert_eq!(app.usd_balance(alice).await, ("75.00".into(), "25.00".into(), "0.00".into()), "no money moved");
     app.assert_ledger_invariant().await;

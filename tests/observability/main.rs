@@ -89,7 +89,7 @@ async fn every_applied_transition_is_counted_once_on_commit_by_storage_and_none_
     // Rolled back, then committed: the same move, counted once.
     let moved = app.create_withdrawal(&alice, "moved", "1.00").await;
     let request = TransitionRequest {
-        id: moved,
+        key: app.key(moved).await,
         from: WithdrawalStatus::Pending,
         to: WithdrawalStatus::Processing,
         expected_version: None,

@@ -285,7 +285,7 @@ async fn confirm(
                 ),
             };
             let request = TransitionRequest {
-                id: w.id,
+                key: w.key(),
                 from: w.status,
                 to,
                 expected_version: Some(w.version),
@@ -315,7 +315,7 @@ async fn confirm(
                 return except(db, line, w, ExceptionKind::Returned, detail.into(), e, counts).await;
             };
             let code = t.return_code.clone().unwrap_or_else(|| "unspecified".into());
-            let current = withdrawals::get_in_tx(&mut tx, w.id).await?.unwrap_or_else(|| w.clone());
+            let current = withdrawals::get_in_tx(&mut tx, w.key()).await?.unwrap_or_else(|| w.clone());
             match returns::apply(&mut tx, &current, reported, &code, line.event_at, &stored).await? {
                 returns::Applied::Credited => (LineResult::Returned, Some(LineApplied::ReturnCredited)),
                 returns::Applied::AlreadyApplied => (LineResult::Returned, None),

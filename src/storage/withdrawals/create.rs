@@ -83,7 +83,7 @@ pub async fn create(
     );
     let transition = transition_in(
         &mut writes,
-        w.id,
+        w.key(),
         None,
         WithdrawalStatus::Pending,
         &Actor::Customer,
@@ -91,7 +91,7 @@ pub async fn create(
         &w.correlation_id,
         None,
     );
-    let held = accounts::hold_in(&mut writes, w.account_id, w.amount, w.id, transition);
+    let held = accounts::hold_in(&mut writes, w.key(), w.amount, transition);
     jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
     let theirs = writes.append(also);
     let counts = writes.run(tx).await?;

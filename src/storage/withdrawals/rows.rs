@@ -1,9 +1,17 @@
 //! Withdrawals as stored and read: one, many, a page of an account's, a page in one state.
+//!
+//! A withdrawal is keyed by (account, id) ([`WithdrawalKey`]): reads that know the account name
+//! it, so a distributed database routes them to one shard. The reads by id alone ([`find`],
+//! [`get_many`], the `*_last_attempt` reads) serve the callers that hold only an id today — an
+//! operator's URL, a job, a settlement line — through the `withdrawals (id)` unique index; on a
+//! distributed database they fan out (README "Scaling").
 
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use crate::domain::{AccountId, Amount, Currency, Destination, Withdrawal, WithdrawalId, WithdrawalStatus};
+use crate::domain::{
+    AccountId, Amount, Currency, Destination, Withdrawal, WithdrawalId, WithdrawalKey, WithdrawalStatus,
+};
 use crate::storage::{DbTime, Result, StorageError, Tx};
 use crate::{with_conn, with_read_conn};
 
@@ -51,12 +59,24 @@ impl TryFrom<WithdrawalRow> for Withdrawal {
     }
 }
 
-/// Reads one withdrawal; with `account` set, another account's withdrawal reads as absent.
-pub async fn get(db: &crate::storage::Db, account: Option<AccountId>, id: WithdrawalId) -> Result<Option<Withdrawal>> {
+/// Reads one withdrawal of one account (another account's withdrawal reads as absent).
+pub async fn get(db: &crate::storage::Db, key: WithdrawalKey) -> Result<Option<Withdrawal>> {
     let row: Option<WithdrawalRow> = with_read_conn!(db, |conn| {
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1 AND ($2 IS NULL OR account_id = $2)"))
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE account_id = $1 AND id = $2"))
+            .bind(key.account.0)
+            .bind(key.id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    row.map(Withdrawal::try_from).transpose()
+}
+
+/// Reads one withdrawal by its id alone, whatever its account (operators, and jobs until they
+/// carry the account).
+pub async fn find(db: &crate::storage::Db, id: WithdrawalId) -> Result<Option<Withdrawal>> {
+    let row: Option<WithdrawalRow> = with_read_conn!(db, |conn| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1"))
             .bind(id.0)
-            .bind(account.map(|a| a.0))
             .fetch_optional(&mut *conn)
             .await?
     });
@@ -88,7 +108,19 @@ pub async fn get_many(db: &crate::storage::Db, ids: &[WithdrawalId]) -> Result<V
 }
 
 /// Reads one withdrawal inside a transaction (workers decide on what they will write against).
-pub async fn get_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawal>> {
+pub async fn get_in_tx(tx: &mut Tx, key: WithdrawalKey) -> Result<Option<Withdrawal>> {
+    let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE account_id = $1 AND id = $2"))
+            .bind(key.account.0)
+            .bind(key.id.0)
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    row.map(Withdrawal::try_from).transpose()
+}
+
+/// [`find`] inside a transaction: a job's withdrawal, by the id the job carries.
+pub async fn find_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawal>> {
     let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
         sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1"))
             .bind(id.0)
@@ -108,7 +140,8 @@ pub struct LastAttempt {
 
 /// A withdrawal with its latest provider attempt, before the caller's `WHERE`.
 fn with_last_attempt() -> String {
-    const LATEST: &str = "FROM provider_attempts a WHERE a.withdrawal_id = w.id ORDER BY a.attempt_no DESC LIMIT 1";
+    const LATEST: &str = "FROM provider_attempts a WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id
+                          ORDER BY a.attempt_no DESC LIMIT 1";
     format!(
         "SELECT {COLUMNS}, (SELECT a.attempt_no {LATEST}) AS last_attempt_no,
                 (SELECT a.outcome IS NOT NULL {LATEST}) AS last_attempt_finished
@@ -170,10 +203,10 @@ impl WithLastAttemptRow {
     }
 }
 
-/// Position in a newest-first listing: the last item's creation time and id.
+/// Position in a newest-first listing: the last item's id. Ids are UUIDv7, minted at creation,
+/// so id order is creation order, and the page is read along the (account_id, id) primary key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageCursor {
-    pub created_at: DbTime,
     pub id: Uuid,
 }
 
@@ -185,20 +218,20 @@ pub async fn list(
     limit: u32,
     cursor: Option<PageCursor>,
 ) -> Result<Vec<Withdrawal>> {
+    // The first page and the next ones are two statements, so each reads the key range it needs.
+    let after = if cursor.is_some() { "AND id < $4" } else { "" };
+    let sql = format!(
+        "SELECT {COLUMNS} FROM withdrawals
+         WHERE account_id = $1 AND ($2 IS NULL OR status = $2) {after}
+         ORDER BY id DESC LIMIT $3"
+    );
     let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
-        sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM withdrawals
-             WHERE account_id = $1 AND ($2 IS NULL OR status = $2)
-               AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4))
-             ORDER BY created_at DESC, id DESC LIMIT $5"
-        ))
-        .bind(account.0)
-        .bind(status.map(WithdrawalStatus::as_str))
-        .bind(cursor.map(|c| c.created_at))
-        .bind(cursor.map(|c| c.id))
-        .bind(i64::from(limit))
-        .fetch_all(&mut *conn)
-        .await?
+        let query =
+            sqlx::query_as(&sql).bind(account.0).bind(status.map(WithdrawalStatus::as_str)).bind(i64::from(limit));
+        match cursor {
+            Some(cursor) => query.bind(cursor.id).fetch_all(&mut *conn).await?,
+            None => query.fetch_all(&mut *conn).await?,
+        }
     });
     rows.into_iter().map(Withdrawal::try_from).collect()
 }

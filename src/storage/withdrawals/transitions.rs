@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::rows::{WithdrawalRow, COLUMNS};
 use crate::domain::{
-    check_transition, AccountId, Actor, LedgerEffect, TransitionError, Withdrawal, WithdrawalId, WithdrawalStatus,
+    check_transition, AccountId, Actor, LedgerEffect, TransitionError, Withdrawal, WithdrawalKey, WithdrawalStatus,
 };
 use crate::storage::accounts::{self, EntryKind};
 use crate::storage::batch::{Arg, Ran, SetUpdate, Sql, Writes, Written};
@@ -16,7 +16,7 @@ use crate::with_read_conn;
 /// A requested state change.
 #[derive(Debug, Clone)]
 pub struct TransitionRequest<'a> {
-    pub id: WithdrawalId,
+    pub key: WithdrawalKey,
     pub from: WithdrawalStatus,
     pub to: WithdrawalStatus,
     /// When set, the write also requires this version (operators acting on what they saw).
@@ -50,8 +50,10 @@ fn guarded(req: &TransitionRequest<'_>, now: DbTime) -> Sql {
         .bind(now)
         .sql(", failure_code = ")
         .bind(req.failure_code)
-        .sql(" WHERE id = ")
-        .bind(req.id.0)
+        .sql(" WHERE account_id = ")
+        .bind(req.key.account.0)
+        .sql(" AND id = ")
+        .bind(req.key.id.0)
         .sql(" AND status = ")
         .bind(req.from.as_str());
     match req.expected_version {
@@ -64,9 +66,8 @@ fn guarded(req: &TransitionRequest<'_>, now: DbTime) -> Sql {
 static GUARDED_SET: SetUpdate = SetUpdate {
     set: "UPDATE withdrawals AS t SET status = v.to_status, version = t.version + 1, updated_at = v.at, \
           failure_code = v.failure_code",
-    values: "v(id, to_status, at, failure_code, from_status, expected_version)",
-    filter:
-        "t.id = v.id AND t.status = v.from_status AND (v.expected_version IS NULL OR t.version = v.expected_version)",
+    values: "v(id, account_id, to_status, at, failure_code, from_status, expected_version)",
+    filter: "t.account_id = v.account_id AND t.id = v.id AND t.status = v.from_status AND (v.expected_version IS NULL OR t.version = v.expected_version)",
 };
 
 /// The guarded write of SPEC §1.1: compare-and-set on status (and version), then the transition
@@ -108,13 +109,14 @@ pub fn transition_known_in(
     let effect = check_transition(req.from, req.to)?;
     let now = DbTime::now();
     let values = [
+        Arg::Uuid(req.key.account.0),
         req.to.as_str().into(),
         Arg::Time(now),
         req.failure_code.into(),
         req.from.as_str().into(),
         Arg::OptI64(req.expected_version),
     ];
-    let guarded = writes.push(Sql::keyed(guarded(req, now), &GUARDED_SET, req.id.0, values));
+    let guarded = writes.push(Sql::keyed(guarded(req, now), &GUARDED_SET, req.key.id.0, values));
     Ok(KnownTransition { guarded, effect })
 }
 
@@ -180,14 +182,14 @@ pub fn balance_of(w: &Withdrawal) -> Balance {
 /// The transition row and, for a move with a ledger effect, the balance change and its entry.
 fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionRequest<'_>, effect: LedgerEffect) {
     let transition_id =
-        transition_in(writes, req.id, Some(req.from), req.to, req.actor, req.reason, req.correlation_id, req.evidence);
+        transition_in(writes, req.key, Some(req.from), req.to, req.actor, req.reason, req.correlation_id, req.evidence);
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),
         LedgerEffect::ReleaseHold => Some(EntryKind::Release),
     };
     if let Some(kind) = kind {
-        accounts::move_held_in(writes, kind, withdrawal.account_id, withdrawal.amount, withdrawal.id, transition_id);
+        accounts::move_held_in(writes, kind, withdrawal.key(), withdrawal.amount, transition_id);
     }
 }
 
@@ -207,13 +209,13 @@ pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Resul
     }
     for req in reqs.iter().filter(|r| r.from == WithdrawalStatus::RequiresReview) {
         let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
-        crate::storage::review_decisions::supersede(tx, req.id, &why).await?;
+        crate::storage::review_decisions::supersede(tx, req.key, &why).await?;
     }
     let settled: Vec<_> = reqs
         .iter()
         .filter(|r| matches!(r.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed))
         .map(|r| crate::storage::dead_letters::Settled {
-            withdrawal: r.id,
+            withdrawal: r.key.id,
             actor: r.actor.to_string(),
             reason: r.reason,
             status: r.to,
@@ -239,7 +241,7 @@ pub async fn park_for_review(
     let mut moved = Vec::new();
     for &(from, to) in crate::domain::path_to_review(w.status) {
         let request = TransitionRequest {
-            id: w.id,
+            key: w.key(),
             from,
             to,
             expected_version: None,
@@ -262,7 +264,7 @@ pub async fn park_for_review(
 fn stale(req: &TransitionRequest<'_>) {
     tracing::warn!(
         event = "stale_transition",
-        withdrawal_id = %req.id,
+        withdrawal_id = %req.key.id,
         from = %req.from,
         to = %req.to,
         expected_version = ?req.expected_version,
@@ -274,7 +276,7 @@ fn stale(req: &TransitionRequest<'_>) {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn transition_in(
     writes: &mut Writes,
-    id: WithdrawalId,
+    key: WithdrawalKey,
     from: Option<WithdrawalStatus>,
     to: WithdrawalStatus,
     actor: &Actor,
@@ -284,12 +286,13 @@ pub(super) fn transition_in(
 ) -> Uuid {
     let transition_id = Uuid::now_v7();
     writes.push(Sql::row(
-        "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
+        "INSERT INTO withdrawal_transitions (id, account_id, withdrawal_id, from_status, to_status, actor, reason,
                                                  correlation_id, at, evidence)
              VALUES ",
         [
             Arg::Uuid(transition_id),
-            Arg::Uuid(id.0),
+            Arg::Uuid(key.account.0),
+            Arg::Uuid(key.id.0),
             Arg::OptText(from.map(|f| f.as_str().to_owned())),
             Arg::Text(to.as_str().to_owned()),
             Arg::Text(actor.to_string()),
@@ -317,13 +320,15 @@ pub struct TransitionRow {
     pub evidence: Option<Json<serde_json::Value>>,
 }
 
-pub async fn transitions(db: &crate::storage::Db, id: WithdrawalId) -> Result<Vec<TransitionRow>> {
+/// A withdrawal's recorded state changes, oldest first.
+pub async fn transitions(db: &crate::storage::Db, key: WithdrawalKey) -> Result<Vec<TransitionRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, TransitionRow>(
             "SELECT from_status, to_status, actor, reason, correlation_id, at, evidence
-             FROM withdrawal_transitions WHERE withdrawal_id = $1 ORDER BY at, id",
+             FROM withdrawal_transitions WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY at, id",
         )
-        .bind(id.0)
+        .bind(key.account.0)
+        .bind(key.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))

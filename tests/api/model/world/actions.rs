@@ -269,7 +269,7 @@ impl World {
         let transfers = self.mock().transfers();
         let mut candidates = Vec::new();
         for w in &self.ws {
-            let last = attempts::for_withdrawal(&self.app.db, w.id).await.unwrap().pop();
+            let last = attempts::for_withdrawal(&self.app.db, self.app.key(w.id).await).await.unwrap().pop();
             let may_land = last.is_some_and(|a| {
                 a.side_effect == withdrawals::domain::SideEffect::Unknown
                     && a.started_at.0 + IN_FLIGHT_GRACE > Utc::now() + Duration::from_millis(200)
@@ -401,13 +401,13 @@ impl World {
     pub(super) async fn tally(&mut self) {
         let transfers = self.mock().transfers();
         for w in &self.ws {
-            for a in attempts::for_withdrawal(&self.app.db, w.id).await.unwrap() {
+            for a in attempts::for_withdrawal(&self.app.db, self.app.key(w.id).await).await.unwrap() {
                 self.coverage.saw(format!("attempt: {}", a.outcome.map_or("unfinished", |o| o.as_str())));
             }
-            for r in reconciliations::for_withdrawal(&self.app.db, w.id).await.unwrap() {
+            for r in reconciliations::for_withdrawal(&self.app.db, self.app.key(w.id).await).await.unwrap() {
                 self.coverage.saw(format!("reconciliation: {}", r.result));
             }
-            let end = store::get(&self.app.db, None, w.id).await.unwrap().unwrap();
+            let end = store::find(&self.app.db, w.id).await.unwrap().unwrap();
             let slow = Self::transfers_of(&transfers, w.id).iter().any(|t| self.created_under_slow_settlement(t));
             self.coverage.saw(format!(
                 "ended {} ({}){}",

@@ -4,7 +4,7 @@ use super::*;
 
 impl World {
     pub(super) async fn withdrawal(&self, id: WithdrawalId) -> Withdrawal {
-        store::get(&self.app.db, None, id).await.unwrap().expect("the withdrawal exists")
+        store::find(&self.app.db, id).await.unwrap().expect("the withdrawal exists")
     }
 
     pub(super) async fn withdrawals(&self) -> Vec<Withdrawal> {
@@ -56,7 +56,7 @@ impl World {
             Some(TransferStatus::Paid | TransferStatus::Returned) => Shown::Paid,
             Some(TransferStatus::Failed) => Shown::Failed,
         };
-        let last = attempts::for_withdrawal(&self.app.db, id).await.unwrap().pop();
+        let last = attempts::for_withdrawal(&self.app.db, self.app.key(id).await).await.unwrap().pop();
         let in_flight = match last.filter(|a| a.side_effect == withdrawals::domain::SideEffect::Unknown) {
             None => false,
             Some(a) => {
