@@ -101,6 +101,7 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
     };
     DeadLetter {
         id: DeadLetterId::new(),
+        account_id: job.account_id,
         job_id: job.id,
         queue: job.queue.clone(),
         job_type: job.kind.clone(),
@@ -161,7 +162,7 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
     // The claimed copy of the job predates this run's mark of its first attempt, so the job row
     // is asked; a job failing on its first run before any provider call has none: this run's time.
     let first_run = job.first_attempt_at.unwrap_or_else(DbTime::now);
-    letter.first_attempt_at = Some(crate::storage::jobs::first_run_at(tx, job.id, first_run).await?);
+    letter.first_attempt_at = Some(crate::storage::jobs::first_run_at(tx, job.key(), first_run).await?);
     // The withdrawal first, the envelope last: inserting it locks its group's open-count row, and
     // a settling transition takes the withdrawal row before that same counter row
     // (`storage::dead_letters`), so both lock in one order.

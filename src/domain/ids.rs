@@ -116,6 +116,13 @@ id_type!(
     ReconciliationId
 );
 
+impl AccountId {
+    /// The system account (the nil UUID): the owner of work about no customer's withdrawal, such
+    /// as the daily settlement import's jobs and their dead letters, so every job and letter has
+    /// an account to be keyed by. It holds no balances, keys or withdrawals.
+    pub const SYSTEM: AccountId = AccountId(Uuid::nil());
+}
+
 impl LeaseToken {
     /// A fresh, unguessable token.
     pub fn random() -> Self {

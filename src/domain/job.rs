@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ReconciliationId, WithdrawalId};
+use super::{AccountId, JobId, ReconciliationId, WithdrawalId};
 use crate::text_enum;
 
 text_enum! {
@@ -18,6 +18,21 @@ text_enum! {
         Succeeded = "succeeded",
         /// Dead-lettered: no more automatic runs.
         Dead = "dead",
+    }
+}
+
+/// Where a job lives: its account (its withdrawal's, or [`AccountId::SYSTEM`]) and its id, the
+/// pair it is keyed by (README "Scaling"). Every write to a claimed job names both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobKey {
+    pub account: AccountId,
+    pub id: JobId,
+}
+
+impl std::fmt::Display for JobKey {
+    /// The job id (what logs and people call a job by).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.id.fmt(f)
     }
 }
 

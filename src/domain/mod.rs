@@ -45,7 +45,7 @@ pub use ids::{
     ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId,
     SettlementReportId, TransitionId, WithdrawalId,
 };
-pub use job::JobStatus;
+pub use job::{JobKey, JobStatus};
 pub use ledger::EntryKind;
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};

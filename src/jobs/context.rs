@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::config::WorkerConfig;
 use crate::dead_letter::{self, Category, Failure};
-use crate::domain::{JobId, LeaseToken, WithdrawalId};
+use crate::domain::{JobKey, LeaseToken, WithdrawalId};
 use crate::provider::Gateway;
 use crate::storage::batch::{Writes, Written};
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
@@ -76,7 +76,7 @@ impl JobContext {
     /// This run's fenced finish as a write of a larger batch (whether it applied goes to
     /// [`JobContext::commit_if_finished`]).
     pub fn finish_in(&self, writes: &mut Writes, how: &Finish<'_>) -> Written {
-        job_store::finish_in(writes, self.job.id, self.job.lease_token, how)
+        job_store::finish_in(writes, self.job.key(), self.job.lease_token, how)
     }
 
     /// Commits `tx` if the batch's fenced finish held, or rolls all of it back if the lease was
@@ -111,7 +111,7 @@ impl JobContext {
     /// the job row, so it goes through the worker's group commit ([`super::finisher`]).
     pub async fn finish_in_own_tx(&self, how: &Finish<'_>) -> anyhow::Result<()> {
         if let (Finish::Succeeded, Some(finisher)) = (how, &self.worker.finisher) {
-            if !finisher.succeed(self.job.id, self.job.lease_token).await? {
+            if !finisher.succeed(self.job.key(), self.job.lease_token).await? {
                 tracing::warn!(event = "lease_lost", "lease lost before finishing; another worker holds the job");
             }
             return Ok(());
@@ -126,7 +126,7 @@ impl JobContext {
     /// budget). Whether it applied goes to [`JobContext::leased_for_attempt`].
     pub fn lease_for_attempt_in(&self, writes: &mut Writes) -> Written {
         let lease = TimeDelta::from_std(self.config().lease).unwrap_or(TimeDelta::seconds(30));
-        job_store::extend_lease_in(writes, self.job.id, self.job.lease_token, lease, true)
+        job_store::extend_lease_in(writes, self.job.key(), self.job.lease_token, lease, true)
     }
 
     /// `held`, logged when the lease was lost (the caller must then roll back and send nothing).
@@ -138,7 +138,7 @@ impl JobContext {
     }
 }
 
-pub(crate) async fn heartbeat_loop(worker: Worker, job: JobId, token: LeaseToken, stop: CancellationToken) {
+pub(crate) async fn heartbeat_loop(worker: Worker, job: JobKey, token: LeaseToken, stop: CancellationToken) {
     if worker.config.heartbeat.is_zero() {
         return;
     }

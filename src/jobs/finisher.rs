@@ -15,12 +15,12 @@ use std::collections::HashSet;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::domain::{JobId, LeaseToken};
+use crate::domain::{JobId, JobKey, LeaseToken};
 use crate::storage::jobs as job_store;
 use crate::storage::Db;
 
 struct Completion {
-    job: JobId,
+    job: JobKey,
     token: LeaseToken,
     reply: oneshot::Sender<Result<bool, String>>,
 }
@@ -39,11 +39,11 @@ impl Finisher {
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(max_batch);
             while receiver.recv_many(&mut batch, max_batch).await > 0 {
-                let runs: Vec<(JobId, LeaseToken)> = batch.iter().map(|c| (c.job, c.token)).collect();
+                let runs: Vec<(JobKey, LeaseToken)> = batch.iter().map(|c| (c.job, c.token)).collect();
                 let result = commit(&db, &runs).await;
                 for completion in batch.drain(..) {
                     let answer = match &result {
-                        Ok(held) => Ok(held.contains(&completion.job)),
+                        Ok(held) => Ok(held.contains(&completion.job.id)),
                         Err(err) => Err(err.clone()),
                     };
                     let _ = completion.reply.send(answer);
@@ -54,7 +54,7 @@ impl Finisher {
     }
 
     /// Marks the run succeeded once its batch commits; false if its lease was lost.
-    pub async fn succeed(&self, job: JobId, token: LeaseToken) -> anyhow::Result<bool> {
+    pub async fn succeed(&self, job: JobKey, token: LeaseToken) -> anyhow::Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.sender
             .send(Completion { job, token, reply })
@@ -64,7 +64,7 @@ impl Finisher {
     }
 }
 
-async fn commit(db: &Db, runs: &[(JobId, LeaseToken)]) -> Result<HashSet<JobId>, String> {
+async fn commit(db: &Db, runs: &[(JobKey, LeaseToken)]) -> Result<HashSet<JobId>, String> {
     let attempt = async {
         let mut tx = db.begin().await?;
         let held = job_store::succeed_many(&mut tx, runs).await?;

@@ -19,7 +19,7 @@ pub mod settlement;
 pub mod submit;
 pub mod worker;
 
-use crate::domain::{ReconciliationResult, WithdrawalId};
+use crate::domain::ReconciliationResult;
 use crate::storage::jobs as job_store;
 use crate::storage::{DbTime, Result, Tx};
 
@@ -29,7 +29,7 @@ pub use crate::domain::job::{ImportSettlement, JobKind, JobType, Queue, Reconcil
 /// Returns the job enqueued, if any.
 pub async fn enqueue_reconciliation(
     tx: &mut Tx,
-    withdrawal: WithdrawalId,
+    withdrawal: crate::domain::WithdrawalKey,
     reason: &str,
     correlation_id: &str,
     run_at: DbTime,
@@ -37,10 +37,10 @@ pub async fn enqueue_reconciliation(
     if job_store::has_live_job(tx, withdrawal, JobKind::ReconcilePayout).await? {
         return Ok(None);
     }
-    let payload = ReconcilePayout { withdrawal_id: withdrawal, reason: reason.to_owned() };
-    let job = job_store::enqueue(tx, &payload.job(correlation_id, run_at)).await?;
+    let payload = ReconcilePayout { withdrawal_id: withdrawal.id, reason: reason.to_owned() };
+    let job = job_store::enqueue(tx, &payload.job(withdrawal.account, correlation_id, run_at)).await?;
     tracing::info!(withdrawal_id = %withdrawal, reason, "reconciliation enqueued");
-    Ok(Some(job))
+    Ok(Some(job.id))
 }
 
 /// True when the withdrawal's last provider attempt may have paid (its side effect unknown, or

@@ -68,7 +68,7 @@ pub async fn run(batch: Vec<Submit>, stop: CancellationToken) {
     for s in &batch {
         tokio::spawn(super::context::heartbeat_loop(
             s.ctx.worker().clone(),
-            s.ctx.job.id,
+            s.ctx.job.key(),
             s.ctx.job.lease_token,
             beats.clone(),
         ));
@@ -241,7 +241,7 @@ async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyho
         // In the job's span, so their log lines carry its withdrawal, job and correlation ids.
         async {
             if let Some((reason, run_at)) = d.follow_up {
-                enqueue_reconciliation(&mut tx, w.id, reason, &ctx.job.correlation_id, run_at).await?;
+                enqueue_reconciliation(&mut tx, w.key(), reason, &ctx.job.correlation_id, run_at).await?;
             }
             if let Next::DeadLetter(failure) = &d.next {
                 dead_letter::bury(&mut tx, &ctx.job, failure, ctx.worker_id()).await?;

@@ -19,7 +19,7 @@ use super::retry::RetryDecision;
 use super::{JobKind, ReconcilePayout, SubmitPayout};
 use crate::dead_letter::Failure;
 use crate::domain::{
-    Actor, Evidence, EvidenceSource, JobId, JobStatus, ReconciliationId, ReconciliationResult as Outcome,
+    Actor, Evidence, EvidenceSource, JobId, JobKey, JobStatus, ReconciliationId, ReconciliationResult as Outcome,
     StoredEvidence, VerdictKind, WithdrawalKey, WithdrawalStatus,
 };
 use crate::provider::{LookupOutcome, Verdict};
@@ -64,13 +64,13 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             }
             let run_at = DbTime::after(ctx.config().breaker_deferral(open.retry_in));
             let mut tx = ctx.db().begin().await?;
-            job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
+            job_store::mark_first_attempt(&mut tx, job.key(), job.lease_token).await?;
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
     };
     let mut tx = ctx.db().begin().await?;
-    let first_attempt_at = job_store::mark_first_attempt(&mut tx, job.id, job.lease_token).await?;
+    let first_attempt_at = job_store::mark_first_attempt(&mut tx, job.key(), job.lease_token).await?;
     // "Not found" is only definitive once no attempt can still be on its way: a request we
     // stopped waiting for may yet be executed by the provider.
     let in_flight = match &answer {
@@ -162,7 +162,7 @@ pub async fn in_flight_until(
         return Ok(Some(settled));
     }
     // A call whose job still runs under a live lease may still be on its way.
-    if job_store::job_status(db, a.job_id).await? == Some(JobStatus::Running) {
+    if job_store::job_status(db, JobKey { account: key.account, id: a.job_id }).await? == Some(JobStatus::Running) {
         return Ok(Some(DbTime::now().plus(grace)));
     }
     Ok(None)
@@ -208,12 +208,12 @@ async fn controlled_retry(
         decide(&mut tx, ctx, key, from, WithdrawalStatus::Processing, reason, None, Some(evidence)).await?;
     }
     let result_id = ReconciliationId::new();
-    let follow_up = if job_store::has_live_job(&mut tx, id, JobKind::SubmitPayout).await? {
+    let follow_up = if job_store::has_live_job(&mut tx, key, JobKind::SubmitPayout).await? {
         None
     } else {
         let run_at = DbTime::after(delay);
-        let retry = SubmitPayout::new(id, Some(result_id)).job(&job.correlation_id, run_at);
-        Some(job_store::enqueue(&mut tx, &retry).await?)
+        let retry = SubmitPayout::new(id, Some(result_id)).job(key.account, &job.correlation_id, run_at);
+        Some(job_store::enqueue(&mut tx, &retry).await?.id)
     };
     let detail = "provider has no transfer under this key: controlled retry with the same key";
     insert_result(&mut tx, ctx, key, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;

@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{payload, JobKind, JobType};
 use crate::domain::{
-    Actor, DeadLetterEventId, DeadLetterId, JobId, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
-    SideEffect, WithdrawalId, WithdrawalStatus,
+    Actor, DeadLetterEventId, DeadLetterId, JobId, JobKey, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
+    SideEffect, WithdrawalId, WithdrawalKey, WithdrawalStatus,
 };
 use crate::storage::dead_letters::{self, DeadLetter, Event};
 use crate::storage::jobs::{self as job_store, NewJob};
@@ -124,7 +124,7 @@ async fn release_some(
                 tracing::warn!(error = format!("{err:#}"), item_id = %item.id, "replay item failed; skipping it");
                 let mut tx = db.begin().await?;
                 let detail = crate::redact::text(&format!("release failed: {err:#}"));
-                replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some(&detail), None).await?;
+                replays::finish_item(&mut tx, &item, ReplayItemStatus::Skipped, Some(&detail), None).await?;
                 tx.commit().await?;
             }
         }
@@ -136,14 +136,15 @@ async fn release_some(
 /// not ours to release any more).
 pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser: &str) -> anyhow::Result<bool> {
     let mut tx = db.begin().await?;
-    if !replays::take_item(&mut tx, item.id, run.id, releaser).await? {
+    if !replays::take_item(&mut tx, item, run.id, releaser).await? {
         return Ok(false);
     }
-    let Some(letter) = dead_letters::get(db, item.dead_letter_id).await? else {
+    let Some(letter) = dead_letters::get_of(db, item.account_id, item.dead_letter_id).await? else {
         return skip(tx, item, "dead letter not found").await;
     };
     // Replay what the producer wrote (the job row), not the envelope's redacted copy.
-    let original = job_store::job_row(db, letter.job_id).await?.map(|job| job.payload);
+    let original =
+        job_store::job_row(db, JobKey { account: letter.account_id, id: letter.job_id }).await?.map(|job| job.payload);
     let Replayable { kind, payload, version, withdrawal } = match replayable(run, &letter, original) {
         Ok(ok) => ok,
         Err(reason) => return skip(tx, item, &crate::redact::text(&reason)).await,
@@ -151,14 +152,15 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
     let Some(withdrawal) = withdrawal else {
         return skip(tx, item, "no withdrawal to replay").await;
     };
-    // The letter names its withdrawal by id; the row gives its account.
-    let Some(key) = store::find(db, withdrawal).await?.map(|w| w.key()) else {
+    // A withdrawal's letter lives with the withdrawal's account.
+    let key = WithdrawalKey { account: letter.account_id, id: withdrawal };
+    let Some(key) = store::get(db, key).await?.map(|w| w.key()) else {
         return skip(tx, item, "withdrawal not found").await;
     };
     let correlation = format!("replay-{}", run.id);
     let unknown = letter.side_effect_state == SideEffect::Unknown || super::side_effect_unreconciled(db, key).await?;
     if unknown {
-        return reconcile_first(tx, run, item, &letter.id, withdrawal, &correlation).await;
+        return reconcile_first(tx, run, item, &letter.id, key, &correlation).await;
     }
     let actor = Actor::Operator(run.started_by.to_string());
     let moved = store::transition(
@@ -190,12 +192,14 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
             payload_version: version,
             run_at: DbTime::now(),
             correlation_id: correlation,
+            account_id: key.account,
             withdrawal_id: Some(withdrawal),
         },
     )
     .await?;
     replays::link_job(&mut tx, job, item.id).await?;
-    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Released, None, Some(job)).await?;
+    let job = job.id;
+    replays::finish_item(&mut tx, item, ReplayItemStatus::Released, None, Some(job)).await?;
     tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Released.as_str()));
     record_event(&mut tx, &letter.id, run, item, Some(job), "released").await?;
     tx.commit().await?;
@@ -239,7 +243,7 @@ fn replayable(run: &ReplayRun, letter: &DeadLetter, original: Option<Vec<u8>>) -
 
 /// Finishes the item as skipped, saying why, and commits.
 async fn skip(mut tx: crate::storage::Tx, item: &ReplayItem, reason: &str) -> anyhow::Result<bool> {
-    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Skipped, Some(reason), None).await?;
+    replays::finish_item(&mut tx, item, ReplayItemStatus::Skipped, Some(reason), None).await?;
     tx.commit().await?;
     Ok(true)
 }
@@ -251,17 +255,17 @@ async fn reconcile_first(
     run: &ReplayRun,
     item: &ReplayItem,
     letter: &DeadLetterId,
-    withdrawal: WithdrawalId,
+    withdrawal: WithdrawalKey,
     correlation: &str,
 ) -> anyhow::Result<bool> {
     let job =
         super::enqueue_reconciliation(&mut tx, withdrawal, "replay_side_effect_unknown", correlation, DbTime::now())
             .await?;
     if let Some(job) = job {
-        replays::link_job(&mut tx, job, item.id).await?;
+        replays::link_job(&mut tx, JobKey { account: withdrawal.account, id: job }, item.id).await?;
     }
     let detail = "side effect unknown: reconciliation instead of resubmission";
-    replays::finish_item(&mut tx, item.id, ReplayItemStatus::Reconciling, Some(detail), job).await?;
+    replays::finish_item(&mut tx, item, ReplayItemStatus::Reconciling, Some(detail), job).await?;
     tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Reconciling.as_str()));
     record_event(&mut tx, letter, run, item, job, "reconciliation enqueued").await?;
     tx.commit().await?;
@@ -280,6 +284,7 @@ async fn record_event(
         tx,
         &Event {
             id: DeadLetterEventId::new(),
+            account_id: item.account_id,
             dead_letter_id: *dead_letter,
             action: crate::domain::LetterEvent::Replayed,
             actor: format!("operator:{}", run.started_by),

@@ -148,7 +148,7 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
     let (permit, attempt_no, attempt) = match step {
         Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
         Step::Reconcile => {
-            enqueue_reconciliation(&mut tx, id, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
+            enqueue_reconciliation(&mut tx, key, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
             return done(ctx.finish_or_rollback(tx, &Finish::Succeeded).await);
         }
         Step::Defer(rejected) => {
@@ -210,7 +210,7 @@ async fn record(
         moved.settle(&mut tx, &counts, withdrawal, req, Writes::new()).await?;
     }
     if let Some((reason, run_at)) = decision.follow_up {
-        enqueue_reconciliation(&mut tx, key.id, reason, &job.correlation_id, run_at).await?;
+        enqueue_reconciliation(&mut tx, key, reason, &job.correlation_id, run_at).await?;
     }
     match &decision.next {
         Next::DeadLetter(failure) => ctx.dead_letter(tx, failure).await,

@@ -199,7 +199,7 @@ impl JobContext {
         let span = self.span();
         async move {
             let heartbeat = CancellationToken::new();
-            tokio::spawn(heartbeat_loop(self.worker.clone(), self.job.id, self.job.lease_token, heartbeat.clone()));
+            tokio::spawn(heartbeat_loop(self.worker.clone(), self.job.key(), self.job.lease_token, heartbeat.clone()));
             let outcome = tokio::select! {
                 outcome = std::panic::AssertUnwindSafe(self.dispatch()).catch_unwind() => Some(outcome),
                 _ = stop.cancelled() => None,
@@ -350,9 +350,9 @@ impl JobContext {
 async fn kill(db: &Db, job: &ClaimedJob, worker: &str, failure: &Failure, expired_lease: bool) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
     let killed = if expired_lease {
-        job_store::kill_expired(&mut tx, job.id, &failure.error_code).await?
+        job_store::kill_expired(&mut tx, job.key(), &failure.error_code).await?
     } else {
-        job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Dead { error: &failure.error_code }).await?
+        job_store::finish(&mut tx, job.key(), job.lease_token, &Finish::Dead { error: &failure.error_code }).await?
     };
     if !killed {
         return Ok(());
@@ -395,9 +395,7 @@ impl Worker {
         for id in &stuck {
             let correlation = format!("sweep-{}", uuid::Uuid::new_v4());
             enqueued += usize::from(
-                enqueue_reconciliation(&mut tx, id.id, "stuck_processing", &correlation, DbTime::now())
-                    .await?
-                    .is_some(),
+                enqueue_reconciliation(&mut tx, *id, "stuck_processing", &correlation, DbTime::now()).await?.is_some(),
             );
         }
         tx.commit().await?;

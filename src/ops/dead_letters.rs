@@ -115,7 +115,7 @@ pub async fn export(ops: &Ops<'_>, operator: &Operator, q: DeadLetterExportQuery
         ..DeadLetterFilter::default()
     };
     let rows = dead_letters::list(ops.db, &filter).await?;
-    let ids: Vec<DeadLetterId> = rows.iter().take(limit as usize).map(|r| r.letter.id).collect();
+    let ids: Vec<_> = rows.iter().take(limit as usize).map(|r| (r.letter.account_id, r.letter.id)).collect();
     let events = dead_letters::events_of(ops.db, &ids).await?;
     Ok(page(
         rows,
@@ -152,14 +152,18 @@ pub async fn summary(ops: &Ops<'_>, operator: &Operator) -> OpsResult<List<DeadL
 pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsResult<DeadLetterView> {
     operator.require(Role::Viewer)?;
     let letter = dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
-    let events = dead_letters::events(ops.db, id).await?;
+    let events = dead_letters::events(ops.db, &letter).await?;
     let closed_at = events.iter().find(|e| e.action == LetterEvent::Closed).map(|e| e.at);
     let mut shown = Vec::new();
     for e in &events {
         // A replay's outcome: the status of the job it released.
         let job = e.details.as_ref().and_then(|d| d.0["job_id"].as_str().and_then(|j| Uuid::parse_str(j).ok()));
         let replay_job_status = match job {
-            Some(job) => Some(crate::storage::jobs::job_status(ops.db, crate::domain::JobId(job)).await?),
+            // A released job is the letter's account's, as the letter's withdrawal is.
+            Some(job) => {
+                let key = crate::domain::JobKey { account: letter.account_id, id: crate::domain::JobId(job) };
+                Some(crate::storage::jobs::job_status(ops.db, key).await?)
+            }
             None => None,
         };
         shown.push(event_view(e, replay_job_status));
@@ -173,10 +177,11 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId) -> OpsRe
 pub async fn close(ops: &Ops<'_>, operator: &Operator, id: DeadLetterId, req: ReasonRequest) -> OpsResult<Closed> {
     ops.perform(operator, &DeadLetterClose::ACT, id.to_string(), &req.reason, serde_json::json!({}), async |audited| {
         let reason = require_reason(&req.reason)?;
-        dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        let letter = dead_letters::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         let mut tx = ops.db.begin().await?;
         let event = Event {
             id: crate::domain::DeadLetterEventId::new(),
+            account_id: letter.account_id,
             dead_letter_id: id,
             action: LetterEvent::Closed,
             actor: format!("operator:{}", operator.id),

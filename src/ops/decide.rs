@@ -53,7 +53,7 @@ pub(super) async fn apply(
     correlation: &str,
 ) -> OpsResult<Withdrawal> {
     let id = current.id;
-    if job_store::has_live_job(tx, id, JobKind::ReconcilePayout).await? {
+    if job_store::has_live_job(tx, current.key(), JobKind::ReconcilePayout).await? {
         return Err(OpsError::conflict(
             "reconciliation_in_progress",
             "a reconciliation of this withdrawal is running; wait for its result",
@@ -81,9 +81,10 @@ pub(super) async fn apply(
     let outcome = store::transition(tx, &transition).await?;
     if action == ReviewAction::Retry
         && matches!(outcome, TransitionOutcome::Applied(_))
-        && !job_store::has_live_job(tx, id, JobKind::SubmitPayout).await?
+        && !job_store::has_live_job(tx, current.key(), JobKind::SubmitPayout).await?
     {
-        job_store::enqueue(tx, &SubmitPayout::new(id, None).job(correlation, DbTime::now())).await?;
+        job_store::enqueue(tx, &SubmitPayout::new(id, None).job(current.account_id, correlation, DbTime::now()))
+            .await?;
     }
     match outcome {
         TransitionOutcome::Applied(w) => Ok(*w),

@@ -216,7 +216,7 @@ async fn start_checked(
             ));
         }
     }
-    let ids: Vec<DeadLetterId> = letters.iter().map(|d| d.id).collect();
+    let ids: Vec<_> = letters.iter().map(|d| (d.account_id, d.id)).collect();
     let active: std::collections::HashMap<DeadLetterId, ReplayRunId> =
         replays::active_runs_for(ops.db, &ids).await?.into_iter().collect();
     if let Some((letter, run)) = letters.iter().find_map(|d| active.get(&d.id).map(|run| (d.id, *run))) {
@@ -244,11 +244,12 @@ async fn start_checked(
     let mut tx = ops.db.begin().await?;
     replays::insert_run(&mut tx, &run).await?;
     for letter in &letters {
-        if let Err(err) = replays::insert_item(&mut tx, run.id, letter.id).await {
+        if let Err(err) = replays::insert_item(&mut tx, run.id, letter.account_id, letter.id).await {
             drop(tx);
             return Err(match err {
                 StorageError::Database(ref db) if is_unique_violation(db) => {
-                    let holder = replays::active_run_for(ops.db, letter.id).await?.unwrap_or_default();
+                    let holder =
+                        replays::active_run_for(ops.db, letter.account_id, letter.id).await?.unwrap_or_default();
                     already_replaying(letter.id, holder)
                 }
                 other => other.into(),

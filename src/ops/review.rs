@@ -116,7 +116,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             at: r.at.0,
         })
         .collect();
-    let letters = dead_letters::for_withdrawal(db, id)
+    let letters = dead_letters::for_withdrawal(db, key)
         .await?
         .into_iter()
         .map(|d| DeadLetterBrief {
@@ -211,7 +211,7 @@ pub async fn reconcile_now(
         }
         let mut tx = ops.db.begin().await?;
         let correlation = format!("ops-{}", Uuid::new_v4());
-        let Some(job) = enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?
+        let Some(job) = enqueue_reconciliation(&mut tx, current.key(), "operator_request", &correlation, DbTime::now()).await?
         else {
             return Err(OpsError::conflict(
                 "reconciliation_queued",
@@ -245,7 +245,7 @@ async fn resolve_checked(
     let correlation = format!("ops-{}", Uuid::new_v4());
     if action == ReviewAction::Reconcile {
         let mut tx = db.begin().await?;
-        enqueue_reconciliation(&mut tx, id, "operator_request", &correlation, DbTime::now()).await?;
+        enqueue_reconciliation(&mut tx, current.key(), "operator_request", &correlation, DbTime::now()).await?;
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         return Ok(Resolved::applied(&current, action));

@@ -18,6 +18,10 @@
 //! a withdrawal's row before any counter row, and counter rows in (category, error_code) order:
 //! `bury` parks the withdrawal before inserting the envelope, the settling transition locks the
 //! withdrawal before [`close_settled`], which closes its letters in group order.
+//!
+//! A letter, its events and its open-set row are keyed by the account of its job (README
+//! "Scaling"), and every statement about one letter names it. Operators' reads by id alone
+//! ([`get`], [`get_many`]) and the triage list and summary read across accounts.
 
 use sqlx::types::Json;
 use sqlx::QueryBuilder;
@@ -25,8 +29,8 @@ use uuid::Uuid;
 
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{
-    Category, DeadLetterEventId, DeadLetterId, JobId, LetterEvent, ReplayRunId, SideEffect, WithdrawalId,
-    WithdrawalStatus,
+    AccountId, Category, DeadLetterEventId, DeadLetterId, JobId, JobKey, LetterEvent, ReplayRunId, SideEffect,
+    WithdrawalId, WithdrawalKey, WithdrawalStatus,
 };
 use crate::{with_conn, with_read_conn};
 
@@ -34,6 +38,8 @@ use crate::{with_conn, with_read_conn};
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeadLetter {
     pub id: DeadLetterId,
+    /// Its job's account (its withdrawal's, or the system account's).
+    pub account_id: AccountId,
     pub job_id: JobId,
     pub queue: String,
     pub job_type: String,
@@ -59,7 +65,7 @@ pub struct DeadLetter {
 }
 
 const COLUMNS: &str =
-    "id, job_id, queue, job_type, payload_version, payload, raw_payload, attempts, first_attempt_at, \
+    "id, account_id, job_id, queue, job_type, payload_version, payload, raw_payload, attempts, first_attempt_at, \
                        failed_at, error_code, error_class, error_message, stack, worker_host, worker_version, \
                        correlation_id, idempotency_key, withdrawal_id, side_effect_state, category, owner, runbook";
 
@@ -67,9 +73,10 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO dead_letters ({COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
         ))
         .bind(d.id)
+        .bind(d.account_id)
         .bind(d.job_id)
         .bind(&d.queue)
         .bind(&d.job_type)
@@ -96,8 +103,10 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
         .await?;
         // A new dead letter is open.
         sqlx::query(
-            "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO open_dead_letters (account_id, dead_letter_id, category, error_code, failed_at)
+             VALUES ($1, $2, $3, $4, $5)",
         )
+        .bind(d.account_id)
         .bind(d.id)
         .bind(d.category)
         .bind(&d.error_code)
@@ -116,32 +125,52 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
     Ok(())
 }
 
-pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<DeadLetter>> {
+/// A withdrawal's dead letters, oldest first.
+pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, DeadLetter>(&format!(
-            "SELECT {COLUMNS} FROM dead_letters WHERE withdrawal_id = $1 ORDER BY failed_at, id"
+            "SELECT {COLUMNS} FROM dead_letters WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY failed_at, id"
         ))
-        .bind(withdrawal)
+        .bind(withdrawal.account)
+        .bind(withdrawal.id)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-pub async fn for_job(db: &Db, job: JobId) -> Result<Vec<DeadLetter>> {
+/// A job's dead letter (at most one).
+pub async fn for_job(db: &Db, job: JobKey) -> Result<Vec<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE job_id = $1"))
-            .bind(job)
-            .fetch_all(&mut *conn)
-            .await?
+        sqlx::query_as::<_, DeadLetter>(&format!(
+            "SELECT {COLUMNS} FROM dead_letters WHERE account_id = $1 AND job_id = $2"
+        ))
+        .bind(job.account)
+        .bind(job.id)
+        .fetch_all(&mut *conn)
+        .await?
     }))
 }
 
+/// A dead letter by its id alone, whatever its account (operators name letters by id).
 pub async fn get(db: &Db, id: DeadLetterId) -> Result<Option<DeadLetter>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, DeadLetter>(&format!("SELECT {COLUMNS} FROM dead_letters WHERE id = $1"))
             .bind(id)
             .fetch_optional(&mut *conn)
             .await?
+    }))
+}
+
+/// One account's dead letter.
+pub async fn get_of(db: &Db, account: AccountId, id: DeadLetterId) -> Result<Option<DeadLetter>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, DeadLetter>(&format!(
+            "SELECT {COLUMNS} FROM dead_letters WHERE account_id = $1 AND id = $2"
+        ))
+        .bind(account)
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
     }))
 }
 
@@ -174,8 +203,8 @@ pub struct ListedDeadLetter {
 const FILTER: &str =
     "($1 IS NULL OR d.queue = $1) AND ($2 IS NULL OR d.job_type = $2) AND ($3 IS NULL OR d.error_code = $3)
        AND ($4 IS NULL OR d.category = $4) AND ($5 IS NULL OR d.failed_at > $5) AND ($6 IS NULL OR d.failed_at < $6)";
-const CLOSED: &str =
-    "(SELECT MIN(e.at) FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')";
+const CLOSED: &str = "(SELECT MIN(e.at) FROM dead_letter_events e
+      WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id AND e.action = 'closed')";
 
 /// The triage list's SQL: one text for the query and for its plan (the benchmark explains it).
 fn list_sql(oldest_first: bool) -> String {
@@ -193,7 +222,8 @@ fn filtered_sql(extra: &str, oldest_first: bool) -> String {
         "SELECT {}, {extra} FROM dead_letters d
          WHERE {FILTER}
            AND ($7 IS NULL OR ($7 = (NOT EXISTS (SELECT 1 FROM dead_letter_events e
-                                                 WHERE e.dead_letter_id = d.id AND e.action = 'closed'))))
+                                                 WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id
+                                                   AND e.action = 'closed'))))
            AND ($8 IS NULL OR d.failed_at {past} $8 OR (d.failed_at = $8 AND d.id {past} $9))
          ORDER BY d.failed_at {order}, d.id {order} LIMIT $10",
         qualified_columns()
@@ -292,6 +322,8 @@ async fn explain(db: &Db, sql: &str, f: Option<&DeadLetterFilter>) -> Result<Vec
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Event {
     pub id: DeadLetterEventId,
+    /// Its letter's account.
+    pub account_id: AccountId,
     pub dead_letter_id: DeadLetterId,
     pub action: LetterEvent,
     pub actor: String,
@@ -300,32 +332,38 @@ pub struct Event {
     pub at: DbTime,
 }
 
-/// The events of many dead letters (an export page), in one query, each letter's in order.
-pub async fn events_of(db: &Db, letters: &[DeadLetterId]) -> Result<Vec<Event>> {
+const EVENT_COLUMNS: &str = "id, account_id, dead_letter_id, action, actor, reason, details, at";
+
+/// The events of many dead letters (an export page), in one query, each letter's in order;
+/// `letters` are (account, letter) pairs.
+pub async fn events_of(db: &Db, letters: &[(AccountId, DeadLetterId)]) -> Result<Vec<Event>> {
     if letters.is_empty() {
         return Ok(Vec::new());
     }
+    let pairs: Vec<String> = (0..letters.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
     let sql = format!(
-        "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
-         WHERE dead_letter_id IN ({}) ORDER BY dead_letter_id, at, id",
-        super::placeholders(letters.len())
+        "SELECT {EVENT_COLUMNS} FROM dead_letter_events
+         WHERE (account_id, dead_letter_id) IN (VALUES {}) ORDER BY dead_letter_id, at, id",
+        pairs.join(", ")
     );
     Ok(with_read_conn!(db, |conn| {
         let mut q = sqlx::query_as::<_, Event>(&sql);
-        for id in letters {
-            q = q.bind(id.0);
+        for (account, id) in letters {
+            q = q.bind(account.0).bind(id.0);
         }
         q.fetch_all(&mut *conn).await?
     }))
 }
 
-pub async fn events(db: &Db, dead_letter: DeadLetterId) -> Result<Vec<Event>> {
+/// A letter's events, oldest first.
+pub async fn events(db: &Db, letter: &DeadLetter) -> Result<Vec<Event>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, Event>(
-            "SELECT id, dead_letter_id, action, actor, reason, details, at FROM dead_letter_events
-             WHERE dead_letter_id = $1 ORDER BY at, id",
-        )
-        .bind(dead_letter)
+        sqlx::query_as::<_, Event>(&format!(
+            "SELECT {EVENT_COLUMNS} FROM dead_letter_events
+             WHERE account_id = $1 AND dead_letter_id = $2 ORDER BY at, id"
+        ))
+        .bind(letter.account_id)
+        .bind(letter.id)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -336,10 +374,11 @@ pub async fn events(db: &Db, dead_letter: DeadLetterId) -> Result<Vec<Event>> {
 pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(
-            "INSERT INTO dead_letter_events (id, dead_letter_id, action, actor, reason, details, at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            "INSERT INTO dead_letter_events (id, account_id, dead_letter_id, action, actor, reason, details, at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
         )
         .bind(event.id)
+        .bind(event.account_id)
         .bind(event.dead_letter_id)
         .bind(event.action)
         .bind(&event.actor)
@@ -351,18 +390,20 @@ pub async fn add_event(tx: &mut Tx, event: &Event) -> Result<bool> {
         .rows_affected()
     });
     if inserted == 1 && event.action == LetterEvent::Closed {
-        leave_open_set(tx, event.dead_letter_id).await?;
+        leave_open_set(tx, event.account_id, event.dead_letter_id).await?;
     }
     Ok(inserted == 1)
 }
 
 /// Removes a just-closed letter from `open_dead_letters` and its group's count. Driven by the
 /// deleted row, so the count can only drop for a letter that was counted.
-async fn leave_open_set(tx: &mut Tx, dead_letter: DeadLetterId) -> Result<()> {
+async fn leave_open_set(tx: &mut Tx, account: AccountId, dead_letter: DeadLetterId) -> Result<()> {
     with_conn!(tx, |conn| {
         let group = sqlx::query_as::<_, (String, String)>(
-            "DELETE FROM open_dead_letters WHERE dead_letter_id = $1 RETURNING category, error_code",
+            "DELETE FROM open_dead_letters WHERE account_id = $1 AND dead_letter_id = $2
+             RETURNING category, error_code",
         )
+        .bind(account)
         .bind(dead_letter)
         .fetch_optional(&mut *conn)
         .await?;
@@ -380,7 +421,7 @@ async fn leave_open_set(tx: &mut Tx, dead_letter: DeadLetterId) -> Result<()> {
 /// A withdrawal that just settled, whose open dead letters close with it.
 #[derive(Debug, Clone)]
 pub struct Settled<'a> {
-    pub withdrawal: WithdrawalId,
+    pub withdrawal: WithdrawalKey,
     pub actor: String,
     pub reason: &'a str,
     pub status: WithdrawalStatus,
@@ -395,23 +436,27 @@ pub struct Settled<'a> {
 pub async fn close_settled(tx: &mut Tx, settled: &[Settled<'_>]) -> Result<u64> {
     let mut closed = 0;
     for chunk in settled.chunks(500) {
-        let open: Vec<(DeadLetterId, WithdrawalId)> = with_conn!(tx, |conn| {
+        let open: Vec<(AccountId, DeadLetterId, WithdrawalId)> = with_conn!(tx, |conn| {
             let mut query = QueryBuilder::new(
-                "SELECT d.id, d.withdrawal_id FROM dead_letters d
-                 WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
-                   AND d.withdrawal_id IN (",
+                "SELECT d.account_id, d.id, d.withdrawal_id FROM dead_letters d
+                 WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e
+                                   WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id
+                                     AND e.action = 'closed')
+                   AND (d.account_id, d.withdrawal_id) IN (VALUES ",
             );
             let mut list = query.separated(", ");
             for s in chunk {
-                list.push_bind(s.withdrawal);
+                list.push("(").push_bind_unseparated(s.withdrawal.account).push_unseparated(", ");
+                list.push_bind_unseparated(s.withdrawal.id).push_unseparated(")");
             }
             query.push(") ORDER BY d.category, d.error_code, d.id");
             query.build_query_as().fetch_all(&mut *conn).await?
         });
-        for (id, withdrawal) in open {
-            let Some(s) = chunk.iter().find(|s| s.withdrawal == withdrawal) else { continue };
+        for (account, id, withdrawal) in open {
+            let Some(s) = chunk.iter().find(|s| s.withdrawal.id == withdrawal) else { continue };
             let event = Event {
                 id: DeadLetterEventId::new(),
+                account_id: account,
                 dead_letter_id: id,
                 action: LetterEvent::Closed,
                 actor: s.actor.clone(),
@@ -440,11 +485,13 @@ pub struct SelectedLetter {
 }
 
 /// The selection facts of [`SelectedLetter`], as columns over the alias `d`.
-const SELECTION_FACTS: &str =
-    "EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed') AS closed,
-     EXISTS (SELECT 1 FROM replay_items i WHERE i.dead_letter_id = d.id AND i.status IN ('released', 'reconciling'))
+const SELECTION_FACTS: &str = "EXISTS (SELECT 1 FROM dead_letter_events e
+             WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id AND e.action = 'closed') AS closed,
+     EXISTS (SELECT 1 FROM replay_items i
+             WHERE i.account_id = d.account_id AND i.dead_letter_id = d.id AND i.status IN ('released', 'reconciling'))
        AS replayed,
-     (SELECT i.run_id FROM replay_items i WHERE i.dead_letter_id = d.id AND i.status = 'pending'
+     (SELECT i.run_id FROM replay_items i
+       WHERE i.account_id = d.account_id AND i.dead_letter_id = d.id AND i.status = 'pending'
        ORDER BY i.run_id LIMIT 1) AS active_run";
 
 /// Ids per statement in the set-based reads: well under SQLite's bound-parameter limit (32 766;

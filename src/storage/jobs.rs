@@ -9,6 +9,11 @@
 //! ran, scan the whole `jobs_lease_idx` for each of them instead of probing the primary key
 //! (measured: no-op jobs 8 300/s after an `ANALYZE` with none running, against ~37 000/s). PostgreSQL claims with `FOR UPDATE SKIP LOCKED`; SQLite's single writer
 //! serialises claims.
+//!
+//! A job is keyed by its account and id ([`JobKey`]): its withdrawal's account, or the system
+//! account for work about no withdrawal. Every write to one job names both, so a distributed
+//! database routes it to one shard; the claim and the lease sweep read across accounts (README
+//! "Scaling": the claim a distributed queue needs).
 
 use chrono::TimeDelta;
 use uuid::Uuid;
@@ -16,7 +21,7 @@ use uuid::Uuid;
 use super::batch::{Arg, SetUpdate, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
 use crate::domain::job::{ImportSettlement, JobKind, JobType, ReconcilePayout, SubmitPayout};
-use crate::domain::{JobId, JobStatus, LeaseToken, WithdrawalId};
+use crate::domain::{AccountId, JobId, JobKey, JobStatus, LeaseToken, WithdrawalId, WithdrawalKey};
 use crate::with_conn;
 
 /// A job to enqueue. The payload is stored as raw bytes so a job that cannot be decoded later
@@ -29,6 +34,8 @@ pub struct NewJob {
     pub payload_version: i64,
     pub run_at: DbTime,
     pub correlation_id: String,
+    /// The account the job belongs to: its withdrawal's, or [`AccountId::SYSTEM`].
+    pub account_id: AccountId,
     pub withdrawal_id: Option<WithdrawalId>,
 }
 
@@ -39,6 +46,7 @@ impl NewJob {
         payload: &impl serde::Serialize,
         correlation_id: &str,
         run_at: DbTime,
+        account: AccountId,
         withdrawal: Option<WithdrawalId>,
     ) -> Self {
         NewJob {
@@ -47,37 +55,40 @@ impl NewJob {
             payload_version: kind.current_version(),
             run_at,
             correlation_id: correlation_id.to_owned(),
+            account_id: account,
             withdrawal_id: withdrawal,
         }
     }
 }
 
 impl SubmitPayout {
-    /// The job that pays `withdrawal` out, to enqueue in the caller's transaction.
-    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
-        NewJob::builtin(JobKind::SubmitPayout, &self, correlation_id, run_at, Some(self.withdrawal_id))
+    /// The job that pays the withdrawal out (of `account`), to enqueue in the caller's transaction.
+    pub fn job(self, account: AccountId, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob::builtin(JobKind::SubmitPayout, &self, correlation_id, run_at, account, Some(self.withdrawal_id))
     }
 }
 
 impl ReconcilePayout {
-    /// The job that asks the provider about `withdrawal_id`, to enqueue in the caller's transaction.
-    pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
-        NewJob::builtin(JobKind::ReconcilePayout, &self, correlation_id, run_at, Some(self.withdrawal_id))
+    /// The job that asks the provider about `withdrawal_id` (of `account`), to enqueue in the
+    /// caller's transaction.
+    pub fn job(self, account: AccountId, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob::builtin(JobKind::ReconcilePayout, &self, correlation_id, run_at, account, Some(self.withdrawal_id))
     }
 }
 
 impl ImportSettlement {
     /// The job that imports this day's report, to enqueue in the caller's transaction.
     pub fn job(self, correlation_id: &str, run_at: DbTime) -> NewJob {
-        NewJob::builtin(JobKind::ImportSettlement, &self, correlation_id, run_at, None)
+        NewJob::builtin(JobKind::ImportSettlement, &self, correlation_id, run_at, AccountId::SYSTEM, None)
     }
 }
 
-pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobId> {
+/// Enqueues `job` in `tx`; returns where it lives.
+pub async fn enqueue(tx: &mut Tx, job: &NewJob) -> Result<JobKey> {
     let mut writes = Writes::new();
     let id = enqueue_in(&mut writes, job);
     writes.run(tx).await?;
-    Ok(id)
+    Ok(JobKey { account: job.account_id, id })
 }
 
 /// [`enqueue`] as a write of a larger batch. On PostgreSQL the batch also sends a `NOTIFY`,
@@ -88,12 +99,13 @@ pub fn enqueue_in(writes: &mut Writes, job: &NewJob) -> JobId {
     let now = DbTime::now();
     writes.push(
         Sql::new(
-            "INSERT INTO jobs (id, queue, kind, payload, payload_version, run_at,
+            "INSERT INTO jobs (id, account_id, queue, kind, payload, payload_version, run_at,
                                correlation_id, withdrawal_id, created_at, updated_at, status)
              VALUES (",
         )
         .binds([
             Arg::Uuid(id.0),
+            Arg::Uuid(job.account_id.0),
             job.kind.queue().into(),
             job.kind.kind().into(),
             job.payload.as_slice().into(),
@@ -133,14 +145,16 @@ pub struct JobRow {
     pub correlation_id: String,
 }
 
-pub async fn jobs_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Result<Vec<JobRow>> {
+/// A withdrawal's jobs, oldest first.
+pub async fn jobs_for_withdrawal(db: &super::Db, withdrawal: WithdrawalKey) -> Result<Vec<JobRow>> {
     Ok(crate::with_read_conn!(db, |conn| {
         sqlx::query_as::<_, JobRow>(
             "SELECT id, queue, kind, payload, payload_version, status, attempts, receives, run_at, last_error,
                     correlation_id
-             FROM jobs WHERE withdrawal_id = $1 ORDER BY created_at, id",
+             FROM jobs WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY created_at, id",
         )
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -150,6 +164,8 @@ pub async fn jobs_for_withdrawal(db: &super::Db, withdrawal: WithdrawalId) -> Re
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedJob {
     pub id: JobId,
+    /// Its account ([`JobKey`]).
+    pub account_id: AccountId,
     pub queue: String,
     pub kind: String,
     pub payload: Vec<u8>,
@@ -167,13 +183,19 @@ pub struct ClaimedJob {
 }
 
 impl ClaimedJob {
+    /// Where it lives ([`JobKey`]): every write to it names this.
+    pub fn key(&self) -> JobKey {
+        JobKey { account: self.account_id, id: self.id }
+    }
+
     /// Its built-in kind; none for an extension kind, or a stored name no handler knows.
     pub fn builtin_kind(&self) -> Option<JobKind> {
         self.kind.parse().ok()
     }
 }
 
-const CLAIMED_COLUMNS: &str = "id, queue, kind, payload, payload_version, attempts, receives, first_attempt_at, \
+const CLAIMED_COLUMNS: &str =
+    "id, account_id, queue, kind, payload, payload_version, attempts, receives, first_attempt_at, \
                                lease_token, correlation_id, withdrawal_id, lease_expiries, handler_errors";
 
 /// Claims up to `limit` runnable jobs of `queue`: scheduled and due. Each claimed job gets the
@@ -244,7 +266,7 @@ pub async fn expire_leases(db: &Db, max_expiries: i64) -> Result<Vec<ClaimedJob>
 }
 
 /// Extends a lease in its own transaction (the heartbeat); false if the lease is no longer ours.
-pub async fn heartbeat(db: &Db, job: JobId, token: LeaseToken, lease: TimeDelta) -> Result<bool> {
+pub async fn heartbeat(db: &Db, job: JobKey, token: LeaseToken, lease: TimeDelta) -> Result<bool> {
     let mut tx = db.begin().await?;
     let held = extend_lease(&mut tx, job, token, lease, false).await?;
     tx.commit().await?;
@@ -278,7 +300,7 @@ pub enum Finish<'a> {
 
 /// Ends a leased run inside `tx`, fenced by the lease token. Returns false when the lease was
 /// lost: the caller must then roll back `tx`, so nothing it wrote beside this survives.
-pub async fn finish(tx: &mut Tx, job: JobId, token: LeaseToken, how: &Finish<'_>) -> Result<bool> {
+pub async fn finish(tx: &mut Tx, job: JobKey, token: LeaseToken, how: &Finish<'_>) -> Result<bool> {
     let mut writes = Writes::new();
     let finished = finish_in(&mut writes, job, token, how);
     Ok(writes.run(tx).await?.applied(finished))
@@ -286,7 +308,7 @@ pub async fn finish(tx: &mut Tx, job: JobId, token: LeaseToken, how: &Finish<'_>
 
 /// [`finish`] as a write of a larger batch; its count (the returned index) is 0 when the lease
 /// was lost, and the caller must then roll back.
-pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finish<'_>) -> Written {
+pub fn finish_in(writes: &mut Writes, job: JobKey, token: LeaseToken, how: &Finish<'_>) -> Written {
     let now = DbTime::now();
     // (status, run_at, attempts consumed, error, whether this run was a handler error)
     let (status, run_at, consumed, error, handler_error) = match how {
@@ -309,11 +331,14 @@ pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finis
         .sql(", last_error), locked_by = NULL, locked_until = NULL, lease_token = NULL, updated_at = ")
         .bind(now)
         .sql(if handler_error { ", handler_errors = handler_errors + 1" } else { ", handler_errors = 0" })
-        .sql(" WHERE id = ")
-        .bind(job.0)
+        .sql(" WHERE account_id = ")
+        .bind(job.account.0)
+        .sql(" AND id = ")
+        .bind(job.id.0)
         .sql(" AND lease_token = ")
         .bind(token.0);
     let values = [
+        Arg::Uuid(job.account.0),
         Arg::Uuid(token.0),
         status.into(),
         Arg::OptTime(run_at),
@@ -322,7 +347,7 @@ pub fn finish_in(writes: &mut Writes, job: JobId, token: LeaseToken, how: &Finis
         Arg::Time(now),
         Arg::Bool(handler_error),
     ];
-    writes.push(Sql::keyed(alone, &FINISH_SET, job.0, values))
+    writes.push(Sql::keyed(alone, &FINISH_SET, job.id.0, values))
 }
 
 /// [`finish_in`] in set form, for the finishes of a batch ([`Sql::keyed`]): the same fenced write.
@@ -331,43 +356,46 @@ static FINISH_SET: SetUpdate = SetUpdate {
           attempts = t.attempts + v.consumed, last_error = COALESCE(v.error, t.last_error), locked_by = NULL, \
           locked_until = NULL, lease_token = NULL, updated_at = v.at, \
           handler_errors = CASE WHEN v.handler_error THEN t.handler_errors + 1 ELSE 0 END",
-    values: "v(id, token, status, run_at, consumed, error, at, handler_error)",
-    filter: "t.id = v.id AND t.lease_token = v.token",
+    values: "v(id, account_id, token, status, run_at, consumed, error, at, handler_error)",
+    filter: "t.account_id = v.account_id AND t.id = v.id AND t.lease_token = v.token",
 };
 
 /// Marks many leased runs succeeded in one statement, each fenced by its own lease token: the
 /// group commit of the jobs finisher (`jobs::finisher`). Returns the ids whose lease still held; a run not
 /// among them was re-claimed by another worker and is left alone.
-pub async fn succeed_many(tx: &mut Tx, runs: &[(JobId, LeaseToken)]) -> Result<Vec<JobId>> {
+pub async fn succeed_many(tx: &mut Tx, runs: &[(JobKey, LeaseToken)]) -> Result<Vec<JobId>> {
     const SET: &str = "status = 'succeeded', locked_by = NULL, locked_until = NULL, lease_token = NULL,
                        updated_at = $1, handler_errors = 0";
     let now = DbTime::now();
     Ok(match &mut tx.conn {
         TxConn::Postgres(t) => {
-            let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().map(|(id, token)| (id.0, token.0)).unzip();
+            let accounts: Vec<Uuid> = runs.iter().map(|(job, _)| job.account.0).collect();
+            let (ids, tokens): (Vec<Uuid>, Vec<Uuid>) = runs.iter().map(|(job, token)| (job.id.0, token.0)).unzip();
             sqlx::query_scalar(&format!(
-                "UPDATE jobs SET {SET} FROM UNNEST($2::uuid[], $3::uuid[]) AS f(id, token)
-                 WHERE jobs.id = f.id AND jobs.lease_token = f.token
+                "UPDATE jobs SET {SET} FROM UNNEST($2::uuid[], $3::uuid[], $4::uuid[]) AS f(account_id, id, token)
+                 WHERE jobs.account_id = f.account_id AND jobs.id = f.id AND jobs.lease_token = f.token
                  RETURNING jobs.id"
             ))
             .bind(now)
+            .bind(accounts)
             .bind(ids)
             .bind(tokens)
             .fetch_all(&mut **t)
             .await?
         }
         TxConn::Sqlite(t) => {
-            // No arrays in SQLite: one VALUES row of two parameters per run.
-            let rows: Vec<String> = (0..runs.len()).map(|i| format!("(${}, ${})", 2 * i + 2, 2 * i + 3)).collect();
+            // No arrays in SQLite: one VALUES row of three parameters per run.
+            let rows: Vec<String> =
+                (0..runs.len()).map(|i| format!("(${}, ${}, ${})", 3 * i + 2, 3 * i + 3, 3 * i + 4)).collect();
             let sql = format!(
                 "UPDATE jobs SET {SET} FROM (VALUES {}) AS f
-                 WHERE jobs.id = f.column1 AND jobs.lease_token = f.column2
+                 WHERE jobs.account_id = f.column1 AND jobs.id = f.column2 AND jobs.lease_token = f.column3
                  RETURNING jobs.id",
                 rows.join(", ")
             );
             let mut query = sqlx::query_scalar(&sql).bind(now);
-            for (id, token) in runs {
-                query = query.bind(*id).bind(*token);
+            for (job, token) in runs {
+                query = query.bind(job.account).bind(job.id).bind(*token);
             }
             query.fetch_all(&mut **t).await?
         }
@@ -375,15 +403,16 @@ pub async fn succeed_many(tx: &mut Tx, runs: &[(JobId, LeaseToken)]) -> Result<V
 }
 
 /// Marks the first run of a job (the start of its `max_elapsed` budget), fenced by the lease.
-pub async fn mark_first_attempt(tx: &mut Tx, job: JobId, token: LeaseToken) -> Result<DbTime> {
+pub async fn mark_first_attempt(tx: &mut Tx, job: JobKey, token: LeaseToken) -> Result<DbTime> {
     let now = DbTime::now();
     let first: Option<DbTime> = with_conn!(tx, |conn| {
         sqlx::query_scalar(
             "UPDATE jobs SET first_attempt_at = COALESCE(first_attempt_at, $1)
-             WHERE id = $2 AND lease_token = $3 RETURNING first_attempt_at",
+             WHERE account_id = $2 AND id = $3 AND lease_token = $4 RETURNING first_attempt_at",
         )
         .bind(now)
-        .bind(job)
+        .bind(job.account)
+        .bind(job.id)
         .bind(token)
         .fetch_optional(&mut *conn)
         .await?
@@ -395,13 +424,15 @@ pub async fn mark_first_attempt(tx: &mut Tx, job: JobId, token: LeaseToken) -> R
 /// transaction or an earlier one), else `at` (a job that fails on its first run before any
 /// provider call), which is then recorded on the job too. Not fenced: the caller's transaction
 /// fences the job's death.
-pub async fn first_run_at(tx: &mut Tx, job: JobId, at: DbTime) -> Result<DbTime> {
+pub async fn first_run_at(tx: &mut Tx, job: JobKey, at: DbTime) -> Result<DbTime> {
     let first: Option<DbTime> = with_conn!(tx, |conn| {
         sqlx::query_scalar(
-            "UPDATE jobs SET first_attempt_at = COALESCE(first_attempt_at, $1) WHERE id = $2 RETURNING first_attempt_at",
+            "UPDATE jobs SET first_attempt_at = COALESCE(first_attempt_at, $1) WHERE account_id = $2 AND id = $3
+             RETURNING first_attempt_at",
         )
         .bind(at)
-        .bind(job)
+        .bind(job.account)
+        .bind(job.id)
         .fetch_optional(&mut *conn)
         .await?
     });
@@ -409,12 +440,14 @@ pub async fn first_run_at(tx: &mut Tx, job: JobId, at: DbTime) -> Result<DbTime>
 }
 
 /// Whether a job of `kind` is waiting or running for the withdrawal (so it is not enqueued twice).
-pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: JobKind) -> Result<bool> {
+pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalKey, kind: JobKind) -> Result<bool> {
     let count: i64 = with_conn!(tx, |conn| {
         sqlx::query_scalar(
-            "SELECT COUNT(*) FROM jobs WHERE withdrawal_id = $1 AND kind = $2 AND status IN ('scheduled', 'running')",
+            "SELECT COUNT(*) FROM jobs WHERE account_id = $1 AND withdrawal_id = $2 AND kind = $3
+               AND status IN ('scheduled', 'running')",
         )
-        .bind(withdrawal.0)
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
         .bind(kind.as_str())
         .fetch_one(&mut *conn)
         .await?
@@ -423,10 +456,11 @@ pub async fn has_live_job(tx: &mut Tx, withdrawal: WithdrawalId, kind: JobKind) 
 }
 
 /// Whether a job of `kind` with this correlation id was ever enqueued (in any status): how a
-/// once-a-day job is enqueued once.
+/// once-a-day job is enqueued once. Such jobs are the system account's.
 pub async fn exists_with_correlation(tx: &mut Tx, kind: JobKind, correlation_id: &str) -> Result<bool> {
     let count: i64 = with_conn!(tx, |conn| {
-        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE correlation_id = $1 AND kind = $2")
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE account_id = $1 AND correlation_id = $2 AND kind = $3")
+            .bind(AccountId::SYSTEM)
             .bind(correlation_id)
             .bind(kind.as_str())
             .fetch_one(&mut *conn)
@@ -467,7 +501,7 @@ pub async fn listen(
 /// one write before a provider call) it also marks the job's first attempt if it has none.
 pub async fn extend_lease(
     tx: &mut Tx,
-    job: JobId,
+    job: JobKey,
     token: LeaseToken,
     lease: TimeDelta,
     mark_first_attempt: bool,
@@ -481,7 +515,7 @@ pub async fn extend_lease(
 /// lease is no longer ours, and the caller must then roll back.
 pub fn extend_lease_in(
     writes: &mut Writes,
-    job: JobId,
+    job: JobKey,
     token: LeaseToken,
     lease: TimeDelta,
     mark_first_attempt: bool,
@@ -491,32 +525,45 @@ pub fn extend_lease_in(
     if mark_first_attempt {
         sql = sql.sql(", first_attempt_at = COALESCE(first_attempt_at, ").bind(now).sql(")");
     }
-    let alone = sql.sql(" WHERE id = ").bind(job.0).sql(" AND lease_token = ").bind(token.0);
-    let values = [Arg::Uuid(token.0), Arg::Time(now.plus(lease)), Arg::Bool(mark_first_attempt), Arg::Time(now)];
-    writes.push(Sql::keyed(alone, &LEASE_SET, job.0, values))
+    let alone = sql
+        .sql(" WHERE account_id = ")
+        .bind(job.account.0)
+        .sql(" AND id = ")
+        .bind(job.id.0)
+        .sql(" AND lease_token = ")
+        .bind(token.0);
+    let values = [
+        Arg::Uuid(job.account.0),
+        Arg::Uuid(token.0),
+        Arg::Time(now.plus(lease)),
+        Arg::Bool(mark_first_attempt),
+        Arg::Time(now),
+    ];
+    writes.push(Sql::keyed(alone, &LEASE_SET, job.id.0, values))
 }
 
 /// [`extend_lease_in`] in set form, for the lease checks of a batch ([`Sql::keyed`]).
 static LEASE_SET: SetUpdate = SetUpdate {
     set: "UPDATE jobs AS t SET locked_until = v.until, \
           first_attempt_at = CASE WHEN v.mark THEN COALESCE(t.first_attempt_at, v.at) ELSE t.first_attempt_at END",
-    values: "v(id, token, until, mark, at)",
-    filter: "t.id = v.id AND t.lease_token = v.token",
+    values: "v(id, account_id, token, until, mark, at)",
+    filter: "t.account_id = v.account_id AND t.id = v.id AND t.lease_token = v.token",
 };
 
 /// Kills a job whose lease expired (no live holder to fence against); false if someone
 /// renewed or finished it meanwhile.
-pub async fn kill_expired(tx: &mut Tx, job: JobId, error: &str) -> Result<bool> {
+pub async fn kill_expired(tx: &mut Tx, job: JobKey, error: &str) -> Result<bool> {
     let now = DbTime::now();
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE jobs SET status = 'dead', last_error = $1, locked_by = NULL, locked_until = NULL,
                              lease_token = NULL, updated_at = $2
-             WHERE id = $3 AND status = 'running' AND locked_until < $2",
+             WHERE account_id = $3 AND id = $4 AND status = 'running' AND locked_until < $2",
         )
         .bind(error)
         .bind(now)
-        .bind(job)
+        .bind(job.account)
+        .bind(job.id)
         .execute(&mut *conn)
         .await?
         .rows_affected()
@@ -525,24 +572,26 @@ pub async fn kill_expired(tx: &mut Tx, job: JobId, error: &str) -> Result<bool> 
 }
 
 /// One job's status (tests, operators).
-pub async fn job_status(db: &Db, job: JobId) -> Result<Option<JobStatus>> {
+pub async fn job_status(db: &Db, job: JobKey) -> Result<Option<JobStatus>> {
     Ok(crate::with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, JobStatus>("SELECT status FROM jobs WHERE id = $1")
-            .bind(job)
+        sqlx::query_scalar::<_, JobStatus>("SELECT status FROM jobs WHERE account_id = $1 AND id = $2")
+            .bind(job.account)
+            .bind(job.id)
             .fetch_optional(&mut *conn)
             .await?
     }))
 }
 
 /// One job as stored.
-pub async fn job_row(db: &Db, job: JobId) -> Result<Option<JobRow>> {
+pub async fn job_row(db: &Db, job: JobKey) -> Result<Option<JobRow>> {
     Ok(crate::with_read_conn!(db, |conn| {
         sqlx::query_as::<_, JobRow>(
             "SELECT id, queue, kind, payload, payload_version, status, attempts, receives, run_at, last_error,
                     correlation_id
-             FROM jobs WHERE id = $1",
+             FROM jobs WHERE account_id = $1 AND id = $2",
         )
-        .bind(job)
+        .bind(job.account)
+        .bind(job.id)
         .fetch_optional(&mut *conn)
         .await?
     }))
@@ -561,10 +610,11 @@ pub async fn prune_succeeded(db: &Db, before: DbTime, batch: i64) -> Result<u64>
         let mut tx = db.begin().await?;
         let deleted = with_conn!(&mut tx, |conn| {
             sqlx::query(
-                "DELETE FROM jobs WHERE id IN
-                   (SELECT id FROM jobs
+                "DELETE FROM jobs WHERE (account_id, id) IN
+                   (SELECT account_id, id FROM jobs
                     WHERE id < $1 AND status = 'succeeded' AND updated_at < $2 AND kind <> 'import_settlement'
-                      AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = jobs.id)
+                      AND NOT EXISTS (SELECT 1 FROM dead_letters d
+                                      WHERE d.account_id = jobs.account_id AND d.job_id = jobs.id)
                     ORDER BY id LIMIT $3)",
             )
             .bind(below)

@@ -65,7 +65,8 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<Re
 pub async fn stuck_processing(tx: &mut Tx, older_than: DbTime, limit: i64) -> Result<Option<Vec<WithdrawalKey>>> {
     const SQL: &str = "SELECT w.account_id, w.id FROM withdrawals w
          WHERE w.status = 'processing' AND w.updated_at < $1
-           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.withdrawal_id = w.id AND j.status IN ('scheduled', 'running'))
+           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.account_id = w.account_id AND j.withdrawal_id = w.id
+                           AND j.status IN ('scheduled', 'running'))
          ORDER BY w.updated_at LIMIT $2";
     match &mut tx.conn {
         TxConn::Postgres(t) => {

@@ -6,7 +6,8 @@ use sqlx::QueryBuilder;
 
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::{
-    DeadLetterId, JobId, OperatorId, ReplayAction, ReplayItemId, ReplayItemStatus, ReplayRunId, ReplayStatus,
+    AccountId, DeadLetterId, JobId, JobKey, OperatorId, ReplayAction, ReplayItemId, ReplayItemStatus, ReplayRunId,
+    ReplayStatus,
 };
 use crate::{with_conn, with_read_conn};
 
@@ -37,6 +38,8 @@ const RUN_COLUMNS: &str = "id, started_by, reason, selection, expected_payload_v
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReplayItem {
     pub id: ReplayItemId,
+    /// Its dead letter's account.
+    pub account_id: AccountId,
     pub run_id: ReplayRunId,
     pub dead_letter_id: DeadLetterId,
     pub status: ReplayItemStatus,
@@ -73,11 +76,12 @@ pub async fn insert_run(tx: &mut Tx, run: &ReplayRun) -> Result<()> {
 }
 
 /// The run in which `dead_letter` is waiting to be replayed, if any.
-pub async fn active_run_for(db: &Db, dead_letter: DeadLetterId) -> Result<Option<ReplayRunId>> {
+pub async fn active_run_for(db: &Db, account: AccountId, dead_letter: DeadLetterId) -> Result<Option<ReplayRunId>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_scalar::<_, ReplayRunId>(
-            "SELECT run_id FROM replay_items WHERE dead_letter_id = $1 AND status = 'pending'",
+            "SELECT run_id FROM replay_items WHERE account_id = $1 AND dead_letter_id = $2 AND status = 'pending'",
         )
+        .bind(account)
         .bind(dead_letter)
         .fetch_optional(&mut *conn)
         .await?
@@ -85,17 +89,22 @@ pub async fn active_run_for(db: &Db, dead_letter: DeadLetterId) -> Result<Option
 }
 
 /// The runs in which any of `dead_letters` waits to be replayed, as (dead letter, run) pairs:
-/// [`active_run_for`] for a whole selection, one query per 500 ids.
-pub async fn active_runs_for(db: &Db, dead_letters: &[DeadLetterId]) -> Result<Vec<(DeadLetterId, ReplayRunId)>> {
+/// [`active_run_for`] for a whole selection of (account, letter) pairs, one query per 500.
+pub async fn active_runs_for(
+    db: &Db,
+    dead_letters: &[(AccountId, DeadLetterId)],
+) -> Result<Vec<(DeadLetterId, ReplayRunId)>> {
     let mut active = Vec::new();
     for chunk in dead_letters.chunks(500) {
         let found: Vec<(DeadLetterId, ReplayRunId)> = with_read_conn!(db, |conn| {
             let mut query = QueryBuilder::new(
-                "SELECT dead_letter_id, run_id FROM replay_items WHERE status = 'pending' AND dead_letter_id IN (",
+                "SELECT dead_letter_id, run_id FROM replay_items
+                 WHERE status = 'pending' AND (account_id, dead_letter_id) IN (VALUES ",
             );
             let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(*id);
+            for (account, id) in chunk {
+                list.push("(").push_bind_unseparated(*account).push_unseparated(", ");
+                list.push_bind_unseparated(*id).push_unseparated(")");
             }
             query.push(")");
             query.build_query_as().fetch_all(&mut *conn).await?
@@ -107,15 +116,19 @@ pub async fn active_runs_for(db: &Db, dead_letters: &[DeadLetterId]) -> Result<V
 
 /// Adds an item; a dead letter already in an active replay makes this fail with a unique
 /// violation (see [`super::is_unique_violation`]).
-pub async fn insert_item(tx: &mut Tx, run: ReplayRunId, dead_letter: DeadLetterId) -> Result<()> {
+pub async fn insert_item(tx: &mut Tx, run: ReplayRunId, account: AccountId, dead_letter: DeadLetterId) -> Result<()> {
     with_conn!(tx, |conn| {
-        sqlx::query("INSERT INTO replay_items (id, run_id, dead_letter_id, status, created_at) VALUES ($1, $2, $3, 'pending', $4)")
-            .bind(ReplayItemId::new())
-            .bind(run)
-            .bind(dead_letter)
-            .bind(DbTime::now())
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "INSERT INTO replay_items (id, account_id, run_id, dead_letter_id, status, created_at)
+             VALUES ($1, $2, $3, $4, 'pending', $5)",
+        )
+        .bind(ReplayItemId::new())
+        .bind(account)
+        .bind(run)
+        .bind(dead_letter)
+        .bind(DbTime::now())
+        .execute(&mut *conn)
+        .await?;
     });
     Ok(())
 }
@@ -197,7 +210,7 @@ pub async fn lease_running(db: &Db, worker: &str, until: DbTime) -> Result<Vec<R
 pub async fn pending_items(db: &Db, run: ReplayRunId, limit: i64) -> Result<Vec<ReplayItem>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayItem>(
-            "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
+            "SELECT id, account_id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
              WHERE run_id = $1 AND status = 'pending' ORDER BY id LIMIT $2",
         )
         .bind(run)
@@ -210,7 +223,7 @@ pub async fn pending_items(db: &Db, run: ReplayRunId, limit: i64) -> Result<Vec<
 pub async fn items(db: &Db, run: ReplayRunId) -> Result<Vec<ReplayItem>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReplayItem>(
-            "SELECT id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
+            "SELECT id, account_id, run_id, dead_letter_id, status, detail, job_id, released_at FROM replay_items
              WHERE run_id = $1 ORDER BY id",
         )
         .bind(run)
@@ -222,7 +235,7 @@ pub async fn items(db: &Db, run: ReplayRunId) -> Result<Vec<ReplayItem>> {
 /// Moves a pending item on; false if someone else already did.
 pub async fn finish_item(
     tx: &mut Tx,
-    item: ReplayItemId,
+    item: &ReplayItem,
     to: ReplayItemStatus,
     detail: Option<&str>,
     job: Option<JobId>,
@@ -230,13 +243,14 @@ pub async fn finish_item(
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE replay_items SET status = $1, detail = $2, job_id = $3, released_at = $4
-             WHERE id = $5 AND status = 'pending'",
+             WHERE account_id = $5 AND id = $6 AND status = 'pending'",
         )
         .bind(to)
         .bind(detail)
         .bind(job)
         .bind(DbTime::now())
-        .bind(item)
+        .bind(item.account_id)
+        .bind(item.id)
         .execute(&mut *conn)
         .await?
         .rows_affected()
@@ -244,11 +258,13 @@ pub async fn finish_item(
     Ok(updated == 1)
 }
 
-pub async fn link_job(tx: &mut Tx, job: JobId, item: ReplayItemId) -> Result<()> {
+/// Links a released job to its item (both of the letter's account: `job.account`).
+pub async fn link_job(tx: &mut Tx, job: JobKey, item: ReplayItemId) -> Result<()> {
     with_conn!(tx, |conn| {
-        sqlx::query("UPDATE jobs SET replay_item_id = $1 WHERE id = $2")
+        sqlx::query("UPDATE jobs SET replay_item_id = $1 WHERE account_id = $2 AND id = $3")
             .bind(item)
-            .bind(job)
+            .bind(job.account)
+            .bind(job.id)
             .execute(&mut *conn)
             .await?;
     });
@@ -291,12 +307,14 @@ const PROGRESS_COLUMNS: &str = "
     COALESCE(SUM(CASE WHEN j.status IN ('scheduled', 'running') THEN 1 ELSE 0 END), 0) AS in_flight,
     COALESCE(SUM(CASE WHEN j.status = 'succeeded' THEN 1 ELSE 0 END), 0) AS succeeded,
     COALESCE(SUM(CASE WHEN j.status = 'dead' THEN 1 ELSE 0 END), 0) AS failed,
-    COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.job_id = j.id) THEN 1 ELSE 0 END), 0)
+    COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM dead_letters d WHERE d.account_id = j.account_id AND d.job_id = j.id)
+                      THEN 1 ELSE 0 END), 0)
       AS new_dead_letters";
 
 pub async fn progress(db: &Db, run: ReplayRunId) -> Result<Progress> {
     let sql = format!(
-        "SELECT {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id WHERE i.run_id = $1"
+        "SELECT {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.account_id = i.account_id AND j.id = i.job_id
+         WHERE i.run_id = $1"
     );
     Ok(with_read_conn!(db, |conn| sqlx::query_as::<_, Progress>(&sql).bind(run).fetch_one(&mut *conn).await?))
 }
@@ -318,7 +336,8 @@ pub async fn progress_of_runs(
         return Ok(Default::default());
     }
     let sql = format!(
-        "SELECT i.run_id, {PROGRESS_COLUMNS} FROM replay_items i LEFT JOIN jobs j ON j.id = i.job_id
+        "SELECT i.run_id, {PROGRESS_COLUMNS} FROM replay_items i
+         LEFT JOIN jobs j ON j.account_id = i.account_id AND j.id = i.job_id
          WHERE i.run_id IN ({}) GROUP BY i.run_id",
         super::placeholders(runs.len())
     );
@@ -338,11 +357,13 @@ pub async fn progress_of_runs(
 }
 
 /// Whether `dead_letter` was already released by some run (filters leave those out).
-pub async fn was_replayed(db: &Db, dead_letter: DeadLetterId) -> Result<bool> {
+pub async fn was_replayed(db: &Db, account: AccountId, dead_letter: DeadLetterId) -> Result<bool> {
     let count: i64 = with_read_conn!(db, |conn| {
         sqlx::query_scalar(
-            "SELECT COUNT(*) FROM replay_items WHERE dead_letter_id = $1 AND status IN ('released', 'reconciling')",
+            "SELECT COUNT(*) FROM replay_items
+             WHERE account_id = $1 AND dead_letter_id = $2 AND status IN ('released', 'reconciling')",
         )
+        .bind(account)
         .bind(dead_letter)
         .fetch_one(&mut *conn)
         .await?
@@ -353,16 +374,17 @@ pub async fn was_replayed(db: &Db, dead_letter: DeadLetterId) -> Result<bool> {
 /// Takes an item for release inside `tx`: only while it is pending and its run is running and
 /// leased to `releaser`. The row lock (PostgreSQL) or the one writer (SQLite) makes a pause,
 /// cancel or second releaser either come before (and this fails) or wait for this release.
-pub async fn take_item(tx: &mut Tx, item: ReplayItemId, run: ReplayRunId, releaser: &str) -> Result<bool> {
+pub async fn take_item(tx: &mut Tx, item: &ReplayItem, run: ReplayRunId, releaser: &str) -> Result<bool> {
     let updated = with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE replay_items SET detail = detail
-             WHERE id = $1 AND status = 'pending'
+             WHERE account_id = $4 AND id = $1 AND status = 'pending'
                AND EXISTS (SELECT 1 FROM replay_runs r WHERE r.id = $2 AND r.status = 'running' AND r.leased_by = $3)",
         )
-        .bind(item)
+        .bind(item.id)
         .bind(run)
         .bind(releaser)
+        .bind(item.account_id)
         .execute(&mut *conn)
         .await?
         .rows_affected()

@@ -49,12 +49,12 @@ pub async fn review_evidence(db: &Db) -> Result<Vec<ReviewEvidence>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReviewEvidence>(
             "SELECT w.id AS withdrawal_id,
-                    (SELECT COUNT(*) FROM dead_letters d WHERE d.withdrawal_id = w.id) AS dead_letters,
+                    (SELECT COUNT(*) FROM dead_letters d WHERE d.account_id = w.account_id AND d.withdrawal_id = w.id) AS dead_letters,
                     (SELECT COUNT(*) FROM reconciliation_results r WHERE r.account_id = w.account_id AND r.withdrawal_id = w.id) AS reconciliations,
                     (SELECT COUNT(*) FROM provider_attempts a WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id AND a.outcome = 'paid')
                       + (SELECT COUNT(*) FROM reconciliation_results r WHERE r.account_id = w.account_id AND r.withdrawal_id = w.id AND r.result = 'paid')
                       AS paid_evidence,
-                    (SELECT COUNT(*) FROM dead_letters d WHERE d.withdrawal_id = w.id AND d.side_effect_state = 'unknown')
+                    (SELECT COUNT(*) FROM dead_letters d WHERE d.account_id = w.account_id AND d.withdrawal_id = w.id AND d.side_effect_state = 'unknown')
                       + (SELECT COUNT(*) FROM provider_attempts a WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id AND a.side_effect = 'unknown')
                       AS unknown_evidence
              FROM withdrawals w WHERE w.status = 'requires_review' ORDER BY w.id",
@@ -101,7 +101,8 @@ pub async fn open_dead_letters_from_events(db: &Db) -> Result<Vec<SummaryRow>> {
         sqlx::query_as::<_, SummaryRow>(
             "SELECT d.category, d.error_code, COUNT(*) AS open, MIN(d.failed_at) AS oldest_open
              FROM dead_letters d
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed')
+             WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e
+                               WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id AND e.action = 'closed')
              GROUP BY d.category, d.error_code
              ORDER BY COUNT(*) DESC, d.category, d.error_code",
         )

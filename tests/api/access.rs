@@ -122,7 +122,7 @@ async fn the_correlation_id_is_echoed_or_generated(app: TestApp) {
     let id = withdrawals::domain::WithdrawalId(read::<WithdrawalView>(echoed).await.id);
     let transitions = withdrawals::storage::withdrawals::transitions(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(transitions[0].correlation_id, "corr-123", "the id reaches what the request wrote");
-    let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs[0].correlation_id, "corr-123", "and the job it enqueued");
     let generated_id = generated.headers()["x-correlation-id"].to_str().unwrap();
     assert!(uuid::Uuid::parse_str(generated_id).is_ok());

@@ -156,7 +156,7 @@ async fn a_forced_open_breaker_stops_a_worker_process_and_release_resumes_it_acr
     let alice = app.customer("100.00").await;
     let id = app.create_withdrawal(&alice, "while-forced", "25.00").await;
     app.eventually("the worker process to defer the payout", WAIT, || async {
-        let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+        let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         jobs.iter().any(|j| j.last_error.as_deref() == Some("circuit breaker open")).then_some(())
     })
     .await;

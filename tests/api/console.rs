@@ -343,7 +343,8 @@ async fn a_form_post_without_the_csrf_token_is_refused(app: TestApp) {
 /// has no `dead_letter.close` row, not even a refusal; the page's own token then closes it.
 async fn a_dead_letter_close_without_this_sessions_csrf_token_is_refused_before_it_acts(app: TestApp) {
     let (ids, _alice) = rejected(&app, 1).await;
-    let letter = withdrawals::storage::dead_letters::for_withdrawal(&app.db, ids[0]).await.unwrap().remove(0).id;
+    let letter =
+        withdrawals::storage::dead_letters::for_withdrawal(&app.db, app.key(ids[0]).await).await.unwrap().remove(0).id;
     let signed_in = http_sign_in(&app.base_url, &app.operator("operator").await, "/ops/overview", false).await;
     let cookie = session_cookie(&signed_in).split(';').next().unwrap().to_owned();
     let plain = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
@@ -357,7 +358,8 @@ async fn a_dead_letter_close_without_this_sessions_csrf_token_is_refused_before_
         )
         .await
         .unwrap();
-        let events = withdrawals::storage::dead_letters::events(&app.db, letter).await.unwrap();
+        let stored = withdrawals::storage::dead_letters::get(&app.db, letter).await.unwrap().unwrap();
+        let events = withdrawals::storage::dead_letters::events(&app.db, &stored).await.unwrap();
         (rows.len(), events.iter().filter(|e| e.action == withdrawals::domain::LetterEvent::Closed).count())
     };
 
@@ -543,12 +545,14 @@ async fn sessions_expire_cookies_are_strict_and_sign_in_refuses_what_it_should(a
 /// letter" after typing a reason.
 async fn one_dead_letter_is_replayed_from_its_page_another_is_closed_and_time_filters_apply(app: TestApp) {
     let (ids, _alice) = rejected(&app, 2).await;
-    let letters: Vec<_> =
-        join_all(ids.iter().map(|id| withdrawals::storage::dead_letters::for_withdrawal(&app.db, *id)))
-            .await
-            .into_iter()
-            .map(|l| l.unwrap().remove(0))
-            .collect();
+    let letters: Vec<_> = join_all(
+        ids.iter()
+            .map(|id| async { withdrawals::storage::dead_letters::for_withdrawal(&app.db, app.key(*id).await).await }),
+    )
+    .await
+    .into_iter()
+    .map(|l| l.unwrap().remove(0))
+    .collect();
     let browser = Browser::start(&app).await;
     browser.sign_in(&app.operator("operator").await).await;
 

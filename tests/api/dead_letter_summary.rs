@@ -8,7 +8,7 @@ use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch};
 use reqwest::Method;
 use serde_json::{json, Value};
 use uuid::Uuid;
-use withdrawals::domain::{JobId, ReplayStatus, WithdrawalId, WithdrawalStatus};
+use withdrawals::domain::{ReplayStatus, WithdrawalId, WithdrawalStatus};
 use withdrawals::jobs::JobKind;
 use withdrawals::ops::types::ReplayRunView;
 use withdrawals::storage::dead_letters::{self, SummaryRow};
@@ -41,7 +41,7 @@ fn groups(rows: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {
     rows.iter().map(|(c, e, n)| (c.to_string(), e.to_string(), *n)).collect()
 }
 
-async fn poison_job(app: &TestApp, n: u8) -> JobId {
+async fn poison_job(app: &TestApp, n: u8) -> withdrawals::domain::JobKey {
     let mut tx = app.db.begin().await.unwrap();
     let id = job_store::enqueue(
         &mut tx,
@@ -51,6 +51,7 @@ async fn poison_job(app: &TestApp, n: u8) -> JobId {
             payload_version: 2,
             run_at: DbTime::now(),
             correlation_id: format!("poison-{n}"),
+            account_id: withdrawals::domain::AccountId::SYSTEM,
             withdrawal_id: None,
         },
     )
@@ -61,7 +62,7 @@ async fn poison_job(app: &TestApp, n: u8) -> JobId {
 }
 
 async fn letters_of(app: &TestApp, id: WithdrawalId) -> Vec<dead_letters::DeadLetter> {
-    dead_letters::for_withdrawal(&app.db, id).await.unwrap()
+    dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap()
 }
 
 async fn ops(app: &TestApp, method: Method, path: &str, token: &str, body: Option<Value>) -> Value {

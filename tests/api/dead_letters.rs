@@ -64,7 +64,7 @@ async fn repeated_timeouts_before_commit_until_max_elapsed_end_in_retries_exhaus
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
-    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(
         (letters[0].category.as_str(), letters[0].side_effect_state.as_str()),
@@ -117,7 +117,7 @@ async fn a_timeout_before_commit_is_reconciled_as_not_found_and_retried_under_th
     let results = reconciliations::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let decisive = results.iter().find(|r| r.follow_up_job_id.is_some()).expect("a controlled retry");
     assert_eq!(decisive.result, withdrawals::domain::ReconciliationResult::NotFound);
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     let retry = jobs.iter().find(|j| Some(j.id) == decisive.follow_up_job_id).unwrap();
     assert_eq!(retry.kind, JobKind::SubmitPayout.as_str());
     let payload: serde_json::Value = serde_json::from_slice(&retry.payload).unwrap();
@@ -147,7 +147,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
-    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(
         (letters[0].category.as_str(), letters[0].side_effect_state.as_str()),
@@ -167,7 +167,7 @@ async fn a_lookup_outage_for_the_whole_window_ends_in_side_effect_unknown(app: T
     app.assert_ledger_invariant().await;
 }
 
-async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> withdrawals::domain::JobId {
+async fn enqueue_raw(app: &TestApp, kind: &'static str, version: i64, payload: &[u8]) -> withdrawals::domain::JobKey {
     enqueue_raw_on(app, Queue::Payouts.as_str(), kind, version, payload).await
 }
 
@@ -177,7 +177,7 @@ async fn enqueue_raw_on(
     kind: &'static str,
     version: i64,
     payload: &[u8],
-) -> withdrawals::domain::JobId {
+) -> withdrawals::domain::JobKey {
     let mut tx = app.db.begin().await.unwrap();
     let id = job_store::enqueue(
         &mut tx,
@@ -187,6 +187,7 @@ async fn enqueue_raw_on(
             payload_version: version,
             run_at: DbTime::now(),
             correlation_id: "poison-test".into(),
+            account_id: withdrawals::domain::AccountId::SYSTEM,
             withdrawal_id: None,
         },
     )
@@ -196,7 +197,7 @@ async fn enqueue_raw_on(
     id
 }
 
-async fn wait_for_job_status(app: &TestApp, job: withdrawals::domain::JobId, status: &str) {
+async fn wait_for_job_status(app: &TestApp, job: withdrawals::domain::JobKey, status: &str) {
     app.eventually(&format!("job {job} to be {status}"), WAIT, || async {
         let letters = dead_letters::for_job(&app.db, job).await.unwrap();
         let counts = job_store::job_status(&app.db, job).await.unwrap();
@@ -273,7 +274,7 @@ fn handler_meeting_a_database_outage(runs: Arc<std::sync::Mutex<Vec<OutageRun>>>
     Arc::new(move |ctx| {
         let (runs, gone) = (runs.clone(), gone.clone());
         Box::pin(async move {
-            let row = job_store::job_row(ctx.db(), ctx.job.id).await?.expect("its own job");
+            let row = job_store::job_row(ctx.db(), ctx.job.key()).await?.expect("its own job");
             let outage = match ctx.db().backend() {
                 withdrawals::storage::Backend::Postgres => {
                     sqlx::PgConnection::connect(&gone).await.map(|_| ()).map_err(anyhow::Error::from)
@@ -361,7 +362,7 @@ async fn a_handler_that_keeps_failing_for_another_reason_is_dead_lettered_as_a_c
     let wrong: Handler = Arc::new(|ctx| {
         Box::pin(async move {
             // The database answers; the code is wrong about what it finds.
-            let row = job_store::job_row(ctx.db(), ctx.job.id).await?.expect("its own job");
+            let row = job_store::job_row(ctx.db(), ctx.job.key()).await?.expect("its own job");
             anyhow::bail!("job {} has no withdrawal to pay", row.id)
         })
     });
@@ -498,7 +499,7 @@ async fn a_lease_that_expired_max_receives_times_is_dead_lettered_as_crashed(app
 
     let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(current.status, WithdrawalStatus::RequiresReview);
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!(
         (letter.category.as_str(), letter.error_code.as_str(), letter.side_effect_state.as_str()),
         ("crashed", "lease_expired", "not_started")
@@ -625,7 +626,7 @@ async fn a_job_rejected_on_its_first_run_is_dead_lettered_with_that_runs_time_as
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
     // Assert: the envelope says when that run was, not null.
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!((letter.category.as_str(), letter.attempts), ("dependency_rejected", 1));
     let first = letter.first_attempt_at.expect("a first run's dead letter has its first attempt's time");
     assert!(

@@ -489,7 +489,7 @@ impl TestApp {
             evidence: None,
         };
         store::transition(&mut tx, &claimed).await.unwrap();
-        job_store::finish(&mut tx, job.id, job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
+        job_store::finish(&mut tx, job.key(), job.lease_token, &job_store::Finish::Succeeded).await.unwrap();
         tx.commit().await.unwrap();
     }
 

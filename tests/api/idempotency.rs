@@ -40,7 +40,7 @@ async fn first_request_creates_a_pending_withdrawal_holds_funds_and_enqueues_its
     assert_eq!(body.version, 1);
     assert_eq!(app.usd_balance(&alice).await, ("874.50".into(), "125.50".into(), "0.00".into()));
     let id = WithdrawalId(body.id);
-    let jobs = jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = jobs::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs.len(), 1, "creating a withdrawal enqueues exactly its submit job");
     assert_eq!((jobs[0].kind.as_str(), jobs[0].status.as_str()), ("submit_payout", "scheduled"));
     app.assert_ledger_invariant().await;

@@ -105,7 +105,7 @@ pub(crate) async fn resolve(app: &TestApp, id: WithdrawalId, token: &str, body: 
 
 async fn every_ops_route_checks_the_callers_role(app: TestApp) {
     let (id, alice) = rejected_withdrawal(&app).await;
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0).id;
     let viewer = app.operator("viewer").await;
     let operator = app.operator("operator").await;
     let admin = app.operator("admin").await;
@@ -173,7 +173,7 @@ async fn audit_rows(app: &TestApp) -> Vec<audit::AuditRow> {
 
 async fn every_action_writes_exactly_one_audit_row_with_its_reason(app: TestApp) {
     let (id, _) = rejected_withdrawal(&app).await;
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0).id;
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
     // Closed during triage first (resolving the withdrawal would close it too, as settled).
@@ -243,7 +243,7 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     let (id, alice) = rejected_withdrawal(&app).await;
     let operator = app.operator("operator").await;
     let version = version_of(&app, id, &operator).await;
-    let letters = withdrawals::storage::dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = withdrawals::storage::dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     let open = |app: &TestApp| {
         let db = app.db.clone();
@@ -261,11 +261,11 @@ async fn fail_releases_the_funds_and_the_ledger_holds(app: TestApp) {
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()));
     // Its dead letter is settled with it: closed by the transition, the envelope untouched.
     assert_eq!(open(&app).await, 0, "a settled withdrawal's dead letter leaves the triage queue");
-    let events = withdrawals::storage::dead_letters::events(&app.db, letters[0].id).await.unwrap();
+    let events = withdrawals::storage::dead_letters::events(&app.db, &letters[0]).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].action, withdrawals::domain::LetterEvent::Closed);
     assert!(events[0].reason.starts_with("withdrawal failed: "), "{}", events[0].reason);
-    assert_eq!(withdrawals::storage::dead_letters::for_withdrawal(&app.db, id).await.unwrap(), letters);
+    assert_eq!(withdrawals::storage::dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap(), letters);
     app.assert_ledger_invariant().await;
 }
 
@@ -658,7 +658,7 @@ async fn the_readme_incident_credentials_revoked_then_replayed_runs_end_to_end(a
 /// route is a 403 (not the 422 an operator would get), and each refusal is audited.
 async fn a_viewers_malformed_post_is_refused_for_its_role_first_and_audited(app: TestApp) {
     let (id, _) = rejected_withdrawal(&app).await;
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0).id;
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0).id;
     let viewer = app.operator("viewer").await;
     let run = uuid::Uuid::now_v7();
     let routes = [

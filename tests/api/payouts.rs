@@ -63,7 +63,7 @@ async fn a_withdrawal_is_paid_once_and_its_hold_settled(app: TestApp) {
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0].outcome.map(|o| o.as_str()), Some("paid"));
     assert_eq!(recorded[0].provider_transfer_id.as_deref(), Some(transfer.id.as_str()));
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs[0].status, withdrawals::domain::JobStatus::Succeeded);
     // The provider's answer, checked against the withdrawal, is the evidence of the completion.
     let completed =
@@ -94,7 +94,7 @@ async fn three_503s_then_success_completes_with_every_attempt_recorded(app: Test
     assert!(recorded[..3]
         .iter()
         .all(|a| a.http_status == Some(503) && a.side_effect == withdrawals::domain::SideEffect::NotStarted));
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs[0].attempts, 3, "each 503 consumed one attempt");
     // Each gap between calls is a delay drawn from the policy (plus the time to run a job).
     let calls = create_requests(&provider.mock, id);
@@ -157,7 +157,7 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
     let deferred = app
         .eventually("a deferred job", WAIT, || async {
             for id in &ids {
-                let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
+                let job = job_store::jobs_for_withdrawal(&app.db, app.key(*id).await).await.unwrap().remove(0);
                 if job.last_error.as_deref() == Some("circuit breaker open") {
                     return Some(*id);
                 }
@@ -172,14 +172,14 @@ async fn an_unavailable_provider_opens_the_breaker_and_deferrals_consume_no_atte
     }
     assert_ne!(gateway.breaker.state(), BreakerState::Open, "the breaker closed after recovery");
     for id in &ids {
-        let job = job_store::jobs_for_withdrawal(&app.db, *id).await.unwrap().remove(0);
+        let job = job_store::jobs_for_withdrawal(&app.db, app.key(*id).await).await.unwrap().remove(0);
         let calls = attempts::for_withdrawal(&app.db, app.key(*id).await).await.unwrap();
         let failed_calls =
             calls.iter().filter(|a| a.outcome == Some(withdrawals::domain::AttemptResult::Retryable)).count() as i64;
         assert_eq!(job.attempts, failed_calls, "only real calls consume attempts ({id})");
         assert_eq!(executions_for(&provider.mock, *id), 1);
     }
-    let deferred_job = job_store::jobs_for_withdrawal(&app.db, deferred).await.unwrap().remove(0);
+    let deferred_job = job_store::jobs_for_withdrawal(&app.db, app.key(deferred).await).await.unwrap().remove(0);
     assert!(deferred_job.receives > deferred_job.attempts + 1, "it ran without calling: {deferred_job:?}");
     app.assert_ledger_invariant().await;
 }
@@ -207,7 +207,7 @@ async fn a_worker_that_died_before_calling_is_replaced_and_the_payout_completes(
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     assert_eq!(executions_for(&provider.mock, id), 1);
-    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let job = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!(job.receives, 2, "received by the dead worker, then by the live one");
     app.assert_ledger_invariant().await;
 }
@@ -239,7 +239,7 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     app.start_worker(startup::gateway(provider.provider.clone()), config);
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!((jobs[0].kind.as_str(), jobs[0].receives), ("submit_payout", 2));
     assert!(
         jobs.iter().any(|j| j.kind == JobKind::ReconcilePayout.as_str()),
@@ -283,17 +283,17 @@ async fn a_zombie_workers_late_completion_is_rejected_and_changes_nothing(app: T
     let mut tx = app.db.begin().await.unwrap();
     let actor = Actor::Worker("zombie".into());
     store::transition(&mut tx, &to_processing(key, &actor)).await.unwrap();
-    let fenced = job_store::finish(&mut tx, zombie.id, zombie.lease_token, &Finish::Succeeded).await.unwrap();
+    let fenced = job_store::finish(&mut tx, zombie.key(), zombie.lease_token, &Finish::Succeeded).await.unwrap();
     assert!(!fenced, "the old lease token no longer matches");
     drop(tx); // the caller rolls back, as JobContext::finish_or_rollback does
 
     let current = store::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!((current.status, current.version), (WithdrawalStatus::Pending, 1));
-    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let job = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!((job.status.as_str(), job.receives), ("running", 2), "still the live worker's");
     let live_finish = {
         let mut tx = app.db.begin().await.unwrap();
-        let ok = job_store::finish(&mut tx, live[0].id, live[0].lease_token, &Finish::Release).await.unwrap();
+        let ok = job_store::finish(&mut tx, live[0].key(), live[0].lease_token, &Finish::Release).await.unwrap();
         tx.commit().await.unwrap();
         ok
     };
@@ -327,7 +327,7 @@ async fn the_same_job_delivered_twice_executes_the_transfer_once(app: TestApp) {
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
     tokio::time::sleep(Duration::from_millis(1_700)).await; // worker one's call returns and is fenced off
 
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert!(
         jobs.iter().any(|j| j.kind == JobKind::ReconcilePayout.as_str()),
         "the second delivery handed over to reconciliation"
@@ -352,7 +352,7 @@ async fn a_timeout_after_the_provider_committed_is_reconciled_to_completed(app: 
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
-    let submit = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let submit = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!(submit.status, withdrawals::domain::JobStatus::Succeeded, "handed over, not retried");
     let recorded = attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(recorded.len(), 1);
@@ -382,11 +382,11 @@ async fn a_permanent_rejection_is_dead_lettered_once_and_parked_for_review_with_
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
 
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
-    let job = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let job = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!((job.status.as_str(), job.last_error.as_deref()), ("dead", Some("invalid_account")));
     assert_eq!(create_requests(&provider.mock, id).len(), 1, "a permanent error is not retried");
     assert_eq!(app.usd_balance(&alice).await.1, "25.00", "still held until someone decides");
-    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     let letter = &letters[0];
     assert_eq!(
@@ -439,7 +439,7 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
         assert_eq!((last.to_status.as_str(), last.actor.as_str()), ("completed", "worker:w1"));
     }
     app.eventually("the stale row's job to finish", WAIT, || async {
-        let jobs = job_store::jobs_for_withdrawal(&app.db, stale).await.unwrap();
+        let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(stale).await).await.unwrap();
         (jobs.len() == 1 && jobs[0].status == withdrawals::domain::JobStatus::Succeeded).then_some(())
     })
     .await;
@@ -522,7 +522,7 @@ async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_th
         assert_completed_by_the_batch(&app, id).await;
     }
     app.eventually("the changed row's job to finish", WAIT, || async {
-        let jobs = job_store::jobs_for_withdrawal(&app.db, changed).await.unwrap();
+        let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(changed).await).await.unwrap();
         (jobs.len() == 1 && jobs[0].status == withdrawals::domain::JobStatus::Succeeded).then_some(())
     })
     .await;

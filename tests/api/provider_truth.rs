@@ -193,7 +193,7 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
     let w = app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
     assert_eq!(w.failure_code.as_deref(), Some("provider_mismatch"));
-    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(
         (letters[0].category.as_str(), letters[0].error_code.as_str()),
@@ -211,7 +211,7 @@ async fn a_create_answer_with_a_different_amount_is_never_completed(app: TestApp
         recorded.iter().map(|a| a.outcome).collect::<Vec<_>>(),
         vec![Some(withdrawals::domain::AttemptResult::Mismatch)]
     );
-    let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>(), vec!["submit_payout"], "{jobs:?}");
 
     let operator = app.operator("operator").await;
@@ -265,7 +265,7 @@ async fn a_lookup_with_a_different_amount_is_never_completed(app: TestApp) {
         .expect("a mismatch result");
     assert!(mismatch.detail.contains(r#""amount":"39.99""#), "{}", mismatch.detail);
     assert_eq!(
-        dead_letters::for_withdrawal(&app.db, id).await.unwrap()[0].category,
+        dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap()[0].category,
         withdrawals::domain::Category::ProviderMismatch
     );
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()), "never completed");
@@ -317,7 +317,7 @@ async fn a_pending_transfer_is_polled_past_the_attempt_cap_until_it_settles(app:
         pending.iter().filter(|r| r.result == withdrawals::domain::ReconciliationResult::Pending).count() >= 2,
         "{pending:#?}"
     );
-    assert!(dead_letters::for_withdrawal(&app.db, id).await.unwrap().is_empty());
+    assert!(dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().is_empty());
     assert_eq!(app.usd_balance(&alice).await.2, "40.00");
     assert_eq!(provider_paid(&app, id), usd("40.00"));
     app.assert_ledger_invariant().await;

@@ -29,6 +29,11 @@ both_backends!(
 const QUEUE: &str = "test_group_commit";
 const KIND: &str = "test_effect_free";
 
+/// A job of this file's queue: about no withdrawal, so the system account's.
+fn system(id: withdrawals::domain::JobId) -> withdrawals::domain::JobKey {
+    withdrawals::domain::JobKey { account: withdrawals::domain::AccountId::SYSTEM, id }
+}
+
 async fn enqueue(app: &TestApp, n: usize) -> HashSet<withdrawals::domain::JobId> {
     let mut tx = app.db.begin().await.unwrap();
     let mut ids = HashSet::new();
@@ -39,9 +44,10 @@ async fn enqueue(app: &TestApp, n: usize) -> HashSet<withdrawals::domain::JobId>
             payload_version: 1,
             run_at: DbTime::now(),
             correlation_id: format!("group-commit-{i}"),
+            account_id: withdrawals::domain::AccountId::SYSTEM,
             withdrawal_id: None,
         };
-        ids.insert(job_store::enqueue(&mut tx, &job).await.unwrap());
+        ids.insert(job_store::enqueue(&mut tx, &job).await.unwrap().id);
     }
     tx.commit().await.unwrap();
     ids
@@ -61,7 +67,7 @@ async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: T
     assert_eq!(retaken.len(), 3);
     let mut tx = app.db.begin().await.unwrap();
     for r in &retaken[..2] {
-        assert!(job_store::finish(&mut tx, r.id, r.lease_token, &Finish::Release).await.unwrap());
+        assert!(job_store::finish(&mut tx, r.key(), r.lease_token, &Finish::Release).await.unwrap());
     }
     tx.commit().await.unwrap();
     let again = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::seconds(30)).await.unwrap();
@@ -72,20 +78,20 @@ async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: T
     let stale = &runs[2];
     assert_eq!(stale.id, retaken[2].id);
     let (first, second, third) = tokio::join!(
-        finisher.succeed(again[0].id, again[0].lease_token),
-        finisher.succeed(again[1].id, again[1].lease_token),
-        finisher.succeed(stale.id, stale.lease_token),
+        finisher.succeed(again[0].key(), again[0].lease_token),
+        finisher.succeed(again[1].key(), again[1].lease_token),
+        finisher.succeed(stale.key(), stale.lease_token),
     );
     assert!(first.unwrap() && second.unwrap(), "the live leases finished");
     assert!(!third.unwrap(), "the stale lease was refused");
 
     for run in &again {
-        assert_eq!(job_store::job_status(&app.db, run.id).await.unwrap().map(|s| s.as_str()), Some("succeeded"));
+        assert_eq!(job_store::job_status(&app.db, run.key()).await.unwrap().map(|s| s.as_str()), Some("succeeded"));
     }
-    let kept = job_store::job_row(&app.db, stale.id).await.unwrap().unwrap();
+    let kept = job_store::job_row(&app.db, stale.key()).await.unwrap().unwrap();
     assert_eq!((kept.status.as_str(), kept.receives), ("running", 2), "still worker B's run");
     let mut tx = app.db.begin().await.unwrap();
-    let ours = job_store::finish(&mut tx, retaken[2].id, retaken[2].lease_token, &Finish::Succeeded).await.unwrap();
+    let ours = job_store::finish(&mut tx, retaken[2].key(), retaken[2].lease_token, &Finish::Succeeded).await.unwrap();
     tx.commit().await.unwrap();
     assert!(ours, "B's lease still finishes its job");
 }
@@ -109,7 +115,7 @@ async fn a_worker_drives_effect_free_jobs_to_success_through_the_group_commit(ap
         done = 0;
         for id in &ids {
             done += usize::from(
-                job_store::job_status(&app.db, *id).await.unwrap().map(|s| s.as_str()) == Some("succeeded"),
+                job_store::job_status(&app.db, system(*id)).await.unwrap().map(|s| s.as_str()) == Some("succeeded"),
             );
         }
         if done == ids.len() {
@@ -121,7 +127,7 @@ async fn a_worker_drives_effect_free_jobs_to_success_through_the_group_commit(ap
     running.await.unwrap().unwrap();
     assert_eq!(done, ids.len(), "every job succeeded");
     for id in &ids {
-        let row = job_store::job_row(&app.db, *id).await.unwrap().unwrap();
+        let row = job_store::job_row(&app.db, system(*id)).await.unwrap().unwrap();
         assert_eq!((row.receives, row.attempts), (1, 0), "each job ran exactly once: {row:?}");
     }
 }
@@ -176,7 +182,7 @@ async fn pruning_removes_only_jobs_that_succeeded_before_the_retention(app: Test
     assert_eq!(runs.len(), 4, "one job stays scheduled");
     runs.sort_by_key(|r| r.id);
     let finish = |run: &job_store::ClaimedJob, how: Finish<'static>| {
-        let (db, id, token) = (app.db.clone(), run.id, run.lease_token);
+        let (db, id, token) = (app.db.clone(), run.key(), run.lease_token);
         async move {
             let mut tx = db.begin().await.unwrap();
             assert!(job_store::finish(&mut tx, id, token, &how).await.unwrap());
@@ -197,7 +203,7 @@ async fn pruning_removes_only_jobs_that_succeeded_before_the_retention(app: Test
     assert_eq!(job_store::prune_succeeded(&app.db, before, 1).await.unwrap(), 1);
     let mut kept = Vec::new();
     for id in &ids {
-        if let Some(row) = job_store::job_row(&app.db, *id).await.unwrap() {
+        if let Some(row) = job_store::job_row(&app.db, system(*id)).await.unwrap() {
             kept.push((row.id, row.status.as_str().to_owned()));
         }
     }
@@ -228,7 +234,7 @@ async fn a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row(a
     let leases: Vec<_> = runs
         .iter()
         .zip(tokens)
-        .map(|(r, token)| job_store::extend_lease_in(&mut writes, r.id, token, TimeDelta::seconds(60), true))
+        .map(|(r, token)| job_store::extend_lease_in(&mut writes, r.key(), token, TimeDelta::seconds(60), true))
         .collect();
     let ran = writes.run(&mut tx).await.unwrap();
     assert_eq!(leases.iter().map(|l| ran.applied(*l)).collect::<Vec<_>>(), [true, true, false]);
@@ -244,7 +250,7 @@ async fn a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row(a
         .iter()
         .zip(tokens)
         .zip(&hows)
-        .map(|((r, token), how)| job_store::finish_in(&mut writes, r.id, token, how))
+        .map(|((r, token), how)| job_store::finish_in(&mut writes, r.key(), token, how))
         .collect();
     let ran = writes.run(&mut tx).await.unwrap();
     assert_eq!(finishes.iter().map(|f| ran.applied(*f)).collect::<Vec<_>>(), [true, true, false]);
@@ -252,7 +258,7 @@ async fn a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row(a
 
     let row = |i: usize| {
         let (db, id) = (app.db.clone(), runs[i].id);
-        async move { job_store::job_row(&db, id).await.unwrap().unwrap() }
+        async move { job_store::job_row(&db, system(id)).await.unwrap().unwrap() }
     };
     let (first, second, third) = (row(0).await, row(1).await, row(2).await);
     assert_eq!(
@@ -268,6 +274,6 @@ async fn a_batchs_fenced_lease_checks_and_finishes_answer_and_write_row_by_row(a
     assert_eq!((third.status, third.attempts, third.last_error), (JobStatus::Running, 0, None), "fenced: untouched");
     // The fenced run is still its holder's to finish.
     let mut tx = app.db.begin().await.unwrap();
-    assert!(job_store::finish(&mut tx, runs[2].id, runs[2].lease_token, &Finish::Succeeded).await.unwrap());
+    assert!(job_store::finish(&mut tx, runs[2].key(), runs[2].lease_token, &Finish::Succeeded).await.unwrap());
     tx.commit().await.unwrap();
 }

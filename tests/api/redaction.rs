@@ -34,6 +34,7 @@ fn secret_in_text(secret: &str, form: u8) -> String {
 fn job_with(payload: Vec<u8>) -> ClaimedJob {
     ClaimedJob {
         id: withdrawals::domain::JobId::new(),
+        account_id: withdrawals::domain::AccountId::SYSTEM,
         queue: "payouts".into(),
         kind: "submit_payout".into(),
         payload,

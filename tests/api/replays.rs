@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 use withdrawals::config::AppConfig;
-use withdrawals::domain::{Category, DeadLetterId, JobId, JobStatus, LetterEvent, ReplayItemStatus, ReplayStatus};
+use withdrawals::domain::{
+    Category, DeadLetterId, JobId, JobKey, JobStatus, LetterEvent, ReplayItemStatus, ReplayStatus,
+};
 use withdrawals::domain::{WithdrawalId, WithdrawalStatus};
 use withdrawals::http::error::Problem;
 use withdrawals::jobs::{JobKind, Queue};
@@ -53,7 +55,7 @@ async fn rejected(app: &TestApp, n: usize) -> Vec<WithdrawalId> {
 async fn letters_of(app: &TestApp, ids: &[WithdrawalId]) -> Vec<Uuid> {
     let mut out = Vec::new();
     for id in ids {
-        out.push(dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0).id.0);
+        out.push(dead_letters::for_withdrawal(&app.db, app.key(*id).await).await.unwrap().remove(0).id.0);
     }
     out
 }
@@ -97,8 +99,10 @@ fn executions(app: &TestApp, id: WithdrawalId) -> u32 {
 async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
     let ids = rejected(&app, 3).await;
     let operator = app.operator("admin").await;
-    let before: Vec<_> =
-        futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
+    let before: Vec<_> = futures::future::join_all(
+        ids.iter().map(|id| async { job_store::jobs_for_withdrawal(&app.db, app.key(*id).await).await }),
+    )
+    .await;
 
     let response = post(
         &app,
@@ -115,15 +119,17 @@ async fn a_dry_run_reports_count_and_sample_and_changes_nothing(app: TestApp) {
     assert_eq!(body.count, 3);
     assert_eq!(body.sample.len(), 3);
     assert_eq!(body.sample[0].category, Category::DependencyRejected);
-    let after: Vec<_> =
-        futures::future::join_all(ids.iter().map(|id| job_store::jobs_for_withdrawal(&app.db, *id))).await;
+    let after: Vec<_> = futures::future::join_all(
+        ids.iter().map(|id| async { job_store::jobs_for_withdrawal(&app.db, app.key(*id).await).await }),
+    )
+    .await;
     let count = |v: &Vec<Result<Vec<job_store::JobRow>, _>>| v.iter().map(|r| r.as_ref().unwrap().len()).sum::<usize>();
     assert_eq!(count(&before), count(&after), "no job enqueued");
     for id in &ids {
         let w = withdrawals::storage::withdrawals::find(&app.db, *id).await.unwrap().unwrap();
         assert_eq!(w.status, WithdrawalStatus::RequiresReview);
-        let letter = dead_letters::for_withdrawal(&app.db, *id).await.unwrap().remove(0);
-        assert!(dead_letters::events(&app.db, letter.id).await.unwrap().is_empty());
+        let letter = dead_letters::for_withdrawal(&app.db, app.key(*id).await).await.unwrap().remove(0);
+        assert!(dead_letters::events(&app.db, &letter).await.unwrap().is_empty());
     }
 
     // The dry run names exactly which letters it selected; a start that expects another
@@ -170,7 +176,8 @@ async fn a_replay_pays_each_withdrawal_once_and_leaves_the_envelope_untouched(ap
     let first_event = &operator_view.events.as_ref().expect("a letter's events")[0];
     assert_eq!(first_event.action, LetterEvent::Replayed);
     assert_eq!(first_event.replay_job_status, Some(Some(JobStatus::Succeeded)), "the handling state shows the outcome");
-    let events = dead_letters::events(&app.db, DeadLetterId(letters[0])).await.unwrap();
+    let first = dead_letters::get(&app.db, DeadLetterId(letters[0])).await.unwrap().unwrap();
+    let events = dead_letters::events(&app.db, &first).await.unwrap();
     let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
     assert_eq!(actions, ["replayed", "closed"], "replayed, then closed when the withdrawal completed");
     assert_eq!(events[0].details.as_ref().unwrap().0["run_id"], run_id);
@@ -434,11 +441,15 @@ async fn post_to(base: &str, path: &str, token: &str, body: Value) -> reqwest::R
 /// jobs are taken out of the way.
 async fn v1_jobs(app: &TestApp, jobs: &[(WithdrawalId, Value)]) {
     let own = job_store::claim(&app.db, Queue::Payouts.as_str(), "test", 10, TimeDelta::seconds(60)).await.unwrap();
+    let mut accounts = Vec::new();
+    for (id, _) in jobs {
+        accounts.push(app.key(*id).await.account);
+    }
     let mut tx = app.db.begin().await.unwrap();
     for job in own {
-        job_store::finish(&mut tx, job.id, job.lease_token, &Finish::Succeeded).await.unwrap();
+        job_store::finish(&mut tx, job.key(), job.lease_token, &Finish::Succeeded).await.unwrap();
     }
-    for (id, payload) in jobs {
+    for ((id, payload), account) in jobs.iter().zip(accounts) {
         job_store::enqueue(
             &mut tx,
             &NewJob {
@@ -447,6 +458,7 @@ async fn v1_jobs(app: &TestApp, jobs: &[(WithdrawalId, Value)]) {
                 payload_version: 1,
                 run_at: DbTime::now(),
                 correlation_id: "pre-deploy".into(),
+                account_id: account,
                 withdrawal_id: Some(*id),
             },
         )
@@ -491,8 +503,13 @@ async fn a_replay_after_a_schema_change_upgrades_v1_payloads_and_skips_what_cann
     assert_eq!(skipped.status, ReplayItemStatus::Skipped);
     assert!(skipped.detail.as_deref().unwrap().contains("withdrawal_id is not a UUID"), "{skipped:?}");
     let released = items.iter().find(|i| i.dead_letter_id == letters[0]).unwrap();
-    let job =
-        job_store::job_row(&app.db, JobId(released.job_id.expect("a released item's job"))).await.unwrap().unwrap();
+    let job = job_store::job_row(
+        &app.db,
+        JobKey { account: app.key(good).await.account, id: JobId(released.job_id.expect("a released item's job")) },
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(job.payload_version, 2, "released as the current version");
     assert_eq!(
         withdrawals::storage::withdrawals::find(&app.db, broken).await.unwrap().unwrap().status,
@@ -545,7 +562,7 @@ async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays
         tokio::spawn(withdrawals::jobs::worker::Worker::new(app.db.clone(), gateway, config).run(hasty.clone()));
     for id in [paid, unpaid] {
         app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
-        let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+        let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
         assert_eq!(letter.side_effect_state.as_str(), "unknown");
     }
     assert_eq!(provider.mock.transfers().len(), 1, "only `paid` was executed");
@@ -587,7 +604,7 @@ async fn replaying_a_side_effect_unknown_letter_asks_the_provider_first_and_pays
         provider.mock.transfers().iter().filter(|t| t.reference == id.to_string()).map(|t| t.executions).sum()
     };
     assert_eq!((executions(paid), executions(unpaid)), (1, 1), "each paid once");
-    let jobs = job_store::jobs_for_withdrawal(&app.db, unpaid).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(unpaid).await).await.unwrap();
     let retry = jobs.iter().rev().find(|j| j.kind == JobKind::SubmitPayout.as_str()).unwrap();
     let retry: Value = serde_json::from_slice(&retry.payload).unwrap();
     assert!(retry["reconciliation_result_id"].is_string(), "a controlled retry, on reconciliation's proof: {retry}");

@@ -69,7 +69,7 @@ async fn a_sandbox_withdrawal_is_marked_and_paid_only_by_a_sandbox(app: TestApp)
     let id = app.create_withdrawal(&alice, "k1", "25.00").await;
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
     real.cancel();
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!((letter.category.as_str(), letter.error_code.as_str()), ("dependency_rejected", "sandbox_mismatch"));
     assert!(app.provider.mock.transfers().is_empty(), "nothing was sent");
 
@@ -98,7 +98,7 @@ async fn a_real_withdrawal_is_never_paid_by_a_sandbox(app: TestApp) {
 
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
-    let letter = dead_letters::for_withdrawal(&app.db, id).await.unwrap().remove(0);
+    let letter = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap().remove(0);
     assert_eq!(letter.error_code, "sandbox_mismatch");
     assert_eq!(letter.side_effect_state, withdrawals::domain::SideEffect::NotStarted);
     assert!(app.provider.mock.transfers().is_empty());

@@ -21,17 +21,7 @@ both_backends!(
 
 /// Per-account tables whose keys do not include the account yet (issue 29's work list). Remove a
 /// table when its migration lands; the test fails if a listed table is already compliant.
-const NOT_YET_KEYED: &[&str] = &[
-    "api_keys",
-    "dead_letter_events",
-    "dead_letters",
-    "jobs",
-    "open_dead_letters",
-    "replay_items",
-    "settlement_exceptions",
-    "settlement_lines",
-    "withdrawals",
-];
+const NOT_YET_KEYED: &[&str] = &["api_keys", "settlement_exceptions", "settlement_lines", "withdrawals"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -312,9 +302,11 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
     let (alice, bob, operator) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
     // Created in this order, so newest first is w3, w2, w1.
     let (w1, w2, w3) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
-    let (j1, j2) = (Uuid::now_v7(), Uuid::now_v7());
+    let (j1, j2, j3, j4) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let (d2, d3, run, item) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    let system = withdrawals::domain::AccountId::SYSTEM.0;
     let t: Vec<Uuid> = (0..8).map(|_| Uuid::now_v7()).collect();
-    const TABLES: [&str; 9] = [
+    const TABLES: [&str; 13] = [
         "withdrawals",
         "withdrawal_transitions",
         "ledger_entries",
@@ -324,6 +316,10 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         "review_decisions",
         "payout_returns",
         "jobs",
+        "dead_letters",
+        "dead_letter_events",
+        "open_dead_letters",
+        "replay_items",
     ];
     let before: Vec<i64> = on_connection!(&url, |conn| {
         for (account, name) in [(alice, "Alice"), (bob, "Bob")] {
@@ -533,6 +529,95 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         .execute(&mut conn)
         .await
         .unwrap();
+        // Migration 24's graph: w2's dead submit job, the daily import's dead job (no withdrawal),
+        // their letters, a closed event, an open-set row, a replay run whose item released j4.
+        sqlx::query(
+            "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
+                               withdrawal_id, created_at, updated_at)
+             VALUES ($1, 'settlement', 'import_settlement', $2, 1, 'dead', $3, 'settlement-day', NULL, $3, $3)",
+        )
+        .bind(j3)
+        .bind(b"{}".to_vec())
+        .bind(at(3))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        for (letter, job, withdrawal, category) in
+            [(d2, j2, Some(w2), "side_effect_unknown"), (d3, j3, None, "infrastructure")]
+        {
+            sqlx::query(
+                "INSERT INTO dead_letters (id, job_id, queue, job_type, payload_version, attempts, failed_at,
+                                           error_code, error_class, error_message, worker_host, worker_version,
+                                           correlation_id, withdrawal_id, side_effect_state, category, owner, runbook)
+                 VALUES ($1, $2, 'payouts', 'submit_payout', 2, 3, $3, 'timeout', 'transient', 'timed out', 'h',
+                         'v', 'c', $4, 'unknown', $5, 'payments', 'runbooks/x.md')",
+            )
+            .bind(letter)
+            .bind(job)
+            .bind(at(45))
+            .bind(withdrawal)
+            .bind(category)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        sqlx::query(
+            "INSERT INTO dead_letter_events (id, dead_letter_id, action, actor, reason, at)
+             VALUES ($1, $2, 'closed', 'operator:x', 'handled', $3)",
+        )
+        .bind(Uuid::now_v7())
+        .bind(d3)
+        .bind(at(46))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at)
+             VALUES ($1, 'side_effect_unknown', 'timeout', $2)",
+        )
+        .bind(d2)
+        .bind(at(45))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO replay_runs (id, started_by, reason, selection, expected_payload_version, destination_queue,
+                                      status, total, rate_per_second, max_concurrency, auto_pause_threshold,
+                                      created_at, updated_at)
+             VALUES ($1, $2, 'retry', $3, 2, 'reconciliation', 'running', 1, 1, 1, 1, $4, $4)",
+        )
+        .bind(run)
+        .bind(operator)
+        .bind(sqlx::types::Json(serde_json::json!({"dead_letter_ids": [d2]})))
+        .bind(at(47))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO replay_items (id, run_id, dead_letter_id, status, job_id, released_at, created_at)
+             VALUES ($1, $2, $3, 'reconciling', $4, $5, $5)",
+        )
+        .bind(item)
+        .bind(run)
+        .bind(d2)
+        .bind(j4)
+        .bind(at(48))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
+                               withdrawal_id, replay_item_id, created_at, updated_at)
+             VALUES ($1, 'reconciliation', 'reconcile_payout', $2, 1, 'scheduled', $3, 'replay', $4, $5, $3, $3)",
+        )
+        .bind(j4)
+        .bind(b"{}".to_vec())
+        .bind(at(48))
+        .bind(w2)
+        .bind(item)
+        .execute(&mut conn)
+        .await
+        .unwrap();
         let mut counts = Vec::new();
         for table in TABLES {
             counts
@@ -540,7 +625,7 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         }
         counts
     });
-    assert_eq!(before, [3, 8, 8, 3, 2, 1, 1, 1, 2], "the seed");
+    assert_eq!(before, [3, 8, 8, 3, 2, 1, 1, 1, 4, 2, 1, 1, 1], "the seed");
 
     let db = Db::connect(&url, &PoolSettings::default()).await.unwrap();
     db.migrate().await.unwrap();
@@ -561,7 +646,8 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
     assert_eq!(page.iter().map(|w| w.id.0).collect::<Vec<_>>(), [w3, w1], "newest first, one account's");
     db.close().await;
 
-    let (after, matching, refused): (Vec<i64>, Vec<i64>, [bool; 4]) = on_connection!(&url, |conn| {
+    type Owners = Vec<(Uuid, Uuid)>;
+    let (after, matching, owners, refused): (Vec<i64>, Vec<i64>, Owners, [bool; 5]) = on_connection!(&url, |conn| {
         let mut counts = Vec::new();
         for table in TABLES {
             counts
@@ -619,13 +705,47 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         .bind(sqlx::types::Json(serde_json::json!({})))
         .execute(&mut conn)
         .await;
-        (counts, matching, [rewrite.is_err(), foreign.is_err(), second_decision.is_err(), second_return.is_err()])
+        // Whose each job, letter, event, open-set row and replay item is now.
+        let owners: Vec<(Uuid, Uuid)> = sqlx::query_as(
+            "SELECT id, account_id FROM jobs
+             UNION ALL SELECT id, account_id FROM dead_letters
+             UNION ALL SELECT dead_letter_id, account_id FROM dead_letter_events
+             UNION ALL SELECT dead_letter_id, account_id FROM open_dead_letters
+             UNION ALL SELECT id, account_id FROM replay_items",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        // An event filed under another account than its letter's is refused; under its own, taken.
+        let event = |account: Uuid| {
+            sqlx::query(
+                "INSERT INTO dead_letter_events (id, account_id, dead_letter_id, action, actor, reason, at)
+                 VALUES ($1, $2, $3, 'replayed', 'x', 'x', $4)",
+            )
+            .bind(Uuid::now_v7())
+            .bind(account)
+            .bind(d2)
+            .bind(at(73))
+        };
+        let misfiled = event(alice).execute(&mut conn).await;
+        event(bob).execute(&mut conn).await.unwrap();
+        let refused =
+            [rewrite.is_err(), foreign.is_err(), second_decision.is_err(), second_return.is_err(), misfiled.is_err()];
+        (counts, matching, owners, refused)
     });
     assert_eq!(after, before, "no row lost or added");
     // Every history row with a withdrawal (all but the two funding entries and the claimed-only
     // key) carries its withdrawal's account.
     assert_eq!(matching, [8, 6, 2, 2, 1, 1, 1], "every history row carries its withdrawal's account");
-    assert_eq!(refused, [true; 4], "rewrite, another account's transition, a second decision and a second return");
+    assert_eq!(
+        refused, [true; 5],
+        "rewrite, another account's transition, a second decision, a second return, a misfiled event"
+    );
+    // Jobs take their withdrawal's account, or the system account's; the rest their letter's.
+    let owners: BTreeSet<(Uuid, Uuid)> = owners.into_iter().collect();
+    let expected =
+        BTreeSet::from([(j1, alice), (j2, bob), (j3, system), (j4, bob), (d2, bob), (d3, system), (item, bob)]);
+    assert_eq!(owners, expected, "every job and letter with its account");
 }
 
 mod populated_migration {

@@ -34,6 +34,7 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
             payload_version: 2,
             run_at: DbTime::now(),
             correlation_id: format!("selection-{n}"),
+            account_id: withdrawals::domain::AccountId::SYSTEM,
             withdrawal_id: None,
         },
     )
@@ -42,7 +43,8 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
     let id = DeadLetterId::new();
     let letter = DeadLetter {
         id,
-        job_id: job,
+        account_id: job.account,
+        job_id: job.id,
         queue: Queue::Payouts.as_str().into(),
         job_type: JobKind::SubmitPayout.as_str().into(),
         payload_version: 2,
@@ -102,7 +104,7 @@ async fn run(app: &TestApp, by: OperatorId, status: ReplayStatus, letters: &[Dea
     let mut tx = app.db.begin().await.unwrap();
     replays::insert_run(&mut tx, &run).await.unwrap();
     for letter in letters {
-        replays::insert_item(&mut tx, run.id, *letter).await.unwrap();
+        replays::insert_item(&mut tx, run.id, withdrawals::domain::AccountId::SYSTEM, *letter).await.unwrap();
     }
     tx.commit().await.unwrap();
     run.id
@@ -117,6 +119,7 @@ async fn a_selection_is_read_in_one_pass_with_closed_replayed_and_active_runs(ap
     let mut tx = app.db.begin().await.unwrap();
     let event = Event {
         id: DeadLetterEventId::new(),
+        account_id: withdrawals::domain::AccountId::SYSTEM,
         dead_letter_id: closed,
         action: withdrawals::domain::LetterEvent::Closed,
         actor: "test".into(),
@@ -130,7 +133,7 @@ async fn a_selection_is_read_in_one_pass_with_closed_replayed_and_active_runs(ap
     let done = run(&app, by, ReplayStatus::Running, &[released]).await;
     let item = replays::items(&app.db, done).await.unwrap().pop().unwrap();
     let mut tx = app.db.begin().await.unwrap();
-    assert!(replays::finish_item(&mut tx, item.id, ReplayItemStatus::Released, None, None).await.unwrap());
+    assert!(replays::finish_item(&mut tx, &item, ReplayItemStatus::Released, None, None).await.unwrap());
     tx.commit().await.unwrap();
     let active = run(&app, by, ReplayStatus::Paused, &[waiting]).await;
 
@@ -157,8 +160,19 @@ async fn a_selection_is_read_in_one_pass_with_closed_replayed_and_active_runs(ap
         (typed.letter.category, typed.letter.side_effect_state),
         (Category::DependencyRejected, SideEffect::NotStarted)
     );
-    assert_eq!(replays::active_runs_for(&app.db, &ids).await.unwrap(), vec![(waiting, active)]);
-    assert_eq!(replays::active_run_for(&app.db, waiting).await.unwrap(), Some(active));
+    assert_eq!(
+        replays::active_runs_for(
+            &app.db,
+            &ids.iter().map(|id| (withdrawals::domain::AccountId::SYSTEM, *id)).collect::<Vec<_>>()
+        )
+        .await
+        .unwrap(),
+        vec![(waiting, active)]
+    );
+    assert_eq!(
+        replays::active_run_for(&app.db, withdrawals::domain::AccountId::SYSTEM, waiting).await.unwrap(),
+        Some(active)
+    );
 
     // The filter path: the same rows as the triage list, with the same facts.
     let filter = DeadLetterFilter {
@@ -230,7 +244,7 @@ async fn a_pages_run_progress_in_one_query_is_each_runs_own_progress(app: TestAp
     let item = replays::items(&app.db, first).await.unwrap().remove(0);
     let mut tx = app.db.begin().await.unwrap();
     let skipped = withdrawals::domain::ReplayItemStatus::Skipped;
-    assert!(replays::finish_item(&mut tx, item.id, skipped, Some("payload version 3"), None).await.unwrap());
+    assert!(replays::finish_item(&mut tx, &item, skipped, Some("payload version 3"), None).await.unwrap());
     tx.commit().await.unwrap();
 
     let together = replays::progress_of_runs(&app.db, &[first, second, empty]).await.unwrap();

@@ -371,9 +371,10 @@ async fn paid_but_unanswered(app: &TestApp, offset: chrono::TimeDelta) -> (Withd
         let done = attempts
             .last()
             .is_some_and(|a| a.finished_at.is_some() && a.side_effect == withdrawals::domain::SideEffect::Unknown);
+        let key = app.key(id).await;
         let mut tx = app.db.begin().await.unwrap();
         let handed_over =
-            withdrawals::storage::jobs::has_live_job(&mut tx, id, withdrawals::jobs::JobKind::ReconcilePayout)
+            withdrawals::storage::jobs::has_live_job(&mut tx, key, withdrawals::jobs::JobKind::ReconcilePayout)
                 .await
                 .unwrap();
         (done && handed_over).then_some(())
@@ -887,7 +888,12 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     tx.commit().await.unwrap();
     let stop = app.start_worker(app.gateway.clone(), config);
     app.eventually("the repeated job to finish", WAIT, || async {
-        let status = withdrawals::storage::jobs::job_status(&app.db, again).await.unwrap();
+        let status = withdrawals::storage::jobs::job_status(
+            &app.db,
+            withdrawals::domain::JobKey { account: withdrawals::domain::AccountId::SYSTEM, id: again },
+        )
+        .await
+        .unwrap();
         (status == Some(withdrawals::domain::JobStatus::Succeeded)).then_some(())
     })
     .await;

@@ -276,7 +276,7 @@ async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every
     let id = withdrawals::domain::WithdrawalId(response.json::<WithdrawalView>().await.unwrap().id);
     app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
 
-    let jobs = job_store::jobs_for_withdrawal(&app.db, id).await.unwrap();
+    let jobs = job_store::jobs_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].correlation_id, correlation, "the job");
     let requests: Vec<_> = app
@@ -291,7 +291,7 @@ async fn a_correlation_id_reaches_the_job_the_provider_the_dead_letter_and_every
         requests.iter().all(|r| r.correlation_id.as_deref() == Some(correlation.as_str())),
         "the provider request header: {requests:?}"
     );
-    let letters = dead_letters::for_withdrawal(&app.db, id).await.unwrap();
+    let letters = dead_letters::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].correlation_id, correlation, "the dead letter");
 

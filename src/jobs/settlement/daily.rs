@@ -60,7 +60,7 @@ pub async fn enqueue_import(
     correlation_id: &str,
     run_at: DbTime,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    job_store::enqueue(tx, &ImportSettlement { date: day, import_id: None }.job(correlation_id, run_at)).await
+    Ok(job_store::enqueue(tx, &ImportSettlement { date: day, import_id: None }.job(correlation_id, run_at)).await?.id)
 }
 
 /// Enqueues the import of an operator's stored report (`settlement_imports` row `import_id`), in
@@ -71,7 +71,7 @@ pub async fn enqueue_stored_import(
     day: NaiveDate,
 ) -> crate::storage::Result<crate::domain::JobId> {
     let payload = ImportSettlement { date: day, import_id: Some(import_id) };
-    job_store::enqueue(tx, &payload.job(&format!("settlement-import:{import_id}"), DbTime::now())).await
+    Ok(job_store::enqueue(tx, &payload.job(&format!("settlement-import:{import_id}"), DbTime::now())).await?.id)
 }
 
 /// The `import_settlement` job: fetch the day's report (or read the operator's stored one),
@@ -95,7 +95,7 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
             return match decision {
                 RetryDecision::RetryAfter(delay) => {
                     let mut tx = ctx.db().begin().await?;
-                    job_store::mark_first_attempt(&mut tx, ctx.job.id, ctx.job.lease_token).await?;
+                    job_store::mark_first_attempt(&mut tx, ctx.job.key(), ctx.job.lease_token).await?;
                     let run_at = DbTime::after(delay);
                     let how = Finish::Reschedule { run_at, consumed_attempt: true, error: why.code() };
                     ctx.finish_or_rollback(tx, &how).await

@@ -92,7 +92,7 @@ pub async fn create(
         None,
     );
     let held = accounts::hold_in(&mut writes, w.key(), w.amount, transition);
-    jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(&w.correlation_id, now));
+    jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(w.account_id, &w.correlation_id, now));
     let theirs = writes.append(also);
     let counts = writes.run(tx).await?;
     let held = match counts.applied(held) {

@@ -215,7 +215,7 @@ pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Resul
         .iter()
         .filter(|r| matches!(r.to, WithdrawalStatus::Completed | WithdrawalStatus::Failed))
         .map(|r| crate::storage::dead_letters::Settled {
-            withdrawal: r.key.id,
+            withdrawal: r.key,
             actor: r.actor.to_string(),
             reason: r.reason,
             status: r.to,

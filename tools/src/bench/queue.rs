@@ -65,6 +65,7 @@ pub async fn run(
                 payload_version: 1,
                 run_at: DbTime::now(),
                 correlation_id: format!("bench-noop-{i}"),
+                account_id: withdrawals::domain::AccountId::SYSTEM,
                 withdrawal_id: None,
             };
             job_store::enqueue(&mut tx, &job).await?;

@@ -97,6 +97,8 @@ pub async fn seed_dead_letters(
         }
     };
     let new_id = if postgres { "gen_random_uuid()" } else { "randomblob(16)" };
+    // The seeded letters are about no withdrawal: the system account's, as an import's are.
+    let system = if postgres { "'00000000-0000-0000-0000-000000000000'::uuid" } else { "zeroblob(16)" };
     let id_text = |col: &str| -> String {
         if postgres {
             format!("{col}::text")
@@ -144,9 +146,9 @@ pub async fn seed_dead_letters(
     let hour_us = 3_600_000_000_i64;
     let jobs = format!(
         "WITH {profile_cte}
-         INSERT INTO jobs (id, queue, kind, payload, payload_version, status, attempts, receives, run_at,
+         INSERT INTO jobs (id, account_id, queue, kind, payload, payload_version, status, attempts, receives, run_at,
                            first_attempt_at, last_error, correlation_id, withdrawal_id, created_at, updated_at)
-         SELECT s.job_id, p.queue, p.job_type, {payload_bytes}, p.payload_version, 'dead', p.attempts, p.attempts,
+         SELECT s.job_id, {system}, p.queue, p.job_type, {payload_bytes}, p.payload_version, 'dead', p.attempts, p.attempts,
                 {run_at}, {first}, p.error_code, 'bench-' || s.i, NULL, {first}, {failed}
          FROM bench_dl_src s JOIN p ON s.slot >= p.lo AND s.slot < p.hi",
         payload_bytes = bytes("'{\"bench\":' || s.i || '}'"),
@@ -156,11 +158,11 @@ pub async fn seed_dead_letters(
     );
     let letters = format!(
         "WITH {profile_cte}
-         INSERT INTO dead_letters (id, job_id, queue, job_type, payload_version, payload, raw_payload, attempts,
-                                   first_attempt_at, failed_at, error_code, error_class, error_message, stack,
-                                   worker_host, worker_version, correlation_id, idempotency_key, withdrawal_id,
+         INSERT INTO dead_letters (id, account_id, job_id, queue, job_type, payload_version, payload, raw_payload,
+                                   attempts, first_attempt_at, failed_at, error_code, error_class, error_message,
+                                   stack, worker_host, worker_version, correlation_id, idempotency_key, withdrawal_id,
                                    side_effect_state, category, owner, runbook)
-         SELECT s.dl_id, s.job_id, p.queue, p.job_type, p.payload_version,
+         SELECT s.dl_id, {system}, s.job_id, p.queue, p.job_type, p.payload_version,
                 CASE WHEN p.category = 'bad_payload' THEN NULL ELSE {payload} END,
                 CASE WHEN p.category = 'bad_payload' THEN {raw} END,
                 p.attempts, {first}, {failed}, p.error_code, p.error_class, p.message || ' (bench #' || s.i || ')',
@@ -172,14 +174,14 @@ pub async fn seed_dead_letters(
         failed = time("s.failed_us"),
     );
     let events = format!(
-        "INSERT INTO dead_letter_events (id, dead_letter_id, action, actor, reason, details, at)
-         SELECT {new_id}, s.dl_id, 'closed', 'bench-operator', 'handled (bench seed)', NULL, {at}
+        "INSERT INTO dead_letter_events (id, account_id, dead_letter_id, action, actor, reason, details, at)
+         SELECT {new_id}, {system}, s.dl_id, 'closed', 'bench-operator', 'handled (bench seed)', NULL, {at}
          FROM bench_dl_src s WHERE s.i % 10 < $1",
         at = time(&format!("s.failed_us + {}", 2 * hour_us)),
     );
     // The open set, as `dead_letters::insert` and the close would have left it.
-    let open_rows = "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at)
-         SELECT d.id, d.category, d.error_code, d.failed_at
+    let open_rows = "INSERT INTO open_dead_letters (account_id, dead_letter_id, category, error_code, failed_at)
+         SELECT d.account_id, d.id, d.category, d.error_code, d.failed_at
          FROM bench_dl_src s JOIN dead_letters d ON d.id = s.dl_id WHERE s.i % 10 >= $1";
     let open_counts = "INSERT INTO dead_letter_open_counts (category, error_code, open)
          SELECT d.category, d.error_code, COUNT(*)
@@ -235,7 +237,7 @@ pub async fn dead_letter_counts(db: &Db) -> Result<(i64, i64)> {
         sqlx::query_as::<_, (i64, i64)>(
             "SELECT (SELECT COUNT(*) FROM dead_letters),
                     (SELECT COUNT(*) FROM dead_letters d WHERE NOT EXISTS
-                        (SELECT 1 FROM dead_letter_events e WHERE e.dead_letter_id = d.id AND e.action = 'closed'))",
+                        (SELECT 1 FROM dead_letter_events e WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id AND e.action = 'closed'))",
         )
         .fetch_one(&mut *conn)
         .await?

@@ -196,7 +196,7 @@ impl World {
     }
 
     pub(super) async fn reconcile_jobs(&self, id: WithdrawalId) -> usize {
-        job_store::jobs_for_withdrawal(&self.app.db, id)
+        job_store::jobs_for_withdrawal(&self.app.db, self.app.key(id).await)
             .await
             .unwrap()
             .iter()
@@ -320,7 +320,7 @@ impl World {
             if matches!(w.status, WithdrawalStatus::Pending | WithdrawalStatus::Processing) {
                 return Some(format!("withdrawal {} is {}", w.id, w.status));
             }
-            let jobs = job_store::jobs_for_withdrawal(&self.app.db, w.id).await.unwrap();
+            let jobs = job_store::jobs_for_withdrawal(&self.app.db, self.app.key(w.id).await).await.unwrap();
             if let Some(job) = jobs.iter().find(|j| matches!(j.status.as_str(), "scheduled" | "running")) {
                 return Some(format!("withdrawal {} ({}) has a live {} job", w.id, w.status, job.kind));
             }

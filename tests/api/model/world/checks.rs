@@ -56,16 +56,23 @@ impl World {
             Some(TransferStatus::Paid | TransferStatus::Returned) => Shown::Paid,
             Some(TransferStatus::Failed) => Shown::Failed,
         };
-        let last = attempts::for_withdrawal(&self.app.db, self.app.key(id).await).await.unwrap().pop();
+        let key = self.app.key(id).await;
+        let last = attempts::for_withdrawal(&self.app.db, key).await.unwrap().pop();
         let in_flight = match last.filter(|a| a.side_effect == withdrawals::domain::SideEffect::Unknown) {
             None => false,
             Some(a) => {
                 a.started_at.0 + IN_FLIGHT_GRACE > Utc::now()
-                    || job_store::job_status(&self.app.db, a.job_id).await.unwrap().map(|s| s.as_str())
+                    || job_store::job_status(
+                        &self.app.db,
+                        withdrawals::domain::JobKey { account: key.account, id: a.job_id },
+                    )
+                    .await
+                    .unwrap()
+                    .map(|s| s.as_str())
                         == Some("running")
             }
         };
-        let jobs = job_store::jobs_for_withdrawal(&self.app.db, id).await.unwrap();
+        let jobs = job_store::jobs_for_withdrawal(&self.app.db, self.app.key(id).await).await.unwrap();
         let reconciling = jobs.iter().any(|j| {
             j.kind == JobKind::ReconcilePayout.as_str() && matches!(j.status.as_str(), "scheduled" | "running")
         });
