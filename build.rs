@@ -1,6 +1,7 @@
 //! Captures the git commit the binary is built from, for the dead-letter envelope's
 //! `worker_version` (SPEC §6: the code-bug runbook finds the deploy by it). Outside a git checkout
-//! (a source tarball, a vendored build) the commit is "unknown".
+//! (a source tarball, a vendored build) the commit is "unknown". Also rebuilds when a migration
+//! is added.
 
 use std::path::Path;
 use std::process::Command;
@@ -30,4 +31,8 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+    // `sqlx::migrate!` embeds the migrations at compile time but cannot tell cargo that a new file
+    // in their folders matters: without this, adding a migration rebuilt nothing and the binary
+    // kept the old set (sqlx's own advice).
+    println!("cargo:rerun-if-changed=migrations");
 }

@@ -149,9 +149,9 @@ async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalKey>) -> 
 /// Writes the envelope and parks the withdrawal, in `tx`. The caller marks the job dead in the
 /// same transaction (fenced by its lease, or as an expired lease) and commits.
 pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &str) -> anyhow::Result<()> {
-    // The job names its withdrawal by id; the row gives its account.
+    // The job's withdrawal lives with the job's account.
     let withdrawal = match job.withdrawal_id {
-        Some(id) => store::find_in_tx(tx, id).await?,
+        Some(id) => store::get_in_tx(tx, WithdrawalKey { account: job.account_id, id }).await?,
         None => None,
     };
     let side_effect = match failure.side_effect {

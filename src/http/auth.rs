@@ -196,8 +196,9 @@ impl FromRequestParts<AppState> for Customer {
         let now = DbTime::now();
         if should_touch(key_id, stored.last_used_at, now) {
             let db = state.db().clone();
+            let account = AccountId(stored.account_id);
             tokio::spawn(async move {
-                if let Err(err) = touch_api_key(&db, crate::domain::ApiKeyId(key_id), now).await {
+                if let Err(err) = touch_api_key(&db, account, crate::domain::ApiKeyId(key_id), now).await {
                     tracing::warn!(error = format!("{:#}", anyhow::Error::from(err)), "cannot record an API key's use");
                 }
             });

@@ -274,8 +274,12 @@ async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyho
 async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Call>, HashSet<usize>)> {
     let db = batch[0].ctx.db();
     let mut tx = db.begin().await?;
-    let ids: Vec<_> = batch.iter().map(|s| s.payload.withdrawal_id).collect();
-    let mut found: HashMap<_, _> = store::get_many_with_last_attempt(&mut tx, &ids)
+    // Each job carries its withdrawal's account.
+    let keys: Vec<_> = batch
+        .iter()
+        .map(|s| crate::domain::WithdrawalKey { account: s.ctx.job.account_id, id: s.payload.withdrawal_id })
+        .collect();
+    let mut found: HashMap<_, _> = store::get_many_with_last_attempt(&mut tx, &keys)
         .await?
         .into_iter()
         .map(|(w, last)| (w.id, (w, last)))

@@ -32,7 +32,7 @@ use crate::storage::{DbTime, Tx};
 pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Result<()> {
     let id = payload.withdrawal_id;
     let job = &ctx.job;
-    let Some(withdrawal) = store::find(ctx.db(), id).await? else {
+    let Some(withdrawal) = store::get(ctx.db(), WithdrawalKey { account: job.account_id, id }).await? else {
         return ctx
             .poison(
                 super::payload::UNKNOWN_WITHDRAWAL,

@@ -60,7 +60,8 @@ fn done(finished: anyhow::Result<()>) -> anyhow::Result<Prepared> {
 async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Actor) -> anyhow::Result<Prepared> {
     let job = &ctx.job;
     let mut tx = ctx.db().begin().await?;
-    let Some((withdrawal, last)) = store::get_with_last_attempt(&mut tx, id).await? else {
+    let named = crate::domain::WithdrawalKey { account: job.account_id, id };
+    let Some((withdrawal, last)) = store::get_with_last_attempt(&mut tx, named).await? else {
         drop(tx);
         return done(
             ctx.poison(

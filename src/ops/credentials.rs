@@ -134,7 +134,13 @@ pub async fn revoke_key(ops: &Ops<'_>, operator: &Operator, key_id: Uuid, req: R
         let current = stored::get_api_key(ops.db, ApiKeyId(key_id)).await?.ok_or_else(OpsError::not_found)?;
         let done = Audited { parameters: json!({"account_id": current.account_id}), ..audited.clone_shallow() };
         let mut tx = ops.db.begin().await?;
-        let Some(revoked) = stored::revoke_api_key(&mut tx, ApiKeyId(key_id), &crate::redact::text(reason)).await?
+        let Some(revoked) = stored::revoke_api_key(
+            &mut tx,
+            AccountId(current.account_id),
+            ApiKeyId(key_id),
+            &crate::redact::text(reason),
+        )
+        .await?
         else {
             return Err(OpsError::conflict("already_revoked", "this API key is already revoked"));
         };

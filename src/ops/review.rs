@@ -143,7 +143,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         })
         .collect();
     let review_decisions = super::decisions::views(ops, &review_decisions::for_withdrawal(db, key).await?).await?;
-    let settlement_lines = crate::storage::settlement::lines_for_withdrawal(db, id)
+    let settlement_lines = crate::storage::settlement::lines_for_withdrawal(db, key)
         .await?
         .into_iter()
         .map(|l| SettlementLineView {
@@ -161,7 +161,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
             evidence: l.evidence.map(|e| e.0),
         })
         .collect();
-    let settlement_exceptions = super::settlement::exceptions_for_withdrawal(db, id).await?;
+    let settlement_exceptions = super::settlement::exceptions_for_withdrawal(db, key).await?;
     Ok(WithdrawalDetail {
         settlement_lines,
         settlement_exceptions,

@@ -200,9 +200,9 @@ pub async fn exceptions(ops: &Ops<'_>, operator: &Operator, q: ExceptionQuery) -
 /// A withdrawal's exceptions (for its review page).
 pub(super) async fn exceptions_for_withdrawal(
     db: &crate::storage::Db,
-    id: crate::domain::WithdrawalId,
+    withdrawal: crate::domain::WithdrawalKey,
 ) -> OpsResult<Vec<ExceptionView>> {
-    Ok(store::exceptions_for_withdrawal(db, id).await?.iter().map(view).collect())
+    Ok(store::exceptions_for_withdrawal(db, withdrawal).await?.iter().map(view).collect())
 }
 
 /// One exception with its evidence.
@@ -226,9 +226,9 @@ pub async fn resolve(
         if note.is_empty() || note.chars().count() > 1000 {
             return Err(OpsError::invalid("note_required", "note", "a note of 1 to 1000 characters is required"));
         }
-        store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
+        let row = store::get_exception(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
         let mut tx = ops.db.begin().await?;
-        if !store::resolve_exception(&mut tx, id, operator.id, req.reason, note).await? {
+        if !store::resolve_exception(&mut tx, &row, operator.id, req.reason, note).await? {
             return Err(OpsError::conflict("already_resolved", "this settlement exception is already resolved"));
         }
         audited.record_ok(&mut tx, operator).await?;
@@ -269,7 +269,8 @@ pub async fn credit_return(
         let withdrawal_id = row
             .withdrawal_id
             .ok_or_else(|| OpsError::conflict("no_withdrawal", "this return names no withdrawal of ours"))?;
-        let w = withdrawals::find(ops.db, withdrawal_id).await?.ok_or_else(OpsError::not_found)?;
+        let key = crate::domain::WithdrawalKey { account: row.account_id, id: withdrawal_id };
+        let w = withdrawals::get(ops.db, key).await?.ok_or_else(OpsError::not_found)?;
         let gateway = ops
             .gateway
             .ok_or_else(|| OpsError::unavailable("provider_unavailable", "this process cannot reach the provider"))?;
@@ -324,7 +325,7 @@ pub async fn credit_return(
                 ))
             }
         };
-        if !store::resolve_exception(&mut tx, id, operator.id, Resolution::ResolvedInReview, note).await? {
+        if !store::resolve_exception(&mut tx, &row, operator.id, Resolution::ResolvedInReview, note).await? {
             return Err(OpsError::conflict("already_resolved", "this settlement exception is already resolved"));
         }
         let parameters = serde_json::json!({

@@ -96,7 +96,9 @@ pub async fn insert_api_key(
 }
 
 /// Read on every customer request: no cache sits in front of it, so a revoke is seen by the
-/// next request on every instance.
+/// next request on every instance. The token names the key, not its account, so this reads by
+/// the key's id alone (a plain index; on a distributed database, a fan-out — README "Scaling").
+/// Every later statement about the key names its account.
 pub async fn find_api_key(db: &super::Db, key_id: ApiKeyId) -> Result<Option<StoredApiKey>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredApiKey>(
@@ -108,13 +110,15 @@ pub async fn find_api_key(db: &super::Db, key_id: ApiKeyId) -> Result<Option<Sto
     }))
 }
 
-/// Records that a key was used at `at`, unless a later use is already recorded.
-pub async fn touch_api_key(db: &super::Db, key_id: ApiKeyId, at: DbTime) -> Result<()> {
+/// Records that `account`'s key was used at `at`, unless a later use is already recorded.
+pub async fn touch_api_key(db: &super::Db, account: AccountId, key_id: ApiKeyId, at: DbTime) -> Result<()> {
     let mut tx = db.begin().await?;
     with_conn!(&mut tx, |conn| {
         sqlx::query(
-            "UPDATE api_keys SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)",
+            "UPDATE api_keys SET last_used_at = $3
+             WHERE account_id = $1 AND id = $2 AND (last_used_at IS NULL OR last_used_at < $3)",
         )
+        .bind(account)
         .bind(key_id)
         .bind(at)
         .execute(&mut *conn)
@@ -123,6 +127,7 @@ pub async fn touch_api_key(db: &super::Db, key_id: ApiKeyId, at: DbTime) -> Resu
     tx.commit().await
 }
 
+/// A key by its id alone, whatever its account (operators name keys by id).
 pub async fn get_api_key(db: &super::Db, key_id: ApiKeyId) -> Result<Option<ApiKeyRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ApiKeyRow>(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1"))
@@ -153,16 +158,24 @@ pub async fn list_api_keys(db: &super::Db, account: AccountId) -> Result<Option<
     }))
 }
 
-/// Revokes a live key. Returns the revoked row, or `None` if it was already revoked (or unknown).
-pub async fn revoke_api_key(tx: &mut Tx, key_id: ApiKeyId, reason: &str) -> Result<Option<ApiKeyRow>> {
+/// Revokes `account`'s live key. Returns the revoked row, or `None` if it was already revoked (or
+/// unknown).
+pub async fn revoke_api_key(
+    tx: &mut Tx,
+    account: AccountId,
+    key_id: ApiKeyId,
+    reason: &str,
+) -> Result<Option<ApiKeyRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, ApiKeyRow>(&format!(
-            "UPDATE api_keys SET revoked_at = $2, revoked_reason = $3 WHERE id = $1 AND revoked_at IS NULL
+            "UPDATE api_keys SET revoked_at = $2, revoked_reason = $3
+             WHERE account_id = $4 AND id = $1 AND revoked_at IS NULL
              RETURNING {KEY_COLUMNS}"
         ))
         .bind(key_id)
         .bind(DbTime::now())
         .bind(reason)
+        .bind(account)
         .fetch_optional(&mut *conn)
         .await?
     }))

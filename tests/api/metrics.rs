@@ -132,6 +132,7 @@ async fn every_settlement_exception_kind_reads_zero_until_one_opens_and_then_its
     let opened = settlement_store::open_exception(
         &mut tx,
         &NewException {
+            account_id: withdrawals::domain::AccountId::SYSTEM,
             kind: ExceptionKind::UnknownTransfer,
             dedupe_key: "line:unknown_transfer:tr_metrics|paid|0".to_owned(),
             withdrawal_id: None,

@@ -253,12 +253,12 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
     assert_eq!(shown.settlement_lines[0].result, Some(LineResult::AmountMismatch), "{shown:#?}");
     assert_eq!(shown.settlement_lines[0].amount, "10.01", "{shown:#?}");
     assert_eq!(shown.settlement_exceptions[0].kind, ExceptionKind::AmountMismatch, "{shown:#?}");
-    let lines = store::lines_for_withdrawal(&app.db, ok).await.unwrap();
+    let lines = store::lines_for_withdrawal(&app.db, app.key(ok).await).await.unwrap();
     assert_eq!(result_of(&lines, "paid"), Some(LineResult::Matched));
     let evidence = &lines[0].evidence.as_ref().unwrap().0;
     assert_eq!(evidence["source"], "settlement_report");
     assert_eq!(evidence["ours"]["status"], "completed");
-    let returned_lines = store::lines_for_withdrawal(&app.db, returned).await.unwrap();
+    let returned_lines = store::lines_for_withdrawal(&app.db, app.key(returned).await).await.unwrap();
     assert_eq!(result_of(&returned_lines, "paid"), Some(LineResult::Matched));
     assert_eq!(result_of(&returned_lines, "returned"), Some(LineResult::Returned));
     assert_eq!(
@@ -270,7 +270,7 @@ async fn a_days_report_matches_every_line_and_opens_an_exception_for_each_differ
         Some(withdrawals::domain::settlement::LineApplied::ReturnCredited)
     );
     assert_eq!(
-        result_of(&store::lines_for_withdrawal(&app.db, spurious).await.unwrap(), "returned"),
+        result_of(&store::lines_for_withdrawal(&app.db, app.key(spurious).await).await.unwrap(), "returned"),
         Some(LineResult::Returned)
     );
 
@@ -400,7 +400,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert_eq!((waiting.matching.awaiting_confirmation, waiting.matching.completed), (1, 0), "{waiting:?}");
     let held = withdrawals::storage::withdrawals::find(&app.db, id).await.unwrap().unwrap();
     assert_eq!(held.status, WithdrawalStatus::Processing);
-    assert_eq!(result_of(&store::lines_for_withdrawal(&app.db, id).await.unwrap(), "paid"), None);
+    assert_eq!(result_of(&store::lines_for_withdrawal(&app.db, app.key(id).await).await.unwrap(), "paid"), None);
 
     // Once it can, the next daily run (here: tomorrow's report, empty so far) matches the waiting
     // line again and completes the withdrawal, with the line and the provider's answer as evidence.
@@ -424,7 +424,7 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     assert_eq!(evidence["source"], "settlement_report");
     assert_eq!(evidence["provider_record"]["verdict"], "paid");
     assert_eq!(evidence["provider_record"]["transfer"]["amount"], "25.00");
-    let lines = store::lines_for_withdrawal(&app.db, id).await.unwrap();
+    let lines = store::lines_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
     assert_eq!(lines[0].applied, Some(withdrawals::domain::settlement::LineApplied::Completed));
     assert_eq!(app.usd_balance(&alice).await, ("75.00".into(), "0.00".into(), "25.00".into()));
     app.assert_ledger_invariant().await;
@@ -508,7 +508,7 @@ async fn a_corrected_report_is_a_new_version_with_its_differences(app: TestApp) 
     assert_eq!(v2.seen_before, 1, "the unchanged line is not matched again");
     assert_eq!((v2.matching.matched, v2.matching.exceptions_opened), (2, 0), "{v2:?}");
     for id in &ids {
-        let lines = store::lines_for_withdrawal(&app.db, *id).await.unwrap();
+        let lines = store::lines_for_withdrawal(&app.db, app.key(*id).await).await.unwrap();
         assert!(lines.iter().any(|l| l.result == Some(LineResult::Matched)), "{id}: {lines:?}");
     }
     let reports: List<ReportView> =
@@ -609,7 +609,7 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     let day = today.format("%Y-%m-%d").to_string();
     app.eventually("today's report imported by the job", WAIT, || async {
         let reports = store::list_reports(&app.db, Some(&day), 10).await.unwrap();
-        let lines = store::lines_for_withdrawal(&app.db, id).await.unwrap();
+        let lines = store::lines_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         (!reports.is_empty() && result_of(&lines, "paid") == Some(LineResult::Matched)).then_some(())
     })
     .await;
@@ -903,7 +903,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     let reports = store::list_reports(&app.db, None, 10).await.unwrap();
     assert_eq!(reports.len(), 1, "the report stored once");
     assert_eq!(reports[0].line_count, 203);
-    let lines = store::lines_for_withdrawal(&app.db, returned).await.unwrap();
+    let lines = store::lines_for_withdrawal(&app.db, app.key(returned).await).await.unwrap();
     assert_eq!(lines.len(), 2, "no line duplicated: {lines:?}");
     assert!(returns::for_withdrawal(&app.db, app.key(returned).await).await.unwrap().is_some());
     app.assert_ledger_invariant().await;

@@ -121,6 +121,19 @@ async fn store_version(
     imported_by: &str,
 ) -> Result<Option<(ReportRow, usize, Differences)>, ImportError> {
     let day = date.format("%Y-%m-%d").to_string();
+    // Each line lives with the account of the withdrawal its key names (one read by id per 500
+    // lines); a key that names none of ours puts the line on the system account.
+    let named: Vec<crate::domain::WithdrawalId> =
+        report.lines.iter().filter_map(|l| l.idempotency_key.parse().ok()).collect();
+    let accounts: HashMap<crate::domain::WithdrawalId, crate::domain::AccountId> =
+        crate::storage::withdrawals::get_many(db, &named).await?.into_iter().map(|w| (w.id, w.account_id)).collect();
+    let account_of = |line: &crate::domain::settlement::SettlementLine| {
+        line.idempotency_key
+            .parse()
+            .ok()
+            .and_then(|id| accounts.get(&id).copied())
+            .unwrap_or(crate::domain::AccountId::SYSTEM)
+    };
     let mut tx = db.begin().await?;
     let previous = store::latest_report(&mut tx, &day).await?;
     let earlier = store::line_keys_of_day(&mut tx, &day).await?;
@@ -180,7 +193,7 @@ async fn store_version(
         .map(|(line, (key, digest))| {
             let again = seen.contains(&(key.as_str(), digest.as_str()));
             seen_before += usize::from(again);
-            NewLine { line, result: again.then_some(LineResult::SeenBefore) }
+            NewLine { line, account: account_of(line), result: again.then_some(LineResult::SeenBefore) }
         })
         .collect();
     store::insert_lines(&mut tx, row.id, &lines).await?;

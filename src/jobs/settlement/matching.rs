@@ -34,7 +34,14 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
     let mut decided = Vec::new();
     let mut to_confirm = Vec::new();
     for line in &lines {
-        let w = line.idempotency_key.parse::<WithdrawalId>().ok().and_then(|id| held.get(&id));
+        // A line names a withdrawal of its own account only (its account was resolved from the key
+        // at import; a line on the system account names none of ours).
+        let w = line
+            .idempotency_key
+            .parse::<WithdrawalId>()
+            .ok()
+            .and_then(|id| held.get(&id))
+            .filter(|w| w.account_id == line.account_id);
         let Some(transfer) = as_transfer(line) else {
             return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
         };
@@ -333,7 +340,7 @@ async fn confirm(
         }
     };
     let decision = LineDecision { withdrawal_id: Some(w.id), result, applied, evidence: &e };
-    if !store::decide_line(&mut tx, line.id, &decision).await? {
+    if !store::decide_line(&mut tx, line, &decision).await? {
         // Another import decided this line first; what this one did rolls back.
         return Ok(());
     }
@@ -404,11 +411,12 @@ async fn record(db: &Db, decided: &[LineDecided<'_>], counts: &mut MatchCounts) 
             })?,
         };
         let decision = LineDecision { withdrawal_id: d.withdrawal, result, applied: None, evidence: &d.evidence };
-        let line = store::decide_line_in(&mut writes, d.line.id, &decision);
+        let line = store::decide_line_in(&mut writes, d.line, &decision);
         let exception_evidence = d.evidence.to_json();
         let opened = d.exception.as_ref().map(|(kind, detail)| {
             let day = d.line.event_at.0.date_naive().format("%Y-%m-%d").to_string();
             let exception = NewException {
+                account_id: d.line.account_id,
                 kind: *kind,
                 // A corrected line (same key, other content) that still differs is a new finding.
                 dedupe_key: format!("line:{kind}:{}:{}", d.line.line_key, d.line.content_digest),

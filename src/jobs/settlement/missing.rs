@@ -42,6 +42,7 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
                 settings.grace_days
             );
             let new = NewException {
+                account_id: m.account_id,
                 kind: ExceptionKind::MissingFromReport,
                 dedupe_key: store::missing_key(m.id),
                 withdrawal_id: Some(m.id),

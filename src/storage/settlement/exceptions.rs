@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
-use crate::domain::{OperatorId, SettlementExceptionId, SettlementLineId, WithdrawalId};
+use crate::domain::{AccountId, OperatorId, SettlementExceptionId, SettlementLineId, WithdrawalId, WithdrawalKey};
 use crate::storage::batch::{Arg, Sql, Writes, Written};
 use crate::storage::{Db, DbTime, Result, Tx};
 use crate::{with_conn, with_read_conn};
@@ -14,6 +14,8 @@ use crate::{with_conn, with_read_conn};
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ExceptionRow {
     pub id: SettlementExceptionId,
+    /// Its withdrawal's account, else its line's.
+    pub account_id: AccountId,
     pub kind: ExceptionKind,
     pub status: ExceptionStatus,
     pub dedupe_key: String,
@@ -30,11 +32,14 @@ pub struct ExceptionRow {
     pub resolution_note: Option<String>,
 }
 
-const EXCEPTION_COLUMNS: &str = "id, kind, status, dedupe_key, withdrawal_id, line_id, report_date, transfer_id, \
+const EXCEPTION_COLUMNS: &str =
+    "id, account_id, kind, status, dedupe_key, withdrawal_id, line_id, report_date, transfer_id, \
                                  detail, evidence, opened_at, resolved_at, resolved_by, resolution, resolution_note";
 
 /// An exception to open.
 pub struct NewException<'a> {
+    /// Its withdrawal's account, else its line's.
+    pub account_id: AccountId,
     pub kind: ExceptionKind,
     pub dedupe_key: String,
     pub withdrawal_id: Option<WithdrawalId>,
@@ -50,12 +55,13 @@ pub struct NewException<'a> {
 pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
     writes.push(
         Sql::new(
-            "INSERT INTO settlement_exceptions (id, kind, dedupe_key, withdrawal_id, line_id, report_date,
+            "INSERT INTO settlement_exceptions (id, account_id, kind, dedupe_key, withdrawal_id, line_id, report_date,
                                                 transfer_id, detail, evidence, opened_at, status)
              VALUES (",
         )
         .binds([
             Arg::Uuid(SettlementExceptionId::new().0),
+            Arg::Uuid(e.account_id.0),
             e.kind.as_str().into(),
             e.dedupe_key.as_str().into(),
             Arg::OptUuid(e.withdrawal_id.map(|w| w.0)),
@@ -66,7 +72,7 @@ pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
             Arg::Json(e.evidence.clone()),
             Arg::Time(DbTime::now()),
         ])
-        .sql(", 'open') ON CONFLICT (dedupe_key) DO NOTHING"),
+        .sql(", 'open') ON CONFLICT (account_id, dedupe_key) DO NOTHING"),
     )
 }
 
@@ -81,6 +87,7 @@ pub async fn open_exception(tx: &mut Tx, e: &NewException<'_>) -> Result<bool> {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct MissingCandidate {
     pub id: WithdrawalId,
+    pub account_id: AccountId,
     pub amount: i64,
     pub currency: String,
     pub completed_at: DbTime,
@@ -109,12 +116,14 @@ pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result
     let until = std::cmp::min(cutoff, last.plus(chrono::TimeDelta::days(1)));
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, MissingCandidate>(
-            "SELECT w.id, w.amount, w.currency, w.updated_at AS completed_at FROM withdrawals w
+            "SELECT w.id, w.account_id, w.amount, w.currency, w.updated_at AS completed_at FROM withdrawals w
              WHERE w.status = 'completed' AND w.updated_at >= $1 AND w.updated_at < $2
                AND NOT EXISTS (SELECT 1 FROM settlement_lines l
-                               WHERE l.withdrawal_id = w.id AND l.status IN ('paid', 'returned'))
+                               WHERE l.account_id = w.account_id AND l.withdrawal_id = w.id
+                                 AND l.status IN ('paid', 'returned'))
                AND NOT EXISTS (SELECT 1 FROM settlement_exceptions e
-                               WHERE e.withdrawal_id = w.id AND e.kind = 'missing_from_report')
+                               WHERE e.account_id = w.account_id AND e.withdrawal_id = w.id
+                                 AND e.kind = 'missing_from_report')
              ORDER BY w.updated_at, w.id LIMIT $3",
         )
         .bind(since)
@@ -170,6 +179,7 @@ pub async fn list_exceptions(db: &Db, f: &ExceptionFilter) -> Result<Vec<Excepti
     }))
 }
 
+/// An exception by its id alone, whatever its account (operators name exceptions by id).
 pub async fn get_exception(db: &Db, id: SettlementExceptionId) -> Result<Option<ExceptionRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ExceptionRow>(&format!(
@@ -182,12 +192,14 @@ pub async fn get_exception(db: &Db, id: SettlementExceptionId) -> Result<Option<
 }
 
 /// A withdrawal's exceptions, oldest first.
-pub async fn exceptions_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<ExceptionRow>> {
+pub async fn exceptions_for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<ExceptionRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ExceptionRow>(&format!(
-            "SELECT {EXCEPTION_COLUMNS} FROM settlement_exceptions WHERE withdrawal_id = $1 ORDER BY opened_at, id"
+            "SELECT {EXCEPTION_COLUMNS} FROM settlement_exceptions WHERE account_id = $1 AND withdrawal_id = $2
+             ORDER BY opened_at, id"
         ))
-        .bind(withdrawal)
+        .bind(withdrawal.account)
+        .bind(withdrawal.id)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -196,7 +208,7 @@ pub async fn exceptions_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Res
 /// Resolves an open exception; false when it was no longer open (someone resolved it first).
 pub async fn resolve_exception(
     tx: &mut Tx,
-    id: SettlementExceptionId,
+    exception: &ExceptionRow,
     by: OperatorId,
     resolution: Resolution,
     note: &str,
@@ -205,13 +217,14 @@ pub async fn resolve_exception(
         sqlx::query(
             "UPDATE settlement_exceptions SET status = 'resolved', resolved_at = $1, resolved_by = $2,
                     resolution = $3, resolution_note = $4
-             WHERE id = $5 AND status = 'open'",
+             WHERE account_id = $5 AND id = $6 AND status = 'open'",
         )
         .bind(DbTime::now())
         .bind(by)
         .bind(resolution)
         .bind(crate::redact::text(note))
-        .bind(id)
+        .bind(exception.account_id)
+        .bind(exception.id)
         .execute(&mut *conn)
         .await?
         .rows_affected()

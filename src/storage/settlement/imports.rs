@@ -137,7 +137,7 @@ pub async fn import_progress(db: &Db, digest: &str) -> Result<(i64, i64, i64)> {
         sqlx::query_as::<_, (i64, i64, i64)>(
             "SELECT COUNT(l.id), COUNT(l.result),
                     (SELECT COUNT(*) FROM settlement_exceptions e
-                       JOIN settlement_lines l2 ON l2.id = e.line_id
+                       JOIN settlement_lines l2 ON l2.account_id = e.account_id AND l2.id = e.line_id
                        JOIN settlement_reports r2 ON r2.id = l2.report_id
                       WHERE r2.digest = $1)
                FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id

@@ -6,6 +6,11 @@
 //! exception is unique by its dedupe key (`line:<kind>:<line key>`, `missing:<withdrawal>`), so
 //! finding the same difference again opens nothing new. Resolving records the operator's finding
 //! and never touches money.
+//!
+//! A line belongs to the account of the withdrawal its operation key names, resolved when it is
+//! imported (the system account when it names none of ours), and an exception to its
+//! withdrawal's or line's account: every statement about one line or exception names it (README
+//! "Scaling"). A day's lines are read across accounts, by their report.
 
 use serde_json::Value;
 use sqlx::types::Json;
@@ -14,7 +19,7 @@ use sqlx::QueryBuilder;
 use super::batch::{Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx};
 use crate::domain::settlement::{LineResult, LineStatus, SettlementLine};
-use crate::domain::{SettlementLineId, SettlementReportId, WithdrawalId};
+use crate::domain::{AccountId, SettlementLineId, SettlementReportId, WithdrawalId, WithdrawalKey};
 use crate::{with_conn, with_read_conn};
 
 mod exceptions;
@@ -48,6 +53,8 @@ const REPORT_COLUMNS: &str =
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LineRow {
     pub id: SettlementLineId,
+    /// The account of the withdrawal its key names, or the system account.
+    pub account_id: AccountId,
     pub report_id: SettlementReportId,
     pub line_no: i32,
     pub line_key: String,
@@ -69,11 +76,11 @@ pub struct LineRow {
 }
 
 const LINE_COLUMNS: &str =
-    "id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
+    "id, account_id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
                             amount_minor, currency, fee_minor, status, event_at, withdrawal_id, result, applied, \
                             evidence, matched_at";
 
-/// Lines per insert statement: 18 binds each, well under SQLite's and PostgreSQL's limits.
+/// Lines per insert statement: 19 binds each, well under SQLite's and PostgreSQL's limits.
 const LINES_PER_INSERT: usize = 500;
 
 /// The report version with this digest, if it was imported.
@@ -151,6 +158,8 @@ pub async fn insert_report(tx: &mut Tx, r: &ReportRow) -> Result<bool> {
 /// A line to store, with what is already known about it (`seen_before` lines need no matching).
 pub struct NewLine<'a> {
     pub line: &'a SettlementLine,
+    /// The account of the withdrawal the line's key names, else [`AccountId::SYSTEM`].
+    pub account: AccountId,
     pub result: Option<LineResult>,
 }
 
@@ -163,6 +172,7 @@ pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewL
             query.push_values(chunk, |mut row, new| {
                 let l = new.line;
                 row.push_bind(SettlementLineId::new())
+                    .push_bind(new.account)
                     .push_bind(report)
                     .push_bind(i32::try_from(l.line).unwrap_or(i32::MAX))
                     .push_bind(l.key())
@@ -225,12 +235,14 @@ pub async fn has_report(tx: &mut Tx, date: &str) -> Result<bool> {
 }
 
 /// Every line matched to a withdrawal, oldest event first (its settlement evidence).
-pub async fn lines_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<Vec<LineRow>> {
+pub async fn lines_for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<LineRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, LineRow>(&format!(
-            "SELECT {LINE_COLUMNS} FROM settlement_lines WHERE withdrawal_id = $1 ORDER BY event_at, line_no"
+            "SELECT {LINE_COLUMNS} FROM settlement_lines WHERE account_id = $1 AND withdrawal_id = $2
+             ORDER BY event_at, line_no"
         ))
-        .bind(withdrawal)
+        .bind(withdrawal.account)
+        .bind(withdrawal.id)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -238,6 +250,7 @@ pub async fn lines_for_withdrawal(db: &Db, withdrawal: WithdrawalId) -> Result<V
 
 /// What matching decided for one line.
 pub struct LineDecision<'a> {
+    /// The withdrawal it matched: one of the line's own account.
     pub withdrawal_id: Option<WithdrawalId>,
     pub result: LineResult,
     pub applied: Option<crate::domain::settlement::LineApplied>,
@@ -246,7 +259,7 @@ pub struct LineDecision<'a> {
 
 /// Records a line's result, once (`WHERE result IS NULL`), as a write of a larger batch: it
 /// touches no row when another import decided the line first.
-pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecision<'_>) -> Written {
+pub fn decide_line_in(writes: &mut Writes, line: &LineRow, d: &LineDecision<'_>) -> Written {
     writes.push(
         Sql::new("UPDATE settlement_lines SET withdrawal_id = ")
             .bind(d.withdrawal_id.map(|w| w.0))
@@ -258,15 +271,17 @@ pub fn decide_line_in(writes: &mut Writes, line: SettlementLineId, d: &LineDecis
             .bind(d.evidence.to_json())
             .sql(", matched_at = ")
             .bind(DbTime::now())
-            .sql(" WHERE id = ")
-            .bind(line.0)
+            .sql(" WHERE account_id = ")
+            .bind(line.account_id.0)
+            .sql(" AND id = ")
+            .bind(line.id.0)
             .sql(" AND result IS NULL"),
     )
 }
 
 /// [`decide_line_in`] on its own: false when another import decided the line first (then the
 /// caller rolls back whatever it did for the line).
-pub async fn decide_line(tx: &mut Tx, line: SettlementLineId, d: &LineDecision<'_>) -> Result<bool> {
+pub async fn decide_line(tx: &mut Tx, line: &LineRow, d: &LineDecision<'_>) -> Result<bool> {
     let mut writes = Writes::new();
     let decided = decide_line_in(&mut writes, line, d);
     Ok(writes.run(tx).await?.applied(decided))

@@ -39,8 +39,8 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
             "SELECT l.currency, l.status, CAST(SUM(l.amount_minor) AS BIGINT) FROM settlement_lines l
              WHERE l.report_id = $1 AND l.status IN ('paid', 'returned')
                AND NOT EXISTS (SELECT 1 FROM settlement_exceptions e
-                               WHERE e.kind = 'unknown_transfer' AND e.resolution = 'not_ours'
-                                 AND e.transfer_id = l.transfer_id)
+                               WHERE e.account_id = l.account_id AND e.kind = 'unknown_transfer'
+                                 AND e.resolution = 'not_ours' AND e.transfer_id = l.transfer_id)
              GROUP BY l.currency, l.status",
         )
         .bind(latest)
@@ -50,9 +50,9 @@ pub async fn day_totals(db: &Db, date: chrono::NaiveDate) -> Result<Option<HashM
         // day we completed it.
         let ours: Vec<(String, i64)> = sqlx::query_as(
             "SELECT w.currency, CAST(SUM(w.amount) AS BIGINT) FROM withdrawals w
-             LEFT JOIN (SELECT withdrawal_id, MIN(event_at) AS paid_at FROM settlement_lines
-                        WHERE status = 'paid' AND withdrawal_id IS NOT NULL GROUP BY withdrawal_id) p
-               ON p.withdrawal_id = w.id
+             LEFT JOIN (SELECT account_id, withdrawal_id, MIN(event_at) AS paid_at FROM settlement_lines
+                        WHERE status = 'paid' AND withdrawal_id IS NOT NULL GROUP BY account_id, withdrawal_id) p
+               ON p.account_id = w.account_id AND p.withdrawal_id = w.id
              WHERE w.status = 'completed'
                AND ((p.paid_at >= $1 AND p.paid_at < $2)
                     OR (p.paid_at IS NULL AND w.updated_at >= $1 AND w.updated_at < $2))

@@ -1,10 +1,10 @@
 //! Withdrawals as stored and read: one, many, a page of an account's, a page in one state.
 //!
 //! A withdrawal is keyed by (account, id) ([`WithdrawalKey`]): reads that know the account name
-//! it, so a distributed database routes them to one shard. The reads by id alone ([`find`],
-//! [`get_many`], the `*_last_attempt` reads) serve the callers that hold only an id today — an
-//! operator's URL, a job, a settlement line — through the `withdrawals (id)` unique index; on a
-//! distributed database they fan out (README "Scaling").
+//! it, so a distributed database routes them to one shard — a job or a letter carries its
+//! withdrawal's account. The reads by id alone ([`find`], [`get_many`]) serve the callers that
+//! hold only an id — an operator's URL, a settlement line's key at import — through a plain index
+//! on `withdrawals (id)`; on a distributed database they fan out (README "Scaling").
 
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -119,17 +119,6 @@ pub async fn get_in_tx(tx: &mut Tx, key: WithdrawalKey) -> Result<Option<Withdra
     row.map(Withdrawal::try_from).transpose()
 }
 
-/// [`find`] inside a transaction: a job's withdrawal, by the id the job carries.
-pub async fn find_in_tx(tx: &mut Tx, id: WithdrawalId) -> Result<Option<Withdrawal>> {
-    let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM withdrawals WHERE id = $1"))
-            .bind(id.0)
-            .fetch_optional(&mut *conn)
-            .await?
-    });
-    row.map(Withdrawal::try_from).transpose()
-}
-
 /// The latest provider attempt of a withdrawal, as the payout handler needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastAttempt {
@@ -159,10 +148,14 @@ struct WithLastAttemptRow {
 
 /// [`get_in_tx`] with the withdrawal's latest provider attempt, in one query (the payout
 /// handler's first read).
-pub async fn get_with_last_attempt(tx: &mut Tx, id: WithdrawalId) -> Result<Option<(Withdrawal, Option<LastAttempt>)>> {
+pub async fn get_with_last_attempt(
+    tx: &mut Tx,
+    key: WithdrawalKey,
+) -> Result<Option<(Withdrawal, Option<LastAttempt>)>> {
     let row: Option<WithLastAttemptRow> = with_conn!(tx, |conn| {
-        sqlx::query_as(&format!("{} WHERE w.id = $1", with_last_attempt()))
-            .bind(id.0)
+        sqlx::query_as(&format!("{} WHERE w.account_id = $1 AND w.id = $2", with_last_attempt()))
+            .bind(key.account.0)
+            .bind(key.id.0)
             .fetch_optional(&mut *conn)
             .await?
     });
@@ -170,18 +163,20 @@ pub async fn get_with_last_attempt(tx: &mut Tx, id: WithdrawalId) -> Result<Opti
 }
 
 /// [`get_with_last_attempt`] for many withdrawals in one query (a claimed batch's first read),
-/// in no particular order; absent ids are simply missing.
+/// in no particular order; absent ones are simply missing.
 pub async fn get_many_with_last_attempt(
     tx: &mut Tx,
-    ids: &[WithdrawalId],
+    keys: &[WithdrawalKey],
 ) -> Result<Vec<(Withdrawal, Option<LastAttempt>)>> {
-    let mut found = Vec::with_capacity(ids.len());
-    for chunk in ids.chunks(IDS_PER_QUERY) {
+    let mut found = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(IDS_PER_QUERY) {
         let rows: Vec<WithLastAttemptRow> = with_conn!(tx, |conn| {
-            let mut query = sqlx::QueryBuilder::new(format!("{} WHERE w.id IN (", with_last_attempt()));
+            let mut query =
+                sqlx::QueryBuilder::new(format!("{} WHERE (w.account_id, w.id) IN (VALUES ", with_last_attempt()));
             let mut list = query.separated(", ");
-            for id in chunk {
-                list.push_bind(id.0);
+            for key in chunk {
+                list.push("(").push_bind_unseparated(key.account.0).push_unseparated(", ");
+                list.push_bind_unseparated(key.id.0).push_unseparated(")");
             }
             query.push(")");
             query.build_query_as::<WithLastAttemptRow>().fetch_all(&mut *conn).await?
