@@ -24,7 +24,12 @@ pub async fn create_account(tx: &mut Tx, name: &str) -> Result<AccountId> {
     Ok(id)
 }
 
+/// Whether a customer account exists. The system account ([`AccountId::SYSTEM`], the owner of
+/// work about no withdrawal) is not one: it takes no credits and no keys.
 pub async fn account_exists(tx: &mut Tx, id: AccountId) -> Result<bool> {
+    if id == AccountId::SYSTEM {
+        return Ok(false);
+    }
     let count: i64 = with_conn!(tx, |conn| {
         sqlx::query_scalar("SELECT COUNT(*) FROM accounts WHERE id = $1").bind(id.0).fetch_one(&mut *conn).await?
     });

@@ -603,9 +603,12 @@ pub async fn job_row(db: &Db, job: JobKey) -> Result<Option<JobRow>> {
 /// Deletes jobs that succeeded before `before` (SPEC §5 `JOB_RETENTION_DAYS`), `batch` at a
 /// time, each batch its own short transaction; returns how many. Every other job stays: running,
 /// scheduled, dead (its dead letter names it) and the daily settlement imports (their
-/// correlation id says which days were imported). The scan walks the primary key: job ids are
-/// UUIDv7, so a job that finished before `before` has an id below the first id of that
-/// millisecond, and no index on the finish time is needed (nor maintained on every finish).
+/// correlation id says which days were imported). Job ids are UUIDv7, so a job that finished
+/// before `before` has an id below the first id of that millisecond, and no index on the finish
+/// time is needed (nor maintained on every finish). Since the primary key leads with the account
+/// (issue 29) no index is ordered by id alone, so a batch takes the first eligible jobs the scan
+/// meets, in no order: the old ones sit at the start of the table, and the scan stops at the
+/// batch's size.
 pub async fn prune_succeeded(db: &Db, before: DbTime, batch: i64) -> Result<u64> {
     let below = Uuid::from_bytes(v7_floor(before));
     let mut pruned = 0;
@@ -618,7 +621,7 @@ pub async fn prune_succeeded(db: &Db, before: DbTime, batch: i64) -> Result<u64>
                     WHERE id < $1 AND status = 'succeeded' AND updated_at < $2 AND kind <> 'import_settlement'
                       AND NOT EXISTS (SELECT 1 FROM dead_letters d
                                       WHERE d.account_id = jobs.account_id AND d.job_id = jobs.id)
-                    ORDER BY id LIMIT $3)",
+                    LIMIT $3)",
             )
             .bind(below)
             .bind(before)

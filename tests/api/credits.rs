@@ -147,6 +147,10 @@ async fn only_treasury_and_admin_may_credit_and_a_low_role_is_refused_before_its
     let treasury = app.operator("treasury").await;
     let nobody = credit(&app, &treasury, AccountId::new(), Some("k"), usd("1.00", "test credit")).await;
     assert_eq!(problem_code(nobody).await.0, 404);
+    // The system account (the owner of work about no withdrawal, a row since migration 0024) is no
+    // customer's: it takes no credit.
+    let system = credit(&app, &treasury, AccountId::SYSTEM, Some("k2"), usd("1.00", "test credit")).await;
+    assert_eq!(problem_code(system).await.0, 404);
     // Treasury is not an operator: it cannot resolve reviews or replay.
     let replays =
         app.client.post(app.url("/ops/v1/replays")).bearer_auth(&treasury).json(&json!({})).send().await.unwrap();
