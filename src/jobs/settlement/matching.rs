@@ -8,7 +8,7 @@ use chrono::Utc;
 use crate::domain::settlement::{ExceptionKind, LineApplied, LineResult, LineStatus};
 use crate::domain::{
     Actor, Amount, Currency, Evidence, EvidenceSource, HeldRecord, LineEvidence, ReportLineRecord, StoredEvidence,
-    VerdictKind, Withdrawal, WithdrawalId, WithdrawalStatus,
+    VerdictKind, Withdrawal, WithdrawalId, WithdrawalKey, WithdrawalStatus,
 };
 use crate::provider::{Gateway, Transfer, TransferStatus, Verdict};
 use crate::storage::batch::Writes;
@@ -28,20 +28,22 @@ const DECIDED_PER_BATCH: usize = 500;
 pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::storage::Result<MatchCounts> {
     let mut counts = MatchCounts::default();
     let lines = store::unmatched_lines_of_day(db, day).await?;
-    let ids: Vec<WithdrawalId> = lines.iter().filter_map(|l| l.idempotency_key.parse().ok()).collect();
-    let held: HashMap<WithdrawalId, Withdrawal> =
-        withdrawals::get_many(db, &ids).await?.into_iter().map(|w| (w.id, w)).collect();
+    // A line names a withdrawal of its own account only (its account was resolved from the key at
+    // import; a line on the system account names none of ours): read by (account, id).
+    let keys: Vec<WithdrawalKey> = lines
+        .iter()
+        .filter_map(|l| l.idempotency_key.parse().ok().map(|id| WithdrawalKey { account: l.account_id, id }))
+        .collect();
+    let held: HashMap<WithdrawalKey, Withdrawal> =
+        withdrawals::get_many_keyed(db, &keys).await?.into_iter().map(|w| (w.key(), w)).collect();
     let mut decided = Vec::new();
     let mut to_confirm = Vec::new();
     for line in &lines {
-        // A line names a withdrawal of its own account only (its account was resolved from the key
-        // at import; a line on the system account names none of ours).
         let w = line
             .idempotency_key
             .parse::<WithdrawalId>()
             .ok()
-            .and_then(|id| held.get(&id))
-            .filter(|w| w.account_id == line.account_id);
+            .and_then(|id| held.get(&WithdrawalKey { account: line.account_id, id }));
         let Some(transfer) = as_transfer(line) else {
             return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
         };

@@ -107,6 +107,31 @@ pub async fn get_many(db: &crate::storage::Db, ids: &[WithdrawalId]) -> Result<V
     Ok(found)
 }
 
+/// The withdrawals among `keys` that exist, one query per [`IDS_PER_QUERY`] keys, in no
+/// particular order (absent ones are simply missing): [`get`] for a batch, each named by its
+/// account (settlement matching, whose lines carry the account).
+pub async fn get_many_keyed(db: &crate::storage::Db, keys: &[WithdrawalKey]) -> Result<Vec<Withdrawal>> {
+    let mut found = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(IDS_PER_QUERY) {
+        let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
+            let mut query = sqlx::QueryBuilder::new(format!(
+                "SELECT {COLUMNS} FROM withdrawals WHERE (account_id, id) IN (VALUES "
+            ));
+            let mut list = query.separated(", ");
+            for key in chunk {
+                list.push("(").push_bind_unseparated(key.account.0).push_unseparated(", ");
+                list.push_bind_unseparated(key.id.0).push_unseparated(")");
+            }
+            query.push(")");
+            query.build_query_as::<WithdrawalRow>().fetch_all(&mut *conn).await?
+        });
+        for row in rows {
+            found.push(Withdrawal::try_from(row)?);
+        }
+    }
+    Ok(found)
+}
+
 /// Reads one withdrawal inside a transaction (workers decide on what they will write against).
 pub async fn get_in_tx(tx: &mut Tx, key: WithdrawalKey) -> Result<Option<Withdrawal>> {
     let row: Option<WithdrawalRow> = with_conn!(tx, |conn| {
