@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sqlx::Connection;
+use sqlx::{Connection, Row};
 
 use uuid::Uuid;
 use withdrawals::storage::{Db, PoolSettings};
@@ -208,6 +208,33 @@ async fn migrate_to(url: &str, backend: Backend, version: i64) {
     let migrator = sqlx::migrate::Migrator::new(older.path()).await.unwrap();
     assert_eq!(migrator.iter().last().map(|m| m.version), Some(version));
     on_connection!(url, |conn| migrator.run(&mut conn).await.unwrap());
+}
+
+/// Every row of `tables`, each as the text of every column but `account_id` (which the key
+/// migrations add), sorted: what a move must leave exactly as it was, column by column.
+async fn snapshot(url: &str, backend: Backend, tables: &[&str]) -> BTreeMap<String, Vec<Vec<Option<String>>>> {
+    let schema = match backend {
+        Backend::Sqlite => sqlite_schema(url).await,
+        Backend::Postgres => postgres_schema(url).await,
+    };
+    let mut all = BTreeMap::new();
+    for table in tables {
+        let columns: Vec<&str> =
+            schema[*table].columns.iter().map(|(c, _)| c.as_str()).filter(|c| *c != "account_id").collect();
+        let text = |c: &str| match backend {
+            Backend::Sqlite => format!("quote(\"{c}\")"),
+            Backend::Postgres => format!("CAST(\"{c}\" AS TEXT)"),
+        };
+        let sql = format!("SELECT {} FROM {table}", columns.iter().map(|c| text(c)).collect::<Vec<_>>().join(", "));
+        let mut rows: Vec<Vec<Option<String>>> = on_connection!(url, |conn| {
+            let fetched = sqlx::query(&sql).fetch_all(&mut conn).await.unwrap();
+            fetched.iter().map(|r| (0..columns.len()).map(|i| r.try_get(i).unwrap()).collect()).collect()
+        });
+        rows.sort();
+        assert!(!rows.is_empty(), "{table} was seeded");
+        all.insert(format!("{table} ({})", columns.join(", ")), rows);
+    }
+    all
 }
 
 /// (id, account, idempotency key, amount) of a stored credit.
@@ -707,6 +734,7 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         counts
     });
     assert_eq!(before, [3, 8, 8, 3, 2, 1, 1, 1, 4, 2, 1, 1, 1, 3, 4, 2], "the seed");
+    let rows_before = snapshot(&url, backend, &TABLES).await;
 
     let db = Db::connect(&url, &PoolSettings::default()).await.unwrap();
     db.migrate().await.unwrap();
@@ -726,6 +754,7 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         .unwrap();
     assert_eq!(page.iter().map(|w| w.id.0).collect::<Vec<_>>(), [w3, w1], "newest first, one account's");
     db.close().await;
+    assert_eq!(snapshot(&url, backend, &TABLES).await, rows_before, "every row as it was, column by column");
 
     type Owners = Vec<(Uuid, Uuid)>;
     let (after, matching, owners, refused): (Vec<i64>, Vec<i64>, Owners, [bool; 5]) = on_connection!(&url, |conn| {
