@@ -340,18 +340,11 @@ pub async fn events_of(db: &Db, letters: &[(AccountId, DeadLetterId)]) -> Result
     if letters.is_empty() {
         return Ok(Vec::new());
     }
-    let pairs: Vec<String> = (0..letters.len()).map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2)).collect();
-    let sql = format!(
-        "SELECT {EVENT_COLUMNS} FROM dead_letter_events
-         WHERE (account_id, dead_letter_id) IN (VALUES {}) ORDER BY dead_letter_id, at, id",
-        pairs.join(", ")
-    );
     Ok(with_read_conn!(db, |conn| {
-        let mut q = sqlx::query_as::<_, Event>(&sql);
-        for (account, id) in letters {
-            q = q.bind(account.0).bind(id.0);
-        }
-        q.fetch_all(&mut *conn).await?
+        let mut query = QueryBuilder::new(format!("SELECT {EVENT_COLUMNS} FROM dead_letter_events WHERE "));
+        super::push_keys_in(&mut query, "(account_id, dead_letter_id)", letters.iter().map(|(a, id)| (a.0, id.0)));
+        query.push(" ORDER BY dead_letter_id, at, id");
+        query.build_query_as::<Event>().fetch_all(&mut *conn).await?
     }))
 }
 
@@ -442,14 +435,11 @@ pub async fn close_settled(tx: &mut Tx, settled: &[Settled<'_>]) -> Result<u64> 
                  WHERE NOT EXISTS (SELECT 1 FROM dead_letter_events e
                                    WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id
                                      AND e.action = 'closed')
-                   AND (d.account_id, d.withdrawal_id) IN (VALUES ",
+                   AND ",
             );
-            let mut list = query.separated(", ");
-            for s in chunk {
-                list.push("(").push_bind_unseparated(s.withdrawal.account).push_unseparated(", ");
-                list.push_bind_unseparated(s.withdrawal.id).push_unseparated(")");
-            }
-            query.push(") ORDER BY d.category, d.error_code, d.id");
+            let keys = chunk.iter().map(|s| (s.withdrawal.account.0, s.withdrawal.id.0));
+            super::push_keys_in(&mut query, "(d.account_id, d.withdrawal_id)", keys);
+            query.push(" ORDER BY d.category, d.error_code, d.id");
             query.build_query_as().fetch_all(&mut *conn).await?
         });
         for (account, id, withdrawal) in open {

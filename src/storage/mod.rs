@@ -72,6 +72,27 @@ pub(crate) fn placeholders(count: usize) -> String {
     (1..=count).map(|n| format!("${n}")).collect::<Vec<_>>().join(", ")
 }
 
+/// Pushes `<columns> IN (VALUES ($a, $b), …)` onto `query`, one row of two bound parameters per
+/// (account, id) pair: a read of many rows by their whole key (README "Scaling"), which one
+/// primary serves from the primary key and a distributed database can route row by row.
+pub(crate) fn push_keys_in<'args, DB: sqlx::Database>(
+    query: &mut sqlx::QueryBuilder<'args, DB>,
+    columns: &str,
+    keys: impl IntoIterator<Item = (uuid::Uuid, uuid::Uuid)>,
+) where
+    uuid::Uuid: sqlx::Encode<'args, DB> + sqlx::Type<DB>,
+{
+    query.push(columns).push(" IN (VALUES ");
+    {
+        let mut rows = query.separated(", ");
+        for (account, id) in keys {
+            rows.push("(").push_bind_unseparated(account).push_unseparated(", ");
+            rows.push_bind_unseparated(id).push_unseparated(")");
+        }
+    }
+    query.push(")");
+}
+
 /// Whether `err` (anywhere in its chain) is trouble of our own database that time may repair —
 /// unreachable, restarting, out of connections, busy or locked — rather than a fault of the
 /// statement or the data (SPEC §5: such failures are retried with backoff and, exhausted,

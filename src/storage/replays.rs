@@ -97,16 +97,9 @@ pub async fn active_runs_for(
     let mut active = Vec::new();
     for chunk in dead_letters.chunks(500) {
         let found: Vec<(DeadLetterId, ReplayRunId)> = with_read_conn!(db, |conn| {
-            let mut query = QueryBuilder::new(
-                "SELECT dead_letter_id, run_id FROM replay_items
-                 WHERE status = 'pending' AND (account_id, dead_letter_id) IN (VALUES ",
-            );
-            let mut list = query.separated(", ");
-            for (account, id) in chunk {
-                list.push("(").push_bind_unseparated(*account).push_unseparated(", ");
-                list.push_bind_unseparated(*id).push_unseparated(")");
-            }
-            query.push(")");
+            let mut query =
+                QueryBuilder::new("SELECT dead_letter_id, run_id FROM replay_items WHERE status = 'pending' AND ");
+            super::push_keys_in(&mut query, "(account_id, dead_letter_id)", chunk.iter().map(|(a, id)| (a.0, id.0)));
             query.build_query_as().fetch_all(&mut *conn).await?
         });
         active.extend(found);

@@ -114,15 +114,8 @@ pub async fn get_many_keyed(db: &crate::storage::Db, keys: &[WithdrawalKey]) -> 
     let mut found = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(IDS_PER_QUERY) {
         let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
-            let mut query = sqlx::QueryBuilder::new(format!(
-                "SELECT {COLUMNS} FROM withdrawals WHERE (account_id, id) IN (VALUES "
-            ));
-            let mut list = query.separated(", ");
-            for key in chunk {
-                list.push("(").push_bind_unseparated(key.account.0).push_unseparated(", ");
-                list.push_bind_unseparated(key.id.0).push_unseparated(")");
-            }
-            query.push(")");
+            let mut query = sqlx::QueryBuilder::new(format!("SELECT {COLUMNS} FROM withdrawals WHERE "));
+            crate::storage::push_keys_in(&mut query, "(account_id, id)", chunk.iter().map(|k| (k.account.0, k.id.0)));
             query.build_query_as::<WithdrawalRow>().fetch_all(&mut *conn).await?
         });
         for row in rows {
@@ -196,14 +189,9 @@ pub async fn get_many_with_last_attempt(
     let mut found = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(IDS_PER_QUERY) {
         let rows: Vec<WithLastAttemptRow> = with_conn!(tx, |conn| {
-            let mut query =
-                sqlx::QueryBuilder::new(format!("{} WHERE (w.account_id, w.id) IN (VALUES ", with_last_attempt()));
-            let mut list = query.separated(", ");
-            for key in chunk {
-                list.push("(").push_bind_unseparated(key.account.0).push_unseparated(", ");
-                list.push_bind_unseparated(key.id.0).push_unseparated(")");
-            }
-            query.push(")");
+            let mut query = sqlx::QueryBuilder::new(format!("{} WHERE ", with_last_attempt()));
+            let keys = chunk.iter().map(|k| (k.account.0, k.id.0));
+            crate::storage::push_keys_in(&mut query, "(w.account_id, w.id)", keys);
             query.build_query_as::<WithLastAttemptRow>().fetch_all(&mut *conn).await?
         });
         for row in rows {
