@@ -14,6 +14,14 @@ use withdrawals::storage::{Db, PoolSettings};
 use crate::harness::{fresh_database, Backend, TestApp};
 use crate::{both_backends, on_connection};
 
+/// Runs one statement with its binds on the connection `conn`, panicking if it fails: the seeds of
+/// the populated-migration tests.
+macro_rules! exec {
+    ($conn:ident, $sql:expr $(, $bind:expr)* $(,)?) => {
+        sqlx::query($sql)$(.bind($bind))*.execute(&mut $conn).await.unwrap()
+    };
+}
+
 both_backends!(
     with = TestApp::spawn;
     every_table_is_classified_and_per_account_keys_name_the_account,
@@ -251,30 +259,22 @@ async fn a_populated_database_moves_to_account_keys_losing_nothing(backend: Back
         (0..6_i64).map(|i| (Uuid::now_v7(), accounts[(i % 2) as usize], format!("wire-{i}"), 1_000 + i)).collect();
     on_connection!(&url, |conn| {
         for account in accounts {
-            sqlx::query("INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)")
-                .bind(account)
-                .bind("Ada")
-                .bind(now)
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            exec!(conn, "INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)", account, "Ada", now);
         }
         for (id, account, key, amount) in &credits {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO account_credits (id, account_id, idempotency_key, fingerprint, currency, amount_minor,
                                               reason, actor, response_body, created_at)
                  VALUES ($1, $2, $3, $4, 'USD', $5, 'wire received', 'local:ops', $6, $7)",
-            )
-            .bind(id)
-            .bind(account)
-            .bind(key)
-            .bind(key.as_bytes().to_vec())
-            .bind(amount)
-            .bind(format!("{{\"amount_minor\":{amount}}}").into_bytes())
-            .bind(now)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                id,
+                account,
+                key,
+                key.as_bytes().to_vec(),
+                amount,
+                format!("{{\"amount_minor\":{amount}}}").into_bytes(),
+                now
+            );
         }
     });
 
@@ -357,36 +357,26 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
     ];
     let before: Vec<i64> = on_connection!(&url, |conn| {
         for (account, name) in [(alice, "Alice"), (bob, "Bob")] {
-            sqlx::query("INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)")
-                .bind(account)
-                .bind(name)
-                .bind(at(0))
-                .execute(&mut conn)
-                .await
-                .unwrap();
+            exec!(conn, "INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)", account, name, at(0));
         }
-        sqlx::query(
+        exec!(
+            conn,
             "INSERT INTO operators (id, name, role, secret_hash, created_at) VALUES ($1, 'Ada', 'admin', $2, $3)",
-        )
-        .bind(operator)
-        .bind(vec![0_u8; 32])
-        .bind(at(0))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+            operator,
+            vec![0_u8; 32],
+            at(0)
+        );
         // Alice: USD 1000.00 funded; w1 (2.50) paid then returned, w3 (1.00) failed.
         // Bob: EUR 500.00 funded; w2 (20.00) held, in review.
         for (account, currency, available, held) in [(alice, "USD", 100_000_i64, 0_i64), (bob, "EUR", 48_000, 2_000)] {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO balances (account_id, currency, available, held, paid_out) VALUES ($1, $2, $3, $4, 0)",
-            )
-            .bind(account)
-            .bind(currency)
-            .bind(available)
-            .bind(held)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                account,
+                currency,
+                available,
+                held
+            );
         }
         let withdrawals = [
             (w1, alice, "completed", 250_i64, "USD", "k1", 1),
@@ -394,25 +384,23 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
             (w3, alice, "failed", 100, "USD", "k3", 3),
         ];
         for (id, account, status, amount, currency, key, minute) in withdrawals {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO withdrawals (id, account_id, status, amount, currency, destination, reference,
                                           failure_code, version, idempotency_key, correlation_id, created_at,
                                           updated_at, sandbox)
                  VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL, 3, $7, 'c', $8, $8, false)",
-            )
-            .bind(id)
-            .bind(account)
-            .bind(status)
-            .bind(amount)
-            .bind(currency)
-            .bind(sqlx::types::Json(
-                withdrawals::domain::Destination::parse("bank_account", "12345678", "021000021").unwrap(),
-            ))
-            .bind(key)
-            .bind(at(minute))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                id,
+                account,
+                status,
+                amount,
+                currency,
+                sqlx::types::Json(
+                    withdrawals::domain::Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+                ),
+                key,
+                at(minute)
+            );
         }
         let transitions = [
             (t[0], w1, None, "pending"),
@@ -425,19 +413,17 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
             (t[7], w3, Some("pending"), "failed"),
         ];
         for (n, (id, withdrawal, from, to)) in transitions.into_iter().enumerate() {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO withdrawal_transitions (id, withdrawal_id, from_status, to_status, actor, reason,
                                                      correlation_id, at, evidence)
                  VALUES ($1, $2, $3, $4, 'worker:w', 'test', 'c', $5, NULL)",
-            )
-            .bind(id)
-            .bind(withdrawal)
-            .bind(from)
-            .bind(to)
-            .bind(at(10 + n as i64))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                id,
+                withdrawal,
+                from,
+                to,
+                at(10 + n as i64)
+            );
         }
         // (account, currency, kind, withdrawal, transition, [available, held, paid out], actor)
         type Entry = (Uuid, &'static str, &'static str, Option<Uuid>, Option<Uuid>, [i64; 3], Option<&'static str>);
@@ -454,242 +440,210 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
         for (n, (account, currency, kind, withdrawal, transition, [available, held, paid_out], actor)) in
             entries.into_iter().enumerate()
         {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO ledger_entries (id, account_id, currency, kind, withdrawal_id, transition_id,
                                              available_delta, held_delta, paid_out_delta, created_at, actor)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(Uuid::now_v7())
-            .bind(account)
-            .bind(currency)
-            .bind(kind)
-            .bind(withdrawal)
-            .bind(transition)
-            .bind(available)
-            .bind(held)
-            .bind(paid_out)
-            .bind(at(20 + n as i64))
-            .bind(actor)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                Uuid::now_v7(),
+                account,
+                currency,
+                kind,
+                withdrawal,
+                transition,
+                available,
+                held,
+                paid_out,
+                at(20 + n as i64),
+                actor
+            );
         }
         for (account, key, withdrawal, state) in [
             (alice, "k1", Some(w1), "completed"),
             (bob, "k2", Some(w2), "completed"),
             (alice, "k9", None, "in_progress"),
         ] {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO idempotency_records (account_id, key, fingerprint, state, response_status, response_body,
                                                   withdrawal_id, locked_at, created_at, expires_at)
                  VALUES ($1, $2, $3, $4, NULL, NULL, $5, $6, $6, $7)",
-            )
-            .bind(account)
-            .bind(key)
-            .bind(key.as_bytes().to_vec())
-            .bind(state)
-            .bind(withdrawal)
-            .bind(at(1))
-            .bind(at(60 * 48))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                account,
+                key,
+                key.as_bytes().to_vec(),
+                state,
+                withdrawal,
+                at(1),
+                at(60 * 48)
+            );
         }
         for (job, withdrawal, status) in [(j1, w1, "succeeded"), (j2, w2, "dead")] {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
                                    withdrawal_id, created_at, updated_at)
                  VALUES ($1, 'payouts', 'submit_payout', $2, 1, $3, $4, 'c', $5, $4, $4)",
-            )
-            .bind(job)
-            .bind(b"{}".to_vec())
-            .bind(status)
-            .bind(at(2))
-            .bind(withdrawal)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                job,
+                b"{}".to_vec(),
+                status,
+                at(2),
+                withdrawal
+            );
         }
         for (withdrawal, job, outcome, side_effect) in [(w1, j1, "paid", "confirmed"), (w2, j2, "unknown", "unknown")] {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO provider_attempts (id, withdrawal_id, job_id, attempt_no, worker_id, correlation_id,
                                                 started_at, finished_at, outcome, side_effect)
                  VALUES ($1, $2, $3, 1, 'w', 'c', $4, $4, $5, $6)",
-            )
-            .bind(Uuid::now_v7())
-            .bind(withdrawal)
-            .bind(job)
-            .bind(at(30))
-            .bind(outcome)
-            .bind(side_effect)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                Uuid::now_v7(),
+                withdrawal,
+                job,
+                at(30),
+                outcome,
+                side_effect
+            );
         }
-        sqlx::query(
+        exec!(
+            conn,
             "INSERT INTO reconciliation_results (id, withdrawal_id, job_id, result, detail, correlation_id, at)
              VALUES ($1, $2, $3, 'pending', 'still pending', 'c', $4)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(w2)
-        .bind(j2)
-        .bind(at(40))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            Uuid::now_v7(),
+            w2,
+            j2,
+            at(40)
+        );
+        exec!(
+            conn,
             "INSERT INTO review_decisions (id, withdrawal_id, action, version, reason, requested_by, requested_at,
                                            request_evidence, status)
              VALUES ($1, $2, 'complete', 3, 'bank says paid', $3, $4, $5, 'pending')",
-        )
-        .bind(Uuid::now_v7())
-        .bind(w2)
-        .bind(operator)
-        .bind(at(50))
-        .bind(sqlx::types::Json(serde_json::json!({"verdict": "paid"})))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            Uuid::now_v7(),
+            w2,
+            operator,
+            at(50),
+            sqlx::types::Json(serde_json::json!({"verdict": "paid"}))
+        );
+        exec!(
+            conn,
             "INSERT INTO payout_returns (id, withdrawal_id, account_id, currency, amount_minor, return_code,
                                          returned_at, evidence, recorded_at)
              VALUES ($1, $2, $3, 'USD', 250, 'R01', $4, $5, $4)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(w1)
-        .bind(alice)
-        .bind(at(55))
-        .bind(sqlx::types::Json(serde_json::json!({"status": "returned"})))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+            Uuid::now_v7(),
+            w1,
+            alice,
+            at(55),
+            sqlx::types::Json(serde_json::json!({"status": "returned"}))
+        );
         // Migration 24's graph: w2's dead submit job, the daily import's dead job (no withdrawal),
         // their letters, a closed event, an open-set row, a replay run whose item released j4.
-        sqlx::query(
+        exec!(
+            conn,
             "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
                                withdrawal_id, created_at, updated_at)
              VALUES ($1, 'settlement', 'import_settlement', $2, 1, 'dead', $3, 'settlement-day', NULL, $3, $3)",
-        )
-        .bind(j3)
-        .bind(b"{}".to_vec())
-        .bind(at(3))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+            j3,
+            b"{}".to_vec(),
+            at(3)
+        );
         for (letter, job, withdrawal, category) in
             [(d2, j2, Some(w2), "side_effect_unknown"), (d3, j3, None, "infrastructure")]
         {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO dead_letters (id, job_id, queue, job_type, payload_version, attempts, failed_at,
                                            error_code, error_class, error_message, worker_host, worker_version,
                                            correlation_id, withdrawal_id, side_effect_state, category, owner, runbook)
                  VALUES ($1, $2, 'payouts', 'submit_payout', 2, 3, $3, 'timeout', 'transient', 'timed out', 'h',
                          'v', 'c', $4, 'unknown', $5, 'payments', 'runbooks/x.md')",
-            )
-            .bind(letter)
-            .bind(job)
-            .bind(at(45))
-            .bind(withdrawal)
-            .bind(category)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                letter,
+                job,
+                at(45),
+                withdrawal,
+                category
+            );
         }
-        sqlx::query(
+        exec!(
+            conn,
             "INSERT INTO dead_letter_events (id, dead_letter_id, action, actor, reason, at)
              VALUES ($1, $2, 'closed', 'operator:x', 'handled', $3)",
-        )
-        .bind(Uuid::now_v7())
-        .bind(d3)
-        .bind(at(46))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            Uuid::now_v7(),
+            d3,
+            at(46)
+        );
+        exec!(
+            conn,
             "INSERT INTO open_dead_letters (dead_letter_id, category, error_code, failed_at)
              VALUES ($1, 'side_effect_unknown', 'timeout', $2)",
-        )
-        .bind(d2)
-        .bind(at(45))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            d2,
+            at(45)
+        );
+        exec!(
+            conn,
             "INSERT INTO replay_runs (id, started_by, reason, selection, expected_payload_version, destination_queue,
                                       status, total, rate_per_second, max_concurrency, auto_pause_threshold,
                                       created_at, updated_at)
              VALUES ($1, $2, 'retry', $3, 2, 'reconciliation', 'running', 1, 1, 1, 1, $4, $4)",
-        )
-        .bind(run)
-        .bind(operator)
-        .bind(sqlx::types::Json(serde_json::json!({"dead_letter_ids": [d2]})))
-        .bind(at(47))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            run,
+            operator,
+            sqlx::types::Json(serde_json::json!({"dead_letter_ids": [d2]})),
+            at(47)
+        );
+        exec!(
+            conn,
             "INSERT INTO replay_items (id, run_id, dead_letter_id, status, job_id, released_at, created_at)
              VALUES ($1, $2, $3, 'reconciling', $4, $5, $5)",
-        )
-        .bind(item)
-        .bind(run)
-        .bind(d2)
-        .bind(j4)
-        .bind(at(48))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        sqlx::query(
+            item,
+            run,
+            d2,
+            j4,
+            at(48)
+        );
+        exec!(
+            conn,
             "INSERT INTO jobs (id, queue, kind, payload, payload_version, status, run_at, correlation_id,
                                withdrawal_id, replay_item_id, created_at, updated_at)
              VALUES ($1, 'reconciliation', 'reconcile_payout', $2, 1, 'scheduled', $3, 'replay', $4, $5, $3, $3)",
-        )
-        .bind(j4)
-        .bind(b"{}".to_vec())
-        .bind(at(48))
-        .bind(w2)
-        .bind(item)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+            j4,
+            b"{}".to_vec(),
+            at(48),
+            w2,
+            item
+        );
         // Migration 25's tables: a report whose lines are matched to w1, name w2 (upper case,
         // not matched yet) and name nothing of ours; exceptions on a withdrawal, on a line only,
         // and on both; an API key per account.
-        sqlx::query(
+        exec!(
+            conn,
             "INSERT INTO settlement_reports (id, report_date, version, digest, source, line_count, differences,
                                              imported_by, imported_at)
              VALUES ($1, '2026-12-01', 1, 'digest-1', 'file', 3, $2, 'ops', $3)",
-        )
-        .bind(report)
-        .bind(sqlx::types::Json(serde_json::json!({})))
-        .bind(at(60))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+            report,
+            sqlx::types::Json(serde_json::json!({})),
+            at(60)
+        );
         let rows = [
             (lines[0], 1, w1.to_string(), Some(w1), Some("matched")),
             (lines[1], 2, w2.to_string().to_uppercase(), None, None),
             (lines[2], 3, "not-one-of-ours".to_owned(), None, None),
         ];
         for (id, line_no, key, withdrawal, result) in rows {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO settlement_lines (id, report_id, line_no, line_key, content_digest, transfer_id,
                                                idempotency_key, reference, amount_minor, currency, fee_minor, status,
                                                event_at, withdrawal_id, result)
                  VALUES ($1, $2, $3, $4, 'd', $5, $6, 'r', 250, 'USD', 0, 'paid', $7, $8, $9)",
-            )
-            .bind(id)
-            .bind(report)
-            .bind(line_no)
-            .bind(format!("key-{line_no}"))
-            .bind(format!("tr_{line_no}"))
-            .bind(key)
-            .bind(at(61))
-            .bind(withdrawal)
-            .bind(result)
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                id,
+                report,
+                line_no,
+                format!("key-{line_no}"),
+                format!("tr_{line_no}"),
+                key,
+                at(61),
+                withdrawal,
+                result
+            );
         }
         let found = [
             (exceptions[0], "missing_from_report", Some(w1), None),
@@ -698,33 +652,29 @@ async fn a_populated_withdrawal_graph_moves_to_account_keys_losing_nothing(backe
             (exceptions[3], "status_mismatch", None, Some(lines[1])),
         ];
         for (n, (id, kind, withdrawal, line)) in found.into_iter().enumerate() {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO settlement_exceptions (id, kind, status, dedupe_key, withdrawal_id, line_id, detail,
                                                     evidence, opened_at)
                  VALUES ($1, $2, 'open', $3, $4, $5, 'x', $6, $7)",
-            )
-            .bind(id)
-            .bind(kind)
-            .bind(format!("dedupe-{n}"))
-            .bind(withdrawal)
-            .bind(line)
-            .bind(sqlx::types::Json(serde_json::json!({})))
-            .bind(at(62))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                id,
+                kind,
+                format!("dedupe-{n}"),
+                withdrawal,
+                line,
+                sqlx::types::Json(serde_json::json!({})),
+                at(62)
+            );
         }
         for (key, account) in [(keys[0], alice), (keys[1], bob)] {
-            sqlx::query(
+            exec!(
+                conn,
                 "INSERT INTO api_keys (id, account_id, secret_hash, created_at, label) VALUES ($1, $2, $3, $4, 'k')",
-            )
-            .bind(key)
-            .bind(account)
-            .bind(vec![1_u8; 32])
-            .bind(at(0))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+                key,
+                account,
+                vec![1_u8; 32],
+                at(0)
+            );
         }
         let mut counts = Vec::new();
         for table in TABLES {
