@@ -39,6 +39,11 @@ pub struct Cli {
     )]
     pub database_url: String,
 
+    /// The owner's `postgres://…` URL, when the service's (DATABASE_URL) is a role that may only
+    /// use the tables (`withdrawals_app`): `serve`, `worker` and `migrate` apply migrations here.
+    #[arg(long, env = "MIGRATION_DATABASE_URL", global = true, hide_env_values = true)]
+    pub migration_database_url: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -435,7 +440,7 @@ pub enum OperatorsCommand {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => startup::run(args.settings(&cli.database_url)?).await,
+        Command::Serve(args) => startup::run(args.settings(&cli.database_url, cli.migration_database_url)?).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
         Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
         Command::Breakers { command, conn } => ops_cli::breakers(&conn, command).await,
@@ -447,11 +452,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Audit { conn, action, target, limit } => ops_cli::audit(&conn, action, target, limit).await,
         Command::Worker(mut args) => {
             args.role = ProcessRole::Worker;
-            startup::run(args.settings(&cli.database_url)?).await
+            startup::run(args.settings(&cli.database_url, cli.migration_database_url)?).await
         }
         Command::Migrate => {
-            let db = open(&cli.database_url, PoolSettings::default()).await?;
-            println!("migrations applied ({:?})", db.backend());
+            let db = startup::open_as_service(
+                &cli.database_url,
+                cli.migration_database_url.as_deref(),
+                PoolSettings::default(),
+            )
+            .await?;
+            match cli.migration_database_url {
+                Some(_) => {
+                    println!("migrations applied ({:?}); the service's role sees a current schema", db.backend())
+                }
+                None => println!("migrations applied ({:?})", db.backend()),
+            }
             Ok(())
         }
         Command::Accounts(AccountsCommand::Create { name, currency, fund, json, credit_limits }) => {
@@ -506,7 +521,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 impl ServeArgs {
     /// The process these flags describe, for [`startup::run`]; refuses limits that do not parse.
-    pub fn settings(self, database_url: &str) -> anyhow::Result<Settings> {
+    pub fn settings(self, database_url: &str, migration_database_url: Option<String>) -> anyhow::Result<Settings> {
         let limits = AmountLimits::parse(&self.limits, self.default_max).map_err(anyhow::Error::msg)?;
         let credit_limits = self.credit_limits.limits()?;
         let mut config =
@@ -536,6 +551,7 @@ impl ServeArgs {
         self.tuning.apply(&mut worker);
         Ok(Settings {
             database_url: database_url.to_owned(),
+            migration_database_url,
             role: self.role,
             pool: PoolSettings { max_connections: self.max_connections, ..PoolSettings::default() },
             app: config,

@@ -34,11 +34,34 @@ use crate::provider::{Gateway, HttpProvider, Provider, ProviderConfig};
 use crate::storage::{Db, PoolSettings};
 use crate::telemetry::{self, LogFormat};
 
-/// Connects and applies migrations: every command works on a fresh database.
+/// Connects and brings the schema up to date ([`Db::ensure_schema`]): every command works on a
+/// fresh database, and on a migrated one as a role that may not migrate.
 pub async fn open(url: &str, settings: PoolSettings) -> anyhow::Result<Db> {
     let db = Db::connect(url, &settings).await.context("cannot open the database")?;
-    db.migrate().await.context("cannot apply migrations")?;
+    db.ensure_schema().await.context(
+        "cannot apply migrations (a role in withdrawals_app may not: migrate as the owner first, \
+         with `withdrawals migrate` or MIGRATION_DATABASE_URL)",
+    )?;
     Ok(db)
+}
+
+/// [`open`], after applying the migrations as the owner at `migration_url` when one is given
+/// (`MIGRATION_DATABASE_URL`): the service then connects at `url` as a role that may only use
+/// the tables (`withdrawals_app`, README "Scaling").
+pub async fn open_as_service(url: &str, migration_url: Option<&str>, settings: PoolSettings) -> anyhow::Result<Db> {
+    if let Some(owner_url) = migration_url {
+        migrate_as_owner(owner_url).await?;
+    }
+    open(url, settings).await
+}
+
+/// Applies the migrations at `owner_url` over one connection, then closes it.
+pub async fn migrate_as_owner(owner_url: &str) -> anyhow::Result<()> {
+    let one = PoolSettings { max_connections: 1, ..PoolSettings::default() };
+    let owner = Db::connect(owner_url, &one).await.context("cannot open the database at MIGRATION_DATABASE_URL")?;
+    let applied = owner.migrate().await.context("cannot apply migrations at MIGRATION_DATABASE_URL");
+    owner.close().await;
+    applied
 }
 
 // ---- the router -------------------------------------------------------------------------------
@@ -155,6 +178,9 @@ pub struct ProviderSettings {
 /// flags and environment). Not `Debug`: it holds the provider's key.
 pub struct Settings {
     pub database_url: String,
+    /// The owner's URL (`MIGRATION_DATABASE_URL`): migrations are applied there first, and the
+    /// service connects at `database_url` as a role that may only use the tables.
+    pub migration_database_url: Option<String>,
     pub role: ProcessRole,
     pub pool: PoolSettings,
     /// The API's settings; `sandbox` is decided by [`Application::build`].
@@ -222,7 +248,8 @@ impl Application {
         let sandbox = sandbox_mode(&settings.database_url, &settings.provider)?;
         settings.app.sandbox = sandbox;
         settings.worker.sandbox = sandbox;
-        let db = open(&settings.database_url, settings.pool).await?;
+        let db =
+            open_as_service(&settings.database_url, settings.migration_database_url.as_deref(), settings.pool).await?;
 
         // An API-only process gets the provider too when one is configured (operators check
         // references against it).

@@ -287,24 +287,42 @@ impl Db {
         Ok(Tx { conn, after_commit: Vec::new() })
     }
 
-    /// Readiness: the database answers and every embedded migration has been applied.
+    /// Readiness: the database answers, every embedded migration has been applied, and each
+    /// applied one is the migration this build embeds (same checksum). Reads `_sqlx_migrations`
+    /// only, so a service role that may not migrate (PostgreSQL's `withdrawals_app`) can ask.
     pub async fn check_ready(&self) -> Result<()> {
-        let (migrator, applied): (&Migrator, Vec<i64>) = match self {
-            Db::Sqlite(s) => (
-                &SQLITE_MIGRATIONS,
-                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(&s.reader).await?,
-            ),
-            Db::Postgres(p) => (
-                &POSTGRES_MIGRATIONS,
-                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(p).await?,
-            ),
+        const APPLIED: &str = "SELECT version, checksum FROM _sqlx_migrations WHERE success";
+        let (migrator, applied): (&Migrator, Vec<(i64, Vec<u8>)>) = match self {
+            Db::Sqlite(s) => (&SQLITE_MIGRATIONS, sqlx::query_as(APPLIED).fetch_all(&s.reader).await?),
+            Db::Postgres(p) => (&POSTGRES_MIGRATIONS, sqlx::query_as(APPLIED).fetch_all(p).await?),
         };
-        let missing: Vec<i64> = migrator.iter().map(|m| m.version).filter(|v| !applied.contains(v)).collect();
+        let mut missing = Vec::new();
+        for migration in migrator.iter() {
+            match applied.iter().find(|(version, _)| *version == migration.version) {
+                None => missing.push(migration.version),
+                Some((version, checksum)) if *checksum != *migration.checksum => {
+                    return Err(StorageError::corrupt(format!(
+                        "migration {version} was applied with other contents than this build's"
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
         if missing.is_empty() {
             Ok(())
         } else {
             Err(StorageError::corrupt(format!("migrations not applied: {missing:?}")))
         }
+    }
+
+    /// Brings the schema up to date: nothing when [`Db::check_ready`] finds it current (so a
+    /// role that may only use the tables, `withdrawals_app`, opens a migrated database), else
+    /// [`Db::migrate`], which needs the owner's rights.
+    pub async fn ensure_schema(&self) -> Result<()> {
+        if self.check_ready().await.is_ok() {
+            return Ok(());
+        }
+        self.migrate().await
     }
 
     pub async fn close(&self) {

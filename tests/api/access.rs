@@ -149,6 +149,17 @@ async fn openapi_health_and_readiness_are_served(app: TestApp) {
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
 
+    // A database whose newest migration is not the one this binary embeds (its checksum
+    // differs) is not ready.
+    let shorter =
+        if app.database_url.starts_with("sqlite") { "substr(checksum, 2)" } else { "substring(checksum from 2)" };
+    app.execute_raw(&format!(
+        "UPDATE _sqlx_migrations SET checksum = {shorter} WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)"
+    ))
+    .await;
+    let (status, code, _) = problem_code(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (503, "not_ready"), "another migration applied");
+
     // A database whose migrations are behind this binary (the newest one not applied) is not
     // ready; the process is still alive.
     app.execute_raw("DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)").await;

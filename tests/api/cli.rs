@@ -7,7 +7,7 @@ use serde_json::Value;
 use withdrawals::storage::audit::{self, AuditFilter};
 
 use crate::both_backends;
-use crate::harness::TestApp;
+use crate::harness::{fresh_database, service_url, Backend, TestApp};
 use crate::ops::cli as ops_cli;
 
 both_backends!(
@@ -143,9 +143,11 @@ async fn cli_errors_are_one_line_with_a_non_zero_exit(app: TestApp) {
 
 async fn a_worker_process_pays_out_and_serves_its_own_metrics(app: TestApp) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // As production runs it: migrations as the owner, work as the service's role.
     let mut worker = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
         .args(["worker", "--metrics-bind", &format!("127.0.0.1:{port}")])
-        .env("DATABASE_URL", &app.database_url)
+        .env("DATABASE_URL", &app.service_url)
+        .env("MIGRATION_DATABASE_URL", &app.database_url)
         .env("PROVIDER_URL", app.provider.mock.url())
         .env("PROVIDER_API_KEY", "test-provider-key")
         .env("WORKER_POLL_MS", "100")
@@ -236,4 +238,40 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
     ] {
         assert!(text.lines().any(|l| l == series), "no `{series}` in a fresh process:\n{text}");
     }
+}
+
+/// Issue 29 item 3: on a fresh PostgreSQL database the service's role (a member of
+/// `withdrawals_app`) may not migrate, and says how to; `migrate` with the owner's
+/// MIGRATION_DATABASE_URL applies the migrations and checks the service's role sees them; after
+/// that the role runs commands with no owner URL at all.
+#[tokio::test]
+async fn the_service_role_migrates_only_through_the_owners_url_postgres() {
+    let app = TestApp::spawn(Backend::Postgres).await; // makes the service's login role
+    let (owner_url, _) = fresh_database(Backend::Postgres).await;
+    let service = service_url(&owner_url).await;
+    let run = |args: &[&str], migration_url: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_withdrawals"));
+        command.args(args).env("DATABASE_URL", &service).env_remove("MIGRATION_DATABASE_URL");
+        if let Some(url) = migration_url {
+            command.env("MIGRATION_DATABASE_URL", url);
+        }
+        command.output().expect("run the withdrawals binary")
+    };
+
+    let refused = run(&["migrate"], None);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "the service's role may not create tables");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("MIGRATION_DATABASE_URL") && stderr.contains("permission denied"), "{stderr}");
+
+    let migrated = run(&["migrate"], Some(&owner_url));
+    let stdout = String::from_utf8_lossy(&migrated.stdout);
+    assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
+    assert_eq!(stdout.trim(), "migrations applied (Postgres); the service's role sees a current schema");
+
+    let created = run(&["accounts", "create", "--name", "by-the-service", "--json"], None);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let answer: Value = serde_json::from_slice(&created.stdout).unwrap();
+    assert!(answer["api_key"].as_str().is_some_and(|k| !k.is_empty()), "{answer}");
+    drop(app);
 }

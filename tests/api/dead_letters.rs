@@ -535,7 +535,9 @@ async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
     app.start_worker(startup::gateway(provider.provider.clone()), worker_config("w1"));
     wait_for_job_status(&app, poison, "dead").await;
 
-    // Straight SQL, as a careless script would: the database itself refuses.
+    // Straight SQL, as a careless script would: the database itself refuses. On PostgreSQL the
+    // service's own role is refused by privilege (42501, before any trigger runs), and the owner,
+    // who keeps every right, by the append-only trigger.
     let (update, delete) = match app.database_url.starts_with("sqlite") {
         true => {
             let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
@@ -544,9 +546,19 @@ async fn dead_letter_rows_cannot_be_updated_or_deleted(app: TestApp) {
             (update.is_err(), delete.is_err())
         }
         false => {
-            let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
-            let update = sqlx::query("UPDATE dead_letters SET error_message = 'tampered'").execute(&mut conn).await;
-            let delete = sqlx::query("DELETE FROM dead_letters").execute(&mut conn).await;
+            let mut service = sqlx::PgConnection::connect(&app.service_url).await.unwrap();
+            for statement in ["UPDATE dead_letters SET error_message = 'tampered'", "DELETE FROM dead_letters"] {
+                let refused = sqlx::query(statement).execute(&mut service).await.expect_err(statement);
+                let code = refused.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+                assert_eq!(code.as_deref(), Some("42501"), "{statement} as the service: {refused}");
+            }
+            let mut owner = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+            let update = sqlx::query("UPDATE dead_letters SET error_message = 'tampered'").execute(&mut owner).await;
+            let delete = sqlx::query("DELETE FROM dead_letters").execute(&mut owner).await;
+            for refused in [&update, &delete] {
+                let message = refused.as_ref().map(|_| String::new()).unwrap_or_else(|e| e.to_string());
+                assert!(message.contains("dead_letters is append-only"), "the owner meets the trigger: {message}");
+            }
             (update.is_err(), delete.is_err())
         }
     };

@@ -1,5 +1,7 @@
 //! The shared test harness: a fresh database (a temporary SQLite file, or a new database on the
-//! PostgreSQL at `DATABASE_URL`), migrated, and the real app served on 127.0.0.1:0.
+//! PostgreSQL at `DATABASE_URL`), migrated, and the real app served on 127.0.0.1:0. On PostgreSQL
+//! the app runs as production should: migrated as the owner, served as a login role in
+//! `withdrawals_app` (no UPDATE, DELETE or TRUNCATE on the append-only tables; README "Scaling").
 //!
 //! PostgreSQL tests never skip: without `DATABASE_URL` they fail and say how to run them
 //! (`scripts/test` starts a throwaway server).
@@ -92,8 +94,13 @@ pub const METRICS_TOKEN: &str = "test-metrics-token-0123456789";
 
 /// A running app on its own database.
 pub struct TestApp {
+    /// The app's own pool: on PostgreSQL, the service role's ([`TestApp::service_url`]).
     pub db: Db,
+    /// The owner's URL: the tests' way behind the app's back (staging a broken state).
     pub database_url: String,
+    /// The URL the app connects at: on PostgreSQL a login role in `withdrawals_app`, on SQLite
+    /// the same file as `database_url`.
+    pub service_url: String,
     pub base_url: String,
     pub client: Client,
     /// The provider mock the app's own gateway (operator checks, breakers) talks to.
@@ -135,6 +142,18 @@ pub async fn fresh_database(backend: Backend) -> (String, Option<tempfile::TempD
     }
 }
 
+/// The login role the PostgreSQL tests' apps connect as, a member of `withdrawals_app`.
+pub const SERVICE_ROLE: &str = "withdrawals_test_service";
+
+/// The URL a service connects at on the migrated database at `owner_url`: on PostgreSQL as
+/// [`SERVICE_ROLE`] (`server::service_role_url`), on SQLite `owner_url` itself.
+pub async fn service_url(owner_url: &str) -> String {
+    if owner_url.starts_with("sqlite") {
+        return owner_url.to_owned();
+    }
+    server::service_role_url(owner_url, SERVICE_ROLE).await.expect("the service's login role")
+}
+
 /// The default settings, but a failed-authentication budget no scenario spends: every request of a
 /// test comes from 127.0.0.1, and the role tables make dozens of refused requests on purpose. The
 /// limiter's own scenarios set theirs (`tests/api/auth_failures.rs`).
@@ -153,8 +172,10 @@ impl TestApp {
         init_logs();
         let (database_url, dir) = fresh_database(backend).await;
         let settings = PoolSettings { max_connections: 8, ..PoolSettings::default() };
-        let db = Db::connect(&database_url, &settings).await.expect("connect");
-        db.migrate().await.expect("migrate");
+        // Migrated as the owner, served as the service's role: `serve` with MIGRATION_DATABASE_URL.
+        startup::migrate_as_owner(&database_url).await.expect("migrate");
+        let service_url = service_url(&database_url).await;
+        let db = startup::open_as_service(&service_url, Some(&database_url), settings).await.expect("connect");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base_url = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
@@ -165,7 +186,17 @@ impl TestApp {
         tokio::spawn(async move {
             startup::serve_with(listener, state, &http::ServerLimits::default(), &metrics, stop).await
         });
-        TestApp { db, database_url, base_url, client: Client::new(), provider, gateway, shutdown, _dir: dir }
+        TestApp {
+            db,
+            database_url,
+            service_url,
+            base_url,
+            client: Client::new(),
+            provider,
+            gateway,
+            shutdown,
+            _dir: dir,
+        }
     }
 
     /// A token cancelled when the test's app stops.

@@ -25,6 +25,7 @@ macro_rules! exec {
 both_backends!(
     with = TestApp::spawn;
     every_table_is_classified_and_per_account_keys_name_the_account,
+    append_only_tables_are_documented_and_refuse_the_service_role,
 );
 
 /// Per-account tables whose keys do not include the account yet (issue 29's work list). Remove a
@@ -55,17 +56,25 @@ struct ForeignKey {
     target_columns: Vec<String>,
 }
 
-/// The table list of the README's "Where every table lives".
-fn documented() -> BTreeMap<String, Kind> {
+/// The table list of the README's "Where every table lives": its rows, as trimmed cells.
+fn documented_rows() -> Vec<Vec<String>> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let section = readme.split("#### Where every table lives").nth(1).expect("the README's table list");
-    let mut kinds = BTreeMap::new();
     let table = section.lines().skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|'));
-    for line in table {
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let [_, name, kind, ..] = cells[..] else { continue };
-        let Some(name) = name.strip_prefix('`').and_then(|n| n.strip_suffix('`')) else { continue };
-        let kind = match kind {
+    let rows: Vec<Vec<String>> = table
+        .map(|line| line.split('|').map(|c| c.trim().to_owned()).collect::<Vec<_>>())
+        .filter(|cells| cells.get(1).is_some_and(|name| name.starts_with('`') && name.ends_with('`')))
+        .collect();
+    assert!(!rows.is_empty(), "the README's table list is empty");
+    rows
+}
+
+/// The tables of the README's list, each with its kind.
+fn documented() -> BTreeMap<String, Kind> {
+    let mut kinds = BTreeMap::new();
+    for cells in documented_rows() {
+        let name = cells[1].trim_matches('`');
+        let kind = match cells[2].as_str() {
             "per-account" => Kind::PerAccount,
             "reference" => Kind::Reference,
             "local" => Kind::Local,
@@ -73,8 +82,24 @@ fn documented() -> BTreeMap<String, Kind> {
         };
         assert!(kinds.insert(name.to_owned(), kind).is_none(), "README lists `{name}` twice");
     }
-    assert!(!kinds.is_empty(), "the README's table list is empty");
     kinds
+}
+
+/// The tables the list marks `append-only` in its `rows` column; every other one is `mutable`.
+fn documented_append_only() -> BTreeSet<String> {
+    let mut append_only = BTreeSet::new();
+    for cells in documented_rows() {
+        let name = cells[1].trim_matches('`').to_owned();
+        match cells.get(3).map(String::as_str) {
+            Some("append-only") => {
+                append_only.insert(name);
+            }
+            Some("mutable") => {}
+            other => panic!("README: table `{name}` has rows {other:?}, neither `append-only` nor `mutable`"),
+        }
+    }
+    assert!(!append_only.is_empty(), "no append-only table in the README's list");
+    append_only
 }
 
 /// The account column of a per-account table.
@@ -196,6 +221,103 @@ async fn every_table_is_classified_and_per_account_keys_name_the_account(app: Te
         let still_unkeyed = found.get(*table).is_some_and(|f| f.iter().any(|f| f.unkeyed));
         assert!(still_unkeyed, "`{table}` is keyed by account now: remove it from NOT_YET_KEYED");
     }
+}
+
+/// Issue 29 item 3: the append-only tables are exactly the README's, each guarded by its triggers
+/// on both backends, and on PostgreSQL by privilege too, which survives distribution: the
+/// service's role (the login role the app of this test runs as, a member of `withdrawals_app`)
+/// may read and insert them and nothing more, may change every other table, and may truncate
+/// none — refused by the database itself, as production runs it.
+async fn append_only_tables_are_documented_and_refuse_the_service_role(app: TestApp) {
+    let documented = documented_append_only();
+    let sqlite = app.database_url.starts_with("sqlite");
+    let schema = if sqlite { sqlite_schema(&app.database_url).await } else { postgres_schema(&app.database_url).await };
+    let guarded: BTreeSet<String> = if sqlite {
+        // A table refusing both: a BEFORE UPDATE and a BEFORE DELETE trigger that abort.
+        let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%BEFORE UPDATE ON%' \
+               AND sql LIKE '%RAISE(ABORT, ''' || tbl_name || ' is append-only'')%'
+             INTERSECT
+             SELECT tbl_name FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%BEFORE DELETE ON%' \
+               AND sql LIKE '%RAISE(ABORT, ''' || tbl_name || ' is append-only'')%'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+    } else {
+        // A row trigger that fires before both UPDATE and DELETE (pg_trigger.tgtype bits).
+        let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+        sqlx::query_scalar(
+            "SELECT DISTINCT c.relname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+             WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace
+               AND t.tgtype & 1 <> 0 AND t.tgtype & 2 <> 0 AND t.tgtype & 8 <> 0 AND t.tgtype & 16 <> 0",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+    };
+    assert!(guarded.contains("ledger_entries"), "the triggers were read: {guarded:?}");
+    assert_eq!(guarded, documented, "the tables with append-only triggers are the README's append-only tables");
+    if sqlite {
+        assert_eq!(app.service_url, app.database_url, "SQLite has no roles: the process owns its file");
+        return;
+    }
+
+    // Every table's rights for the role, from the catalog.
+    let mut owner = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+    let rights: Vec<(String, bool, bool, bool, bool, bool)> = sqlx::query_as(
+        "SELECT c.relname::text, has_table_privilege('withdrawals_app', c.oid, 'SELECT'),
+                has_table_privilege('withdrawals_app', c.oid, 'INSERT'),
+                has_table_privilege('withdrawals_app', c.oid, 'UPDATE'),
+                has_table_privilege('withdrawals_app', c.oid, 'DELETE'),
+                has_table_privilege('withdrawals_app', c.oid, 'TRUNCATE')
+         FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace ORDER BY 1",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(rights.len(), schema.len() + 1, "every table and the migrations' record: {rights:?}");
+    for (table, select, insert, update, delete, truncate) in rights {
+        let expected = match table.as_str() {
+            "_sqlx_migrations" => (true, false, false, false, false),
+            t if documented.contains(t) => (true, true, false, false, false),
+            _ => (true, true, true, true, false),
+        };
+        assert_eq!((select, insert, update, delete, truncate), expected, "withdrawals_app's rights on `{table}`");
+    }
+    let member: bool = sqlx::query_scalar("SELECT pg_has_role($1, 'withdrawals_app', 'USAGE')")
+        .bind(crate::harness::SERVICE_ROLE)
+        .fetch_one(&mut owner)
+        .await
+        .unwrap();
+    assert!(member, "the app runs as a member of withdrawals_app");
+
+    // The app's own connections are the role's, and the database refuses it every rewrite.
+    let Db::Postgres(pool) = &app.db else { unreachable!("a PostgreSQL app") };
+    let current: String = sqlx::query_scalar("SELECT current_user::text").fetch_one(pool).await.unwrap();
+    assert_eq!(current, crate::harness::SERVICE_ROLE);
+    let mut service = sqlx::PgConnection::connect(&app.service_url).await.unwrap();
+    for table in &documented {
+        let column = &schema[table].columns[0].0;
+        for statement in [
+            format!("UPDATE {table} SET {column} = {column}"),
+            format!("DELETE FROM {table}"),
+            format!("TRUNCATE {table}"),
+        ] {
+            let refused = sqlx::query(&statement).execute(&mut service).await.expect_err(&statement);
+            let code = refused.as_database_error().and_then(|e| e.code()).map(|c| c.into_owned());
+            assert_eq!(code.as_deref(), Some("42501"), "`{statement}` as the service: {refused}");
+        }
+    }
+    // A mutable table stays the service's to change; the migrations' record is the owner's.
+    sqlx::query("DELETE FROM console_sessions WHERE false").execute(&mut service).await.unwrap();
+    let refused = sqlx::query("DELETE FROM _sqlx_migrations").execute(&mut service).await.unwrap_err();
+    assert!(refused.to_string().contains("permission denied"), "{refused}");
 }
 
 /// Applies the migrations up to `version` only, as a database deployed before the later ones.

@@ -193,6 +193,12 @@ async fn run_against(
 ) -> anyhow::Result<()> {
     let db = Db::connect(database_url, &PoolSettings::default()).await?;
     db.migrate().await?;
+    // The service runs as production should on PostgreSQL: as a role in `withdrawals_app`, the
+    // owner's URL given for migrations only. The run's own checks keep the owner's view.
+    let service_url = match args.backend {
+        Backend::Sqlite => database_url.to_owned(),
+        Backend::Postgres => crate::store::server::service_role_url(database_url, "withdrawals_chaos_service").await?,
+    };
     let usd = Currency::parse("USD")?;
     let mut customers = Vec::new();
     for i in 0..args.accounts.max(1) {
@@ -254,7 +260,8 @@ async fn run_against(
     let base_url = format!("http://127.0.0.1:{api_port}");
     let window = RECONCILE_WINDOW_MS.to_string();
     let env: Vec<(String, String)> = [
-        ("DATABASE_URL", database_url),
+        ("DATABASE_URL", service_url.as_str()),
+        ("MIGRATION_DATABASE_URL", database_url),
         ("PROVIDER_URL", mock_url.as_str()),
         ("PROVIDER_API_KEY", PROVIDER_KEY),
         ("PROVIDER_TIMEOUT_MS", "1500"),
