@@ -1,11 +1,14 @@
 //! The payout provider's contract (SPEC §4) as both sides of it read it: the service
 //! (`withdrawals::provider`) and the stateful mock (`provider-mocks`). A value written once here
-//! cannot drift between the client and the mock it is tested against.
+//! cannot drift between the client and the mock it is tested against. [`webhook`]: the signed
+//! events the provider pushes (SPEC §15), signed by the mock and verified by the service.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+pub mod webhook;
 
 /// A transfer's status at the provider: its name on the wire, in stored evidence and in
 /// settlement reports.
