@@ -222,6 +222,16 @@ pub struct ServeArgs {
     /// The hour (UTC) from which yesterday's report is fetched.
     #[arg(long, env = "SETTLEMENT_IMPORT_HOUR", default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..24))]
     pub settlement_import_hour: u32,
+    /// The provider webhook's signing secrets, comma-separated (several at once while rotating);
+    /// unset, `POST /webhooks/provider` does not exist.
+    #[arg(long, env = "PROVIDER_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
+    pub provider_webhook_secret: String,
+    /// How far a webhook signature's timestamp may be from now, in seconds.
+    #[arg(long, env = "WEBHOOK_TOLERANCE_S", default_value_t = crate::config::webhook_defaults::DEFAULT_TOLERANCE_S)]
+    pub webhook_tolerance_s: u64,
+    /// The largest webhook body read, in bytes.
+    #[arg(long, env = "WEBHOOK_MAX_BODY_BYTES", default_value_t = crate::config::webhook_defaults::DEFAULT_MAX_BODY_BYTES)]
+    pub webhook_max_body_bytes: usize,
     /// The largest settlement report accepted, in bytes (an upload's CSV, or a provider's report).
     #[arg(long, env = "SETTLEMENT_MAX_REPORT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub settlement_max_report_bytes: usize,
@@ -265,6 +275,12 @@ pub struct WorkerTuning {
     /// How soon a transfer the provider reports `pending` is looked up again.
     #[arg(long, env = "PENDING_POLL_MS", default_value_t = ms(worker_default().pending_poll))]
     pub pending_poll_ms: u64,
+    /// Webhooks count as healthy while the newest provider event is younger than this.
+    #[arg(long, env = "WEBHOOK_HEALTHY_S", default_value_t = worker_default().webhook_healthy_within.as_secs())]
+    pub webhook_healthy_s: u64,
+    /// While webhooks are healthy, a pending transfer is looked up no more often than this.
+    #[arg(long, env = "PENDING_POLL_WITH_WEBHOOKS_MS", default_value_t = ms(worker_default().pending_poll_with_webhooks))]
+    pub pending_poll_with_webhooks_ms: u64,
     /// First retry delay of a payout submit (doubles, with jitter).
     #[arg(long, env = "SUBMIT_BASE_DELAY_MS", default_value_t = ms(worker_default().submit_policy.base_delay))]
     pub submit_base_delay_ms: u64,
@@ -331,6 +347,8 @@ impl WorkerTuning {
         config.processing_sla = Duration::from_secs(self.processing_sla_secs);
         config.in_flight_grace = Duration::from_millis(self.reconcile_grace_ms);
         config.pending_poll = Duration::from_millis(self.pending_poll_ms);
+        config.webhook_healthy_within = Duration::from_secs(self.webhook_healthy_s);
+        config.pending_poll_with_webhooks = Duration::from_millis(self.pending_poll_with_webhooks_ms);
         config.submit_policy.base_delay = Duration::from_millis(self.submit_base_delay_ms);
         config.reconcile_policy.base_delay = Duration::from_millis(self.reconcile_base_delay_ms);
         config.reconcile_policy.max_delay = Duration::from_millis(self.reconcile_max_delay_ms);
@@ -543,6 +561,11 @@ impl ServeArgs {
             import_hour: self.settlement_import_hour,
             max_report_bytes: self.settlement_max_report_bytes.max(1),
             max_report_lines: self.settlement_max_report_lines.max(1),
+        };
+        config.webhooks = crate::config::WebhookSettings {
+            secrets: crate::config::WebhookSettings::secrets_from(&self.provider_webhook_secret),
+            tolerance: Duration::from_secs(self.webhook_tolerance_s),
+            max_body_bytes: self.webhook_max_body_bytes.max(1),
         };
         let mut worker = WorkerConfig::new(startup::worker_id());
         worker.settlement = config.settlement;

@@ -59,6 +59,8 @@ pub struct DatabaseGauges {
     pub replays: Vec<(ReplayStatus, i64, i64)>,
     /// Open exceptions and the oldest one's age in seconds, for every kind (0 and 0 when none).
     pub settlement_exceptions: Vec<(ExceptionKind, i64, f64)>,
+    /// Unix time the newest provider event was received; 0 when none ever was.
+    pub webhook_last_received: f64,
 }
 
 impl DatabaseGauges {
@@ -117,7 +119,11 @@ impl DatabaseGauges {
             })
             .collect();
 
+        let last_event = crate::storage::webhooks::last_received_at(db).await?;
+        let webhook_last_received = last_event.map_or(0.0, |t| t.0.timestamp() as f64);
+
         Ok(DatabaseGauges {
+            webhook_last_received,
             withdrawals,
             dead_letters_open: open.count,
             dead_letters_oldest_open_seconds: age(open.oldest),
@@ -135,6 +141,7 @@ impl DatabaseGauges {
             gauge!(OLDEST_IN_STATE_SECONDS, "state" => status.as_str()).set(*age);
         }
         gauge!(DEAD_LETTERS_OPEN).set(self.dead_letters_open as f64);
+        gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED).set(self.webhook_last_received);
         gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(self.dead_letters_oldest_open_seconds);
         for q in &self.queues {
             gauge!(JOBS_LIVE, "queue" => q.queue, "status" => JobStatus::Scheduled.as_str()).set(q.scheduled as f64);
@@ -241,6 +248,7 @@ fn database_gauges_at_zero() {
     }
     gauge!(DEAD_LETTERS_OPEN).set(0.0);
     gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(0.0);
+    gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED).set(0.0);
     gauge!(LEDGER_INVARIANT_VIOLATIONS).set(0.0);
     gauge!(LEDGER_CHECK_FAILING).set(0.0);
     for queue in Queue::ALL.map(Queue::as_str) {

@@ -21,21 +21,25 @@
 //!   replays, audit, overview, breakers, credentials, credits, ledger verification, settlement)
 //!   holding the role check, the rules and the audit row; actions as types ([`ops::acts`]);
 //!   answers in [`ops::types`], failures as [`ops::OpsError`].
+//! - [`webhooks`] — the provider's signed events (SPEC §15), free of HTTP: the signature and
+//!   timestamp checked, the event stored with the job that decides on it (`jobs::webhook`, on
+//!   the provider's own record through `provider::truth::on_event`), or refused storing nothing.
 //! - [`refusal`] — what a service function (customer or operator) answers when it does not
 //!   succeed: a refusal with a stable code and kind, or an internal failure.
 //! - [`http`] — the customer API (axum; thin handlers over [`customer`]), problem+json errors,
 //!   correlation ids, auth, OpenAPI, health, the application state and the layers every route
 //!   shares; [`http::limits`]: every listener's timeouts, connection cap and `/metrics` access;
 //!   [`http::ops`]: the `/ops/v1` handlers (extract, call [`ops`], serialise) and the extractors
-//!   that check roles (`Authorized<A>`), bodies and queries. It does not know the console.
+//!   that check roles (`Authorized<A>`), bodies and queries; [`http::webhooks`]: the provider's
+//!   `POST /webhooks/provider`. It does not know the console.
 //! - [`console`] — the operator console: server-rendered pages under `/ops` (sign-in, overview,
 //!   review, dead letters, replays, settlement, audit) that call the operator core directly as
 //!   the signed-in operator; every form post goes through the CSRF extractor (`CsrfForm`).
 //! - [`jobs`] — the durable worker (claim, lease, fencing, reaper, sweep, shutdown) and its group
 //!   commit of completions; what a handler is given ([`jobs::context`]); the submit-payout and
 //!   reconciliation handlers, batched first payouts ([`jobs::payout_batch`]), settlement
-//!   reconciliation ([`jobs::settlement`]), the replay releaser; payload migrations; retry
-//!   policies.
+//!   reconciliation ([`jobs::settlement`]), provider events ([`jobs::webhook`]), the replay
+//!   releaser; payload migrations; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter
 //!   envelope; `bury`, the one way a job dies.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
@@ -65,7 +69,7 @@
 //! 3. `startup`
 //! 4. `console`, `provisioning`, `gauges`, `telemetry`
 //! 5. `http`
-//! 6. `customer`, `ops`
+//! 6. `customer`, `ops`, `webhooks`
 //! 7. `jobs`
 //! 8. `provider`
 //! 9. `dead_letter`
@@ -106,3 +110,4 @@ pub mod refusal;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+pub mod webhooks;

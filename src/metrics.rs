@@ -39,6 +39,9 @@ pub const SETTLEMENT_EXCEPTIONS_OPEN: &str = "settlement_exceptions_open";
 pub const SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS: &str = "settlement_exception_oldest_open_age_seconds";
 pub const LEDGER_CHECK_FAILING: &str = "ledger_check_failing";
 pub const AUTH_FAILURES: &str = "auth_failures_total";
+pub const WEBHOOK_EVENTS: &str = "webhook_events_total";
+pub const WEBHOOK_LAST_RECEIVED: &str = "webhook_last_received_timestamp_seconds";
+pub const RECONCILIATION_DECISIONS: &str = "reconciliation_decisions_total";
 
 /// Every metric this service exports, with its type and what it means: the README's list and
 /// the alert rules are checked against it.
@@ -80,7 +83,44 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
         "1 while the last periodic ledger check failed to run (ledger_invariant_violations is then stale), else 0",
     ),
     (AUTH_FAILURES, "counter", "failed authentications, by surface (customer_api, ops_api, console)"),
+    (
+        WEBHOOK_EVENTS,
+        "counter",
+        "provider webhook requests, by event type and result (applied, no_op, mismatch, unknown_transfer, unverified, \
+         duplicate, bad_signature, stale, malformed)",
+    ),
+    (
+        WEBHOOK_LAST_RECEIVED,
+        "gauge",
+        "unix time the newest provider event was received, 0 when none ever was (database, SPEC §15)",
+    ),
+    (
+        RECONCILIATION_DECISIONS,
+        "counter",
+        "withdrawals decided completed or failed after their outcome was open, by source (webhook, poll, settlement, \
+         operator)",
+    ),
 ];
+
+/// The `type` label of [`WEBHOOK_EVENTS`] for a request whose body is not trusted (refused) and
+/// for a valid event of a type the service does not handle.
+pub const WEBHOOK_TYPE_UNKNOWN: &str = "unknown";
+pub const WEBHOOK_TYPE_OTHER: &str = "other";
+
+/// The `source` label of [`RECONCILIATION_DECISIONS`] for a decision's actor, if it is one.
+pub fn decision_source(actor: &crate::domain::Actor) -> Option<&'static str> {
+    use crate::domain::Actor;
+    match actor {
+        Actor::Webhook => Some("webhook"),
+        Actor::Reconciliation => Some("poll"),
+        Actor::Settlement => Some("settlement"),
+        Actor::Operator(_) => Some("operator"),
+        Actor::Customer | Actor::Worker(_) | Actor::System => None,
+    }
+}
+
+/// Every value of [`RECONCILIATION_DECISIONS`]'s `source`.
+pub const DECISION_SOURCES: [&str; 4] = ["webhook", "poll", "settlement", "operator"];
 
 crate::text_enum! {
     /// Where a credential was presented: the label of [`AUTH_FAILURES`].
@@ -155,6 +195,18 @@ fn register_known_series() {
     }
     for surface in AuthSurface::ALL {
         counter!(AUTH_FAILURES, "surface" => surface.as_str()).absolute(0);
+    }
+    use crate::domain::webhook::{EventType, WebhookResult};
+    for kind in EventType::ALL.map(EventType::as_str).into_iter().chain([WEBHOOK_TYPE_OTHER]) {
+        for result in WebhookResult::ALL.map(WebhookResult::as_str).into_iter().chain(["duplicate"]) {
+            counter!(WEBHOOK_EVENTS, "type" => kind, "result" => result).absolute(0);
+        }
+    }
+    for refusal in ["bad_signature", "stale", "malformed"] {
+        counter!(WEBHOOK_EVENTS, "type" => WEBHOOK_TYPE_UNKNOWN, "result" => refusal).absolute(0);
+    }
+    for source in DECISION_SOURCES {
+        counter!(RECONCILIATION_DECISIONS, "source" => source).absolute(0);
     }
 }
 
@@ -235,6 +287,17 @@ pub fn reconciliation(result: &str) {
 
 pub fn replay_item(outcome: &str) {
     counter!(REPLAY_ITEMS, "outcome" => outcome.to_owned()).increment(1);
+}
+
+/// A provider webhook request ended: `kind` is the event's type (or [`WEBHOOK_TYPE_UNKNOWN`],
+/// [`WEBHOOK_TYPE_OTHER`]), `result` one of `domain::webhook::METRIC_RESULTS`.
+pub fn webhook_event(kind: &str, result: &str) {
+    counter!(WEBHOOK_EVENTS, "type" => kind.to_owned(), "result" => result.to_owned()).increment(1);
+}
+
+/// A withdrawal whose outcome was open was decided completed or failed by `source`.
+pub fn reconciliation_decision(source: &'static str) {
+    counter!(RECONCILIATION_DECISIONS, "source" => source).increment(1);
 }
 
 pub fn auth_failure(surface: AuthSurface) {

@@ -1,7 +1,8 @@
-//! Admin routes under `/__admin`: change faults, report faults and
-//! settlement at run time, return paid transfers (now or at a given time),
-//! move the mock clock, read the ground truth (executed transfers, received
-//! requests), reset.
+//! Admin routes under `/__admin`: change faults, report faults, settlement,
+//! webhook settings and webhook faults at run time, return paid transfers (now
+//! or at a given time), move the mock clock, send a forged webhook event, read
+//! the ground truth (executed transfers, received requests, webhook
+//! deliveries), reset.
 //! They never require the API key, so a test harness needs no credentials
 //! to steer or inspect the mock.
 
@@ -9,10 +10,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::faults::{FaultConfig, FaultRule};
@@ -20,6 +21,7 @@ use crate::model::Settlement;
 use crate::report::ReportFaultConfig;
 use crate::server::error;
 use crate::state::{ReturnRefused, Shared};
+use crate::webhooks::{ForgedEvent, RetryPolicy, SendRefused, WebhookFaults, WebhookSettings};
 
 /// Body of `POST /__admin/returns`.
 #[derive(Debug, Deserialize)]
@@ -59,6 +61,20 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/__admin/transfers", get(transfers))
         .route("/__admin/requests", get(requests))
         .route("/__admin/reset", post(reset))
+        .route("/__admin/webhooks", put(set_webhooks).post(set_webhooks).get(get_webhooks))
+        .route("/__admin/webhook-faults", put(set_webhook_faults).post(set_webhook_faults).get(get_webhook_faults))
+        .route("/__admin/webhooks/send", post(send_event))
+        .route("/__admin/webhooks/deliveries", get(webhook_deliveries))
+}
+
+/// `GET /__admin/webhooks`: the settings without the secrets, only how many.
+#[derive(Debug, Serialize)]
+struct WebhooksView {
+    url: Option<String>,
+    secret_count: usize,
+    retry: RetryPolicy,
+    timeout_ms: u64,
+    faults: WebhookFaults,
 }
 
 /// Bodies are parsed by hand, not with `Json`, so a typo in a rule gets the
@@ -154,6 +170,68 @@ async fn transfers(State(shared): State<Shared>) -> Response {
 
 async fn requests(State(shared): State<Shared>) -> Response {
     let data = shared.lock().requests();
+    Json(json!({ "data": data })).into_response()
+}
+
+fn invalid_settings(reason: impl std::fmt::Display) -> Response {
+    let body = json!({ "code": "invalid_request", "message": reason.to_string() });
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+async fn set_webhooks(State(shared): State<Shared>, body: Bytes) -> Response {
+    let settings = match serde_json::from_slice::<WebhookSettings>(&body) {
+        Ok(settings) => settings,
+        Err(err) => return invalid(err),
+    };
+    if let Err(reason) = settings.validate() {
+        return invalid_settings(reason);
+    }
+    shared.lock().set_webhooks(settings);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_webhooks(State(shared): State<Shared>) -> Json<WebhooksView> {
+    let settings = shared.lock().webhooks();
+    Json(WebhooksView {
+        url: settings.url,
+        secret_count: settings.secrets.len(),
+        retry: settings.retry,
+        timeout_ms: settings.timeout_ms,
+        faults: settings.faults,
+    })
+}
+
+async fn set_webhook_faults(State(shared): State<Shared>, body: Bytes) -> Response {
+    let faults = match serde_json::from_slice::<WebhookFaults>(&body) {
+        Ok(faults) => faults,
+        Err(err) => return invalid(err),
+    };
+    if let Err(reason) = faults.validate() {
+        return invalid_settings(reason);
+    }
+    shared.lock().set_webhook_faults(faults);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn get_webhook_faults(State(shared): State<Shared>) -> Json<WebhookFaults> {
+    Json(shared.lock().webhooks().faults)
+}
+
+async fn send_event(State(shared): State<Shared>, body: Bytes) -> Response {
+    let forged = match serde_json::from_slice::<ForgedEvent>(&body) {
+        Ok(forged) => forged,
+        Err(err) => return invalid(err),
+    };
+    let sent = shared.lock().forge(&forged);
+    match sent {
+        Ok(id) => (StatusCode::ACCEPTED, Json(json!({ "id": id }))).into_response(),
+        Err(SendRefused::UnknownTransfer) => error(StatusCode::NOT_FOUND, "not_found"),
+        Err(SendRefused::WebhooksOff) => error(StatusCode::CONFLICT, "webhooks_off"),
+    }
+}
+
+async fn webhook_deliveries(State(shared): State<Shared>) -> Response {
+    let data = shared.lock().webhook_deliveries();
     Json(json!({ "data": data })).into_response()
 }
 

@@ -4,15 +4,24 @@
 //! It implements the provider contract (`POST /v1/transfers` with
 //! idempotency keys, lookup by key, get by id, daily settlement reports),
 //! settles transfers immediately or after a delay, returns paid transfers now
-//! or at a given time, injects faults from seeded, repeatable rules (and
-//! discrepancies into the reports), and keeps
-//! the ground truth (every executed transfer and every received request) for
-//! tests to check, over HTTP under `/__admin` or in-process via [`RunningMock`].
+//! or at a given time, sends signed webhook events of every settlement and
+//! return (SPEC §15) with injectable delivery faults, injects faults from
+//! seeded, repeatable rules (and discrepancies into the reports), and keeps
+//! the ground truth (every executed transfer, every received request, every
+//! webhook delivery attempt) for tests to check, over HTTP under `/__admin` or
+//! in-process via [`RunningMock`].
 //!
 //! Module map:
 //! - [`model`]: wire types, settlement settings, transfer and request records.
 //! - [`faults`]: fault rules (scenario format) and the engine that applies them.
 //! - [`report`]: settlement report lines, CSV writing, report discrepancy faults.
+//! - [`webhooks`]: webhook settings (receiver URL, secrets, retry policy, timeout), delivery
+//!   faults (`duplicate`, `drop`, `bad_signature`, `stale_timestamp`, `disagree`, `reorder`,
+//!   `delay_ms`), forged events, and delivery records.
+//! - `outbox`: emits an event, under the state lock, at each change to `paid`, `failed` or
+//!   `returned`: draws its faults, serialises it once, queues, holds or drops it; the delivery log.
+//! - `sender`: the background task per mock that settles due transfers while webhooks are on and
+//!   delivers queued events (sign per attempt, POST, retry with backoff, record).
 //! - `state`: the shared state behind one mutex, and its operations.
 //! - `server`: accept loop (timeouts and connection cap from `http_guard`) and provider routes
 //!   (transfers and the settlement report).
@@ -22,9 +31,12 @@
 mod admin;
 pub mod faults;
 pub mod model;
+mod outbox;
 pub mod report;
+mod sender;
 mod server;
 mod state;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -41,7 +53,12 @@ pub use model::{
     CreateTransfer, Destination, RequestRecord, Route, Settlement, SettlementMode, TransferRecord, TransferStatus,
     TransferView,
 };
+pub use provider_contract::webhook::EventType;
 pub use report::{ReportFault, ReportFaultConfig};
+pub use webhooks::{
+    Delivery, DeliveryOutcome, ForgedEvent, InvalidWebhookSettings, RetryPolicy, SendRefused, WebhookFault,
+    WebhookFaults, WebhookSettings,
+};
 
 /// How to start a mock. Also the scenario file format (JSON), where every
 /// field is optional.
@@ -60,6 +77,8 @@ pub struct MockConfig {
     pub settlement: Settlement,
     /// Header-read and idle timeouts and the connection cap of the listener.
     pub listener: ListenerSettings,
+    /// Signed webhook events: off (no URL) by default.
+    pub webhooks: WebhookSettings,
 }
 
 /// What the mock's listener enforces (see the `http_guard` crate): a request
@@ -104,13 +123,16 @@ impl MockConfig {
     }
 }
 
-/// A mock serving in the background of the current tokio runtime. Dropping
-/// it stops the server too; [`RunningMock::shutdown`] also waits for that.
+/// A mock serving in the background of the current tokio runtime, with its
+/// webhook sender. Dropping it stops both too; [`RunningMock::shutdown`] also
+/// waits for that.
 pub struct RunningMock {
     addr: SocketAddr,
     shared: state::Shared,
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
+    /// The webhook sender (and settlement driver).
+    sender: Option<JoinHandle<()>>,
 }
 
 /// Binds and starts serving; returns once the socket accepts connections.
@@ -118,16 +140,20 @@ pub async fn spawn(config: MockConfig) -> anyhow::Result<RunningMock> {
     if !(0.0..=1.0).contains(&config.settlement.fail_ratio) {
         anyhow::bail!("settlement.fail_ratio must be within 0..=1");
     }
+    config.webhooks.validate().context("webhooks")?;
     let addr = config.addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let listener = TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     let addr = listener.local_addr()?;
     let listener = http_guard::GuardedListener::new(listener, config.listener.limits());
+    let (queue, queued) = tokio::sync::mpsc::unbounded_channel();
+    let outbox = outbox::Outbox::new(config.webhooks, config.seed, queue);
     let shared =
-        state::Shared::new(config.api_key, config.seed, config.faults, config.report_faults, config.settlement);
+        state::Shared::new(config.api_key, config.seed, config.faults, config.report_faults, config.settlement, outbox);
     let router = server::routes().merge(admin::routes()).with_state(shared.clone());
     let stop = CancellationToken::new();
     let task = tokio::spawn(server::serve(listener, router, stop.clone()));
-    Ok(RunningMock { addr, shared, stop, task: Some(task) })
+    let sender = tokio::spawn(sender::run(shared.clone(), queued, stop.clone()));
+    Ok(RunningMock { addr, shared, stop, task: Some(task), sender: Some(sender) })
 }
 
 impl RunningMock {
@@ -205,16 +231,49 @@ impl RunningMock {
         self.shared.lock().set_settlement(settlement);
     }
 
-    /// Clears transfers, requests, fault rules, report faults and the clock
-    /// offset; restarts the RNG from the seed.
+    /// The webhook settings in force (with the secrets).
+    pub fn webhooks(&self) -> WebhookSettings {
+        self.shared.lock().webhooks()
+    }
+
+    /// Replaces the webhook settings, faults included, for events emitted
+    /// from now on (events already on their way keep theirs).
+    pub fn set_webhooks(&self, settings: WebhookSettings) -> Result<(), InvalidWebhookSettings> {
+        settings.validate()?;
+        self.shared.lock().set_webhooks(settings);
+        Ok(())
+    }
+
+    /// Replaces only the webhook delivery faults; the RNG goes on.
+    pub fn set_webhook_faults(&self, faults: WebhookFaults) -> Result<(), InvalidWebhookSettings> {
+        faults.validate()?;
+        self.shared.lock().set_webhook_faults(faults);
+        Ok(())
+    }
+
+    /// Sends a forged but well-signed event (see [`ForgedEvent`]); its id.
+    pub fn send_event(&self, event: &ForgedEvent) -> Result<String, SendRefused> {
+        self.shared.lock().forge(event)
+    }
+
+    /// Every webhook delivery attempt (and dropped event), in the order they ended.
+    pub fn webhook_deliveries(&self) -> Vec<Delivery> {
+        self.shared.lock().webhook_deliveries()
+    }
+
+    /// Clears transfers, requests, fault rules, report faults, webhook faults,
+    /// held events and webhook deliveries (stopping those in flight) and the
+    /// clock offset; restarts the RNG from the seed. The webhook receiver,
+    /// secrets and retry policy stay.
     pub fn reset(&self) {
         self.shared.lock().reset();
     }
 
-    /// Stops accepting, drops open connections, and waits for the accept loop.
+    /// Stops accepting, drops open connections and webhook deliveries, and
+    /// waits for the accept loop and the sender.
     pub async fn shutdown(mut self) {
         self.stop.cancel();
-        if let Some(task) = self.task.take() {
+        for task in [self.task.take(), self.sender.take()].into_iter().flatten() {
             let _ = task.await;
         }
     }

@@ -170,10 +170,13 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
-    /// Settlement is lazy: every read path calls this first, so no background
-    /// task is needed and every view agrees on the status. `wall` is the mock
-    /// clock's now; `seq` numbers the events recorded here.
-    pub fn settle(&mut self, now: Instant, wall: DateTime<Utc>, seq: &mut u64) {
+    /// Settlement is lazy: every read path calls this first, so every view
+    /// agrees on the status (while webhooks are on, a background task calls it
+    /// too, so changes happen when due). `wall` is the mock clock's now; `seq`
+    /// numbers the events recorded here. Returns the transfer as it stood
+    /// after each change made, in order (what the change's webhook event says).
+    pub fn settle(&mut self, now: Instant, wall: DateTime<Utc>, seq: &mut u64) -> Vec<TransferView> {
+        let mut changes = Vec::new();
         if self.settles_at.is_some_and(|at| at <= now) {
             self.settles_at = None;
             let at = self.settles_at_wall.take().unwrap_or(wall);
@@ -181,6 +184,7 @@ impl Transfer {
             self.record.failure_code = self.final_failure_code.clone();
             self.record.updated_at = at;
             self.push_event(self.final_status, at, seq);
+            changes.push(self.view());
         }
         if self.record.status == TransferStatus::Paid && self.scheduled_return.as_ref().is_some_and(|r| r.at <= wall) {
             let ret = self.scheduled_return.take().expect("checked above");
@@ -188,7 +192,14 @@ impl Transfer {
             self.record.return_code = Some(ret.return_code);
             self.record.updated_at = ret.at;
             self.push_event(TransferStatus::Returned, ret.at, seq);
+            changes.push(self.view());
         }
+        changes
+    }
+
+    /// Whether a change is still to come (a settlement or a scheduled return).
+    pub fn has_change_ahead(&self) -> bool {
+        self.settles_at.is_some() || self.scheduled_return.is_some()
     }
 
     pub fn push_event(&mut self, status: TransferStatus, at: DateTime<Utc>, seq: &mut u64) {

@@ -1,10 +1,11 @@
 //! The mock's mutable state and the operations on it: executing and
 //! replaying transfers, lookups, returns, settlement reports, the request
-//! log, the mock clock, and reset. Everything sits
+//! log, the mock clock, webhook emission (every change to `paid`, `failed` or
+//! `returned` goes to the [`Outbox`]), and reset. Everything sits
 //! behind one `std::sync::Mutex`; callers lock, do one operation, unlock, and
 //! never hold the guard across an `.await`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,9 @@ use crate::model::{
     CreateTransfer, RequestRecord, ScheduledReturn, Settlement, SettlementMode, Transfer, TransferRecord,
     TransferStatus, TransferView,
 };
+use crate::outbox::Outbox;
 use crate::report::{noon, zero_fee, ReportFault, ReportFaultConfig, ReportLine};
+use crate::webhooks::{Delivery, ForgedEvent, SendRefused, WebhookFaults, WebhookSettings};
 
 /// Handle shared by the server, the admin routes and [`crate::RunningMock`].
 #[derive(Clone)]
@@ -33,6 +36,7 @@ impl Shared {
         faults: FaultConfig,
         report_faults: ReportFaultConfig,
         settlement: Settlement,
+        outbox: Outbox,
     ) -> Self {
         let state = State {
             seed,
@@ -40,6 +44,7 @@ impl Shared {
             faults: FaultEngine::new(faults),
             settlement,
             transfers: Vec::new(),
+            changes_ahead: BTreeSet::new(),
             by_key: HashMap::new(),
             by_id: HashMap::new(),
             requests: Vec::new(),
@@ -47,6 +52,7 @@ impl Shared {
             report_faults,
             clock_offset: TimeDelta::zero(),
             event_seq: 0,
+            outbox,
         };
         Shared { api_key, state: Arc::new(Mutex::new(state)) }
     }
@@ -88,6 +94,9 @@ pub(crate) struct State {
     faults: FaultEngine,
     settlement: Settlement,
     transfers: Vec<Transfer>,
+    /// Transfers with a settlement or a scheduled return still to come: all
+    /// that [`State::settle_due`] has to look at.
+    changes_ahead: BTreeSet<usize>,
     by_key: HashMap<String, usize>,
     by_id: HashMap<String, usize>,
     requests: Vec<RequestRecord>,
@@ -99,6 +108,7 @@ pub(crate) struct State {
     clock_offset: TimeDelta,
     /// Numbers status events so equal times keep their recording order.
     event_seq: u64,
+    outbox: Outbox,
 }
 
 impl State {
@@ -115,10 +125,30 @@ impl State {
         self.clock_offset = offset;
     }
 
-    /// Brings transfer `i` up to date (settlement, scheduled return).
+    /// Brings transfer `i` up to date (settlement, scheduled return), and
+    /// emits an event for each change.
     fn settle(&mut self, i: usize, now: Instant) {
         let wall = self.now();
-        self.transfers[i].settle(now, wall, &mut self.event_seq);
+        for change in self.transfers[i].settle(now, wall, &mut self.event_seq) {
+            self.outbox.emit(change, wall);
+        }
+        if !self.transfers[i].has_change_ahead() {
+            self.changes_ahead.remove(&i);
+        }
+    }
+
+    /// Applies every settlement and return that is due, so their events go
+    /// out on time while webhooks are on. With webhooks off it does nothing:
+    /// transfers then settle on reads only, as they always did.
+    pub fn settle_due(&mut self) {
+        if !self.outbox.is_on() {
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<usize> = self.changes_ahead.iter().copied().collect();
+        for i in due {
+            self.settle(i, now);
+        }
     }
 
     fn settle_all(&mut self) {
@@ -221,7 +251,11 @@ impl State {
         let index = self.transfers.len();
         self.by_key.insert(key.to_string(), index);
         self.by_id.insert(transfer.record.id.clone(), index);
+        if transfer.has_change_ahead() {
+            self.changes_ahead.insert(index);
+        }
         self.transfers.push(transfer);
+        self.outbox.emit(view.clone(), wall);
         CreateOutcome::Created(view)
     }
 
@@ -269,6 +303,7 @@ impl State {
             return Err(ReturnRefused::BeforePaid);
         }
         transfer.scheduled_return = Some(ScheduledReturn { at, return_code: return_code.to_string() });
+        self.changes_ahead.insert(i);
         self.settle(i, Instant::now());
         Ok(())
     }
@@ -386,6 +421,7 @@ impl State {
         if let Some(seed) = seed {
             self.seed = seed;
             self.rng = StdRng::seed_from_u64(seed);
+            self.outbox.reseed(seed);
         }
     }
 
@@ -393,8 +429,51 @@ impl State {
         self.settlement = settlement;
     }
 
+    pub fn outbox(&mut self) -> &mut Outbox {
+        &mut self.outbox
+    }
+
+    pub fn webhooks(&self) -> WebhookSettings {
+        self.outbox.settings().clone()
+    }
+
+    /// `settings` must be valid ([`WebhookSettings::validate`]).
+    pub fn set_webhooks(&mut self, settings: WebhookSettings) {
+        self.outbox.set_settings(settings);
+    }
+
+    /// `faults` must be valid ([`WebhookFaults::validate`]).
+    pub fn set_webhook_faults(&mut self, faults: WebhookFaults) {
+        self.outbox.set_faults(faults);
+    }
+
+    pub fn webhook_deliveries(&self) -> Vec<Delivery> {
+        self.outbox.deliveries()
+    }
+
+    /// Sends `forged` about the transfer as it stands now (with the
+    /// overrides); the event's id.
+    pub fn forge(&mut self, forged: &ForgedEvent) -> Result<String, SendRefused> {
+        if !self.outbox.is_on() {
+            return Err(SendRefused::WebhooksOff);
+        }
+        let &i = self.by_id.get(&forged.transfer_id).ok_or(SendRefused::UnknownTransfer)?;
+        self.settle(i, Instant::now());
+        let mut data = self.transfers[i].view();
+        data.status = forged.status.unwrap_or(forged.kind.status());
+        data.amount = forged.amount.unwrap_or(data.amount);
+        data.currency = forged.currency.clone().unwrap_or(data.currency);
+        data.failure_code =
+            forged.failure_code.clone().or(data.failure_code).filter(|_| data.status == TransferStatus::Failed);
+        data.return_code =
+            forged.return_code.clone().or(data.return_code).filter(|_| data.status == TransferStatus::Returned);
+        let now = self.now();
+        self.outbox.forge(forged.kind, data, now)
+    }
+
     pub fn reset(&mut self) {
         self.transfers.clear();
+        self.changes_ahead.clear();
         self.by_key.clear();
         self.by_id.clear();
         self.requests.clear();
@@ -402,6 +481,7 @@ impl State {
         self.report_faults = ReportFaultConfig::default();
         self.clock_offset = TimeDelta::zero();
         self.rng = StdRng::seed_from_u64(self.seed);
+        self.outbox.reset(self.seed);
         self.epoch += 1;
     }
 }

@@ -11,12 +11,19 @@ mod breaker;
 mod pool;
 mod provider;
 mod retry;
+mod webhooks;
+
+/// The webhook settings' defaults, for the CLI's flags.
+pub mod webhook_defaults {
+    pub use super::webhooks::{DEFAULT_MAX_BODY_BYTES, DEFAULT_TOLERANCE_S};
+}
 mod worker;
 
 pub use breaker::{BreakerConfig, BreakerConfigError, SlidingWindow};
 pub use pool::PoolSettings;
 pub use provider::ProviderConfig;
 pub use retry::{PolicyError, RetryPolicy};
+pub use webhooks::WebhookSettings;
 pub use worker::WorkerConfig;
 
 use chrono::TimeDelta;
@@ -85,6 +92,8 @@ pub struct AppConfig {
     pub breaker_sync: std::time::Duration,
     /// How failed authentications are slowed per source (issue 27).
     pub auth_failures: AuthFailureSettings,
+    /// The provider's webhook (SPEC §15).
+    pub webhooks: WebhookSettings,
 }
 
 /// Failed authentications one source may make at once before it is slowed.
@@ -210,6 +219,7 @@ impl Default for AppConfig {
             job_retention: TimeDelta::days(7),
             breaker_sync: std::time::Duration::from_secs(5),
             auth_failures: AuthFailureSettings::default(),
+            webhooks: WebhookSettings::default(),
         }
     }
 }

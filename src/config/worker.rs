@@ -38,6 +38,13 @@ pub struct WorkerConfig {
     pub breaker_min_defer: Duration,
     /// When a `pending` transfer is first polled.
     pub pending_poll: Duration,
+    /// Webhooks count as healthy while the last provider event arrived less than this long ago
+    /// (`WEBHOOK_HEALTHY_S`, SPEC §15).
+    pub webhook_healthy_within: Duration,
+    /// While webhooks are healthy, a pending transfer is polled no more often than this
+    /// (`PENDING_POLL_WITH_WEBHOOKS_MS`): the event will say when it settles, polling is the
+    /// safety net. When they stop, polling returns to the reconciliation policy's pace by itself.
+    pub pending_poll_with_webhooks: Duration,
     /// Policy of the reconciliation job: its `max_elapsed` is the reconciliation window.
     pub reconcile_policy: RetryPolicy,
     /// Policy of a settlement import whose report the provider could not serve (its own, not
@@ -104,6 +111,8 @@ impl WorkerConfig {
             breaker_jitter: Duration::from_secs(1),
             breaker_min_defer: Duration::from_secs(1),
             pending_poll: Duration::from_secs(5),
+            webhook_healthy_within: Duration::from_secs(15 * 60),
+            pending_poll_with_webhooks: Duration::from_secs(10 * 60),
             reconcile_policy: RetryPolicy::reconciliation(),
             import_policy: RetryPolicy::settlement_import(),
             processing_sla: Duration::from_secs(15 * 60),

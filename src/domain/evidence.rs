@@ -41,7 +41,7 @@ text_enum! {
 
 text_enum! {
     /// Which question to the provider the evidence records the answer of.
-    pub enum EvidenceSource("evidence source", 5) {
+    pub enum EvidenceSource("evidence source", 6) {
         /// A lookup by the operation key (reconciliation, an operator's decision).
         ProviderLookup = "provider_lookup",
         /// The answer to the create request itself.
@@ -53,6 +53,9 @@ text_enum! {
         /// The imported reports, which lack a completed withdrawal (SPEC §14.2): a
         /// [`MissingEvidence`].
         SettlementReports = "settlement_reports",
+        /// A lookup by the operation key that a provider event led to (SPEC §15); the event is
+        /// kept beside the answer ([`Evidence::event`]).
+        ProviderWebhook = "provider_webhook",
     }
 }
 
@@ -125,6 +128,10 @@ pub struct Evidence {
     /// The settlement exception a credited return closed (SPEC §14.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exception_id: Option<Uuid>,
+    /// The provider event that led to this lookup, as received (SPEC §15): a trigger kept beside
+    /// the answer, never the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<super::webhook::EventRecord>,
 }
 
 /// Who requested and who approved a two-person decision.
@@ -162,6 +169,7 @@ impl Evidence {
             provider_reference: None,
             approval: None,
             exception_id: None,
+            event: None,
         }
     }
 
@@ -197,6 +205,13 @@ impl Evidence {
     pub fn crediting_return(mut self, exception_id: Uuid) -> Evidence {
         self.source = EvidenceSource::OperatorCreditReturn;
         self.exception_id = Some(exception_id);
+        self
+    }
+
+    /// The answer a provider event led to, with the event beside it.
+    pub fn after_event(mut self, event: super::webhook::EventRecord) -> Evidence {
+        self.source = EvidenceSource::ProviderWebhook;
+        self.event = Some(event);
         self
     }
 
@@ -376,9 +391,10 @@ impl StoredEvidence {
             EvidenceSource::SettlementReports => {
                 Err(UnreadableEvidence("a missing-from-report check is no transition's evidence".into()))
             }
-            EvidenceSource::ProviderLookup | EvidenceSource::ProviderCreate | EvidenceSource::OperatorCreditReturn => {
-                Evidence::read(stored).map(StoredEvidence::from)
-            }
+            EvidenceSource::ProviderLookup
+            | EvidenceSource::ProviderCreate
+            | EvidenceSource::OperatorCreditReturn
+            | EvidenceSource::ProviderWebhook => Evidence::read(stored).map(StoredEvidence::from),
         }
     }
 

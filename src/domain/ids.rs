@@ -47,6 +47,10 @@ id_type!(
     AccountId
 );
 id_type!(
+    /// A provider event as we stored it (SPEC §15); the provider's own id is its `event_id`.
+    WebhookEventId
+);
+id_type!(
     /// A withdrawal; also the provider's idempotency key for its payout (SPEC §4).
     WithdrawalId
 );

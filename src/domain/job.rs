@@ -59,13 +59,15 @@ text_enum! {
 text_enum! {
     /// The built-in job kinds. The worker dispatches over them exhaustively; a stored kind that is
     /// none of these (and no extension handler's) is poison.
-    pub enum JobKind("job kind", 3) {
+    pub enum JobKind("job kind", 4) {
         /// Sends a withdrawal to the payout provider ([`SubmitPayout`]).
         SubmitPayout = "submit_payout",
         /// Looks a payout up at the provider by its operation key ([`ReconcilePayout`]).
         ReconcilePayout = "reconcile_payout",
         /// Fetches, imports and matches a day's settlement report ([`ImportSettlement`]).
         ImportSettlement = "import_settlement",
+        /// Decides on a provider event by the provider's current record ([`ApplyWebhookEvent`]).
+        ApplyWebhookEvent = "apply_webhook_event",
     }
 }
 
@@ -82,6 +84,7 @@ impl JobKind {
             JobKind::SubmitPayout => Queue::Payouts,
             JobKind::ReconcilePayout => Queue::Reconciliation,
             JobKind::ImportSettlement => Queue::Settlement,
+            JobKind::ApplyWebhookEvent => Queue::Reconciliation,
         }
     }
 
@@ -91,6 +94,7 @@ impl JobKind {
             JobKind::SubmitPayout => SubmitPayout::VERSION,
             JobKind::ReconcilePayout => ReconcilePayout::VERSION,
             JobKind::ImportSettlement => ImportSettlement::VERSION,
+            JobKind::ApplyWebhookEvent => ApplyWebhookEvent::VERSION,
         }
     }
 }
@@ -175,6 +179,18 @@ pub struct ImportSettlement {
 
 impl ImportSettlement {
     pub const VERSION: i64 = 2;
+}
+
+/// Payload of [`JobKind::ApplyWebhookEvent`], version [`ApplyWebhookEvent::VERSION`]: the stored
+/// event to decide on (SPEC §15).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyWebhookEvent {
+    pub event: super::WebhookEventId,
+}
+
+impl ApplyWebhookEvent {
+    pub const VERSION: i64 = 1;
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ mod role;
 pub mod settlement;
 mod status;
 mod text_enum;
+pub mod webhook;
 mod withdrawal;
 
 pub use approval::{may_approve, ApprovalKind, NotSecondPerson};
@@ -43,7 +44,7 @@ pub use idempotency::{IdempotencyKey, IdempotencyKeyError, IdempotencyState};
 pub use ids::{
     AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, JobId, LeaseToken, OperatorId,
     ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId,
-    SettlementReportId, TransitionId, WithdrawalId,
+    SettlementReportId, TransitionId, WebhookEventId, WithdrawalId,
 };
 pub use job::{JobKey, JobStatus};
 pub use ledger::EntryKind;
@@ -54,4 +55,5 @@ pub use replay::{check_replay_transition, ReplayAction, ReplayItemStatus, Replay
 pub use role::Role;
 pub use status::{check_transition, path_to_review, Actor, LedgerEffect, TransitionError, WithdrawalStatus};
 pub use text_enum::UnknownValue;
+pub use webhook::WebhookResult;
 pub use withdrawal::{Withdrawal, WithdrawalKey};

@@ -86,6 +86,8 @@ pub enum Actor {
     Reconciliation,
     /// Settlement matching (SPEC §14.2), acting on a report line the provider confirmed.
     Settlement,
+    /// A provider event's job (SPEC §15), acting on the provider's record the event led it to.
+    Webhook,
     Operator(String),
     System,
 }
@@ -97,6 +99,7 @@ impl fmt::Display for Actor {
             Actor::Worker(id) => write!(f, "worker:{id}"),
             Actor::Reconciliation => f.write_str("reconciliation"),
             Actor::Settlement => f.write_str("settlement"),
+            Actor::Webhook => f.write_str("webhook"),
             Actor::Operator(id) => write!(f, "operator:{id}"),
             Actor::System => f.write_str("system"),
         }

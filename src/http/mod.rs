@@ -18,6 +18,7 @@ pub mod input;
 pub mod limits;
 mod openapi;
 pub mod ops;
+pub mod webhooks;
 pub mod withdrawals;
 
 use std::sync::Arc;
@@ -109,6 +110,7 @@ pub fn router() -> Router<AppState> {
         .merge(withdrawals::router())
         .merge(balances::router())
         .merge(health::router())
+        .merge(webhooks::router())
         .merge(openapi::router())
 }
 

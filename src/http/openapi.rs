@@ -18,8 +18,9 @@ use super::AppState;
         super::balances::balances,
         super::health::healthz,
         super::health::readyz,
+        super::webhooks::receive,
     ),
-    components(schemas(super::error::Problem)),
+    components(schemas(super::error::Problem, super::webhooks::WebhookAck)),
     modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;

@@ -17,13 +17,16 @@ pub mod replay;
 pub mod retry;
 pub mod settlement;
 pub mod submit;
+pub mod webhook;
 pub mod worker;
 
 use crate::domain::ReconciliationResult;
 use crate::storage::jobs as job_store;
 use crate::storage::{DbTime, Result, Tx};
 
-pub use crate::domain::job::{ImportSettlement, JobKind, JobType, Queue, ReconcilePayout, SubmitPayout};
+pub use crate::domain::job::{
+    ApplyWebhookEvent, ImportSettlement, JobKind, JobType, Queue, ReconcilePayout, SubmitPayout,
+};
 
 /// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.
 /// Returns the job enqueued, if any.

@@ -130,6 +130,15 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             policy.next_poll(attempts_made, elapsed, &mut rand::thread_rng())
         }
     };
+    // Polling is the safety net while the provider's events arrive (SPEC §15): a pending transfer
+    // is asked about no more often than `pending_poll_with_webhooks`; when they stop, the pace
+    // returns to the policy's by itself.
+    let decision = match decision {
+        RetryDecision::RetryAfter(delay) if result == Outcome::Pending && webhooks_healthy(ctx).await? => {
+            RetryDecision::RetryAfter(delay.max(ctx.config().pending_poll_with_webhooks))
+        }
+        other => other,
+    };
     match decision {
         RetryDecision::RetryAfter(delay) => {
             record(&mut tx, ctx, key, result, None, None, &detail, None).await?;
@@ -144,6 +153,14 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             ctx.dead_letter(tx, &failure).await
         }
     }
+}
+
+/// Whether the provider's events are arriving: the newest was received within
+/// `webhook_healthy_within`.
+async fn webhooks_healthy(ctx: &JobContext) -> anyhow::Result<bool> {
+    let within = TimeDelta::from_std(ctx.config().webhook_healthy_within).unwrap_or(TimeDelta::zero());
+    let last = crate::storage::webhooks::last_received_at(ctx.db()).await?;
+    Ok(last.is_some_and(|at| at.plus(within) > DbTime::now()))
 }
 
 /// Until when an attempt of ours may still reach the provider, if one may: the last attempt's

@@ -22,7 +22,8 @@ use super::context::heartbeat_loop;
 pub use super::context::{Handler, JobContext, Worker, WorkerConfig};
 use super::retry::{Exhausted, RetryDecision};
 use super::{
-    enqueue_reconciliation, payout_batch, reconcile, submit, ImportSettlement, JobKind, ReconcilePayout, SubmitPayout,
+    enqueue_reconciliation, payout_batch, reconcile, submit, ApplyWebhookEvent, ImportSettlement, JobKind,
+    ReconcilePayout, SubmitPayout,
 };
 use crate::dead_letter::{self, Category, Failure};
 use crate::provider::Gateway;
@@ -330,6 +331,10 @@ impl JobContext {
             },
             JobKind::ImportSettlement => match serde_json::from_slice::<ImportSettlement>(&payload) {
                 Ok(p) => super::settlement::handle(self, p).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
+            JobKind::ApplyWebhookEvent => match serde_json::from_slice::<ApplyWebhookEvent>(&payload) {
+                Ok(p) => super::webhook::handle(self, p).await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
         }

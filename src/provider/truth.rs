@@ -204,6 +204,68 @@ impl Verdict {
     }
 }
 
+/// What a provider event (SPEC §15) comes to. The event is a trigger, never proof: `claim` is the
+/// status it announces, `verdict` the provider's current record under the withdrawal's key, and
+/// only what the record confirms is acted on, through the guarded transitions reconciliation
+/// uses. A late event (its `paid` after the record's `returned`) is a no-op; a record that
+/// contradicts the event moves nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventAction {
+    /// The record confirms `paid`: complete the withdrawal (open: processing or in review).
+    Complete,
+    /// The record confirms `failed`: fail the open withdrawal, releasing its hold.
+    Fail,
+    /// The record confirms `returned`: re-credit it once through the returns path (SPEC §14.3),
+    /// completing it first when it is still open (a returned transfer was paid).
+    Return { complete_first: bool },
+    /// The record agrees and nothing is left to change.
+    NoOp(&'static str),
+    /// The record contradicts the event: nothing moves.
+    Mismatch(String),
+    /// The record confirms the event, but contradicts what we decided (the provider reports paid
+    /// or returned a withdrawal we failed, or failed one we completed): nothing moves; operators
+    /// get an exception.
+    Contradiction(&'static str),
+    /// The provider could not answer: ask again later.
+    Ask,
+}
+
+/// The one decision table for provider events (tested exhaustively below).
+pub fn on_event(claim: TransferStatus, verdict: &Verdict, ours: crate::domain::WithdrawalStatus) -> EventAction {
+    use crate::domain::WithdrawalStatus as W;
+    use TransferStatus as T;
+    let record = match verdict {
+        Verdict::Unavailable(_) => return EventAction::Ask,
+        Verdict::Mismatch(_, m) => {
+            return EventAction::Mismatch(format!("the provider's record differs in {}", m.fields.join(", ")))
+        }
+        Verdict::NoTransfer | Verdict::InFlight => {
+            return EventAction::Mismatch("the provider has no transfer under the operation key".into())
+        }
+        Verdict::Pending(t) | Verdict::Paid(t) | Verdict::Returned(t) | Verdict::Failed(t) => t.status,
+    };
+    if record != claim {
+        return match (claim, record) {
+            (T::Paid, T::Returned) => EventAction::NoOp("late: the provider's record has moved on to returned"),
+            _ => EventAction::Mismatch(format!("the event says {claim}; the provider's record says {record}")),
+        };
+    }
+    let open = matches!(ours, W::Processing | W::RequiresReview);
+    match (record, ours) {
+        (_, W::Pending) => EventAction::Mismatch("the withdrawal was never sent to the provider".into()),
+        (T::Pending, _) => EventAction::NoOp("a pending transfer: nothing to decide"),
+        (T::Paid, _) if open => EventAction::Complete,
+        (T::Paid, W::Completed) => EventAction::NoOp("already completed"),
+        (T::Paid, _) => EventAction::Contradiction("the provider reports paid a withdrawal we failed"),
+        (T::Failed, _) if open => EventAction::Fail,
+        (T::Failed, W::Failed) => EventAction::NoOp("already failed"),
+        (T::Failed, _) => EventAction::Contradiction("the provider reports failed a withdrawal we completed"),
+        (T::Returned, _) if open => EventAction::Return { complete_first: true },
+        (T::Returned, W::Completed) => EventAction::Return { complete_first: false },
+        (T::Returned, _) => EventAction::Contradiction("the provider reports returned a withdrawal we failed"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +365,78 @@ mod tests {
                 ("unavailable", true)
             ]
         );
+    }
+
+    /// Every (event, record, our state) triple: only a record that confirms the event acts, a
+    /// `paid` never revives a failed withdrawal, and a late `paid` after `returned` is a no-op.
+    #[test]
+    fn provider_events_act_only_on_what_the_record_confirms() {
+        use crate::domain::WithdrawalStatus as W;
+        use EventAction as A;
+        use TransferStatus as T;
+        let w = withdrawal("40.00");
+        let of = |status| Verdict::of_transfer(&w, &transfer(&w, "40.00", "USD", status));
+        let wrong_amount = Verdict::of_transfer(&w, &transfer(&w, "40.01", "USD", T::Paid));
+        let mismatch = |s: &str| A::Mismatch(s.to_owned());
+        for claim in [T::Paid, T::Failed, T::Returned] {
+            for ours in W::ALL {
+                assert_eq!(on_event(claim, &Verdict::Unavailable("down".into()), ours), A::Ask);
+                assert_eq!(on_event(claim, &wrong_amount, ours), mismatch("the provider's record differs in amount"));
+                for none in [Verdict::NoTransfer, Verdict::InFlight] {
+                    assert_eq!(
+                        on_event(claim, &none, ours),
+                        mismatch("the provider has no transfer under the operation key")
+                    );
+                }
+                assert_eq!(
+                    on_event(claim, &of(T::Pending), ours),
+                    A::Mismatch(format!("the event says {claim}; the provider's record says pending"))
+                );
+            }
+        }
+        let table: &[(T, T, W, A)] = &[
+            (T::Paid, T::Paid, W::Pending, mismatch("the withdrawal was never sent to the provider")),
+            (T::Paid, T::Paid, W::Processing, A::Complete),
+            (T::Paid, T::Paid, W::RequiresReview, A::Complete),
+            (T::Paid, T::Paid, W::Completed, A::NoOp("already completed")),
+            (T::Paid, T::Paid, W::Failed, A::Contradiction("the provider reports paid a withdrawal we failed")),
+            (T::Failed, T::Failed, W::Processing, A::Fail),
+            (T::Failed, T::Failed, W::RequiresReview, A::Fail),
+            (T::Failed, T::Failed, W::Failed, A::NoOp("already failed")),
+            (
+                T::Failed,
+                T::Failed,
+                W::Completed,
+                A::Contradiction("the provider reports failed a withdrawal we completed"),
+            ),
+            (T::Returned, T::Returned, W::Processing, A::Return { complete_first: true }),
+            (T::Returned, T::Returned, W::RequiresReview, A::Return { complete_first: true }),
+            (T::Returned, T::Returned, W::Completed, A::Return { complete_first: false }),
+            (
+                T::Returned,
+                T::Returned,
+                W::Failed,
+                A::Contradiction("the provider reports returned a withdrawal we failed"),
+            ),
+            // Out of order: a paid after the record's returned is late, not news.
+            (T::Paid, T::Returned, W::Completed, A::NoOp("late: the provider's record has moved on to returned")),
+            (T::Paid, T::Returned, W::Processing, A::NoOp("late: the provider's record has moved on to returned")),
+            // A paid after failed never revives; a failed or returned the record does not show moves nothing.
+            (T::Paid, T::Failed, W::Failed, mismatch("the event says paid; the provider's record says failed")),
+            (T::Paid, T::Failed, W::Processing, mismatch("the event says paid; the provider's record says failed")),
+            (T::Failed, T::Paid, W::Processing, mismatch("the event says failed; the provider's record says paid")),
+            (
+                T::Failed,
+                T::Returned,
+                W::Completed,
+                mismatch("the event says failed; the provider's record says returned"),
+            ),
+            (T::Returned, T::Paid, W::Completed, mismatch("the event says returned; the provider's record says paid")),
+            (T::Returned, T::Failed, W::Failed, mismatch("the event says returned; the provider's record says failed")),
+        ];
+        for (claim, record, ours, expected) in table {
+            assert_eq!(&on_event(*claim, &of(*record), *ours), expected, "{claim} on {record}, ours {ours}");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::batch::{Arg, SetUpdate, Sql, Writes, Written};
 use super::{Db, DbTime, Result, Tx, TxConn};
-use crate::domain::job::{ImportSettlement, JobKind, JobType, ReconcilePayout, SubmitPayout};
+use crate::domain::job::{ApplyWebhookEvent, ImportSettlement, JobKind, JobType, ReconcilePayout, SubmitPayout};
 use crate::domain::{AccountId, JobId, JobKey, JobStatus, LeaseToken, WithdrawalId, WithdrawalKey};
 use crate::with_conn;
 
@@ -73,6 +73,16 @@ impl ReconcilePayout {
     /// caller's transaction.
     pub fn job(self, account: AccountId, correlation_id: &str, run_at: DbTime) -> NewJob {
         NewJob::builtin(JobKind::ReconcilePayout, &self, correlation_id, run_at, account, Some(self.withdrawal_id))
+    }
+}
+
+impl ApplyWebhookEvent {
+    /// The job that decides on a stored provider event, to enqueue in the transaction that
+    /// stores it. `account` is the account its key resolved to, or [`AccountId::SYSTEM`]. It
+    /// names no withdrawal on the job row: several events of one withdrawal may wait at once,
+    /// which the one-live-job-per-withdrawal key would refuse.
+    pub fn job(self, account: AccountId, correlation_id: &str, run_at: DbTime) -> NewJob {
+        NewJob::builtin(JobKind::ApplyWebhookEvent, &self, correlation_id, run_at, account, None)
     }
 }
 

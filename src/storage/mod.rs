@@ -29,6 +29,7 @@ pub mod sessions;
 pub mod settlement;
 pub mod time;
 pub mod verify;
+pub mod webhooks;
 pub mod withdrawals;
 
 use std::str::FromStr;

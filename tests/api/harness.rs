@@ -272,6 +272,15 @@ impl TestApp {
     }
 }
 
+/// `id` as a literal of the app's database, for statements written by hand (SQLite stores ids
+/// as blobs, PostgreSQL as uuids).
+pub fn sql_id(app: &TestApp, id: uuid::Uuid) -> String {
+    match app.database_url.starts_with("sqlite:") {
+        true => format!("X'{}'", id.simple()),
+        false => format!("'{id}'"),
+    }
+}
+
 pub fn withdrawal_body(amount: &str) -> Value {
     json!({
         "amount": amount,

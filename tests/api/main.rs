@@ -38,3 +38,4 @@ mod text_inputs;
 mod transitions;
 mod two_person;
 mod validation;
+mod webhooks;

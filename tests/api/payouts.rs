@@ -15,7 +15,7 @@ use withdrawals::storage::withdrawals::{self as store, TransitionOutcome, Transi
 use withdrawals::storage::{attempts, dead_letters, reconciliations};
 
 use crate::both_backends;
-use crate::harness::{provider_mock, worker_config, TestApp};
+use crate::harness::{provider_mock, sql_id, worker_config, TestApp};
 
 both_backends!(
     a_withdrawal_is_paid_once_and_its_hold_settled,
@@ -473,13 +473,6 @@ async fn a_row_reconciliation_moved_during_its_batchs_calls_writes_nothing_and_t
 }
 
 /// The SQL literal of a withdrawal id on the app's backend.
-fn sql_id(app: &TestApp, id: WithdrawalId) -> String {
-    match app.database_url.starts_with("sqlite:") {
-        true => format!("X'{}'", id.0.simple()),
-        false => format!("'{id}'"),
-    }
-}
-
 /// Three withdrawals of 10.00 created before the worker starts, so one claim takes them all: one
 /// batch.
 async fn three_for_one_batch(app: &TestApp, alice: &crate::harness::Customer) -> Vec<WithdrawalId> {
@@ -513,7 +506,7 @@ async fn a_row_whose_version_changed_during_its_batchs_calls_is_not_moved_and_th
 
     // The middle one changes meanwhile, its status unchanged (a concurrent version bump).
     let changed = ids[1];
-    app.execute_raw(&format!("UPDATE withdrawals SET version = version + 1 WHERE id = {}", sql_id(&app, changed)))
+    app.execute_raw(&format!("UPDATE withdrawals SET version = version + 1 WHERE id = {}", sql_id(&app, changed.0)))
         .await;
 
     // The others complete in the batch; the changed one is a stale move: not moved, its own
@@ -546,7 +539,7 @@ async fn one_rows_failing_write_after_the_batchs_calls_leaves_the_others_complet
     // A trigger refuses the middle row's move to `completed`: its write fails in the batch's
     // closing transaction (and in any other, until the trigger is dropped).
     let failing = ids[1];
-    let (target, sqlite) = (sql_id(&app, failing), app.database_url.starts_with("sqlite:"));
+    let (target, sqlite) = (sql_id(&app, failing.0), app.database_url.starts_with("sqlite:"));
     if sqlite {
         app.execute_raw(&format!(
             "CREATE TRIGGER test_fail_one_row BEFORE UPDATE ON withdrawals

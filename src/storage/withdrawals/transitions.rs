@@ -207,6 +207,14 @@ pub async fn applied_many(tx: &mut Tx, reqs: &[&TransitionRequest<'_>]) -> Resul
     for (from, to) in reqs.iter().map(|r| (r.from, r.to)) {
         tx.after_commit(move || crate::metrics::transition(from, to));
     }
+    // A decision on an open outcome (SPEC §15): which channel reached it.
+    for req in reqs.iter().filter(|r| {
+        matches!(r.from, WithdrawalStatus::Processing | WithdrawalStatus::RequiresReview) && r.to.is_terminal()
+    }) {
+        if let Some(source) = crate::metrics::decision_source(req.actor) {
+            tx.after_commit(move || crate::metrics::reconciliation_decision(source));
+        }
+    }
     for req in reqs.iter().filter(|r| r.from == WithdrawalStatus::RequiresReview) {
         let why = format!("withdrawal moved to {} by {}: {}", req.to, req.actor, req.reason);
         crate::storage::review_decisions::supersede(tx, req.key, &why).await?;

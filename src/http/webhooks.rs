@@ -1,0 +1,88 @@
+//! `POST /webhooks/provider` (SPEC §15): the provider's signed events, outside `/v1` and `/ops`
+//! and with no customer or operator credential — the signature is the credential. Thin: the
+//! body is read up to the limit (a longer one is refused before it is read, from its
+//! `Content-Length`, or as soon as it passes the limit), then [`crate::webhooks::receive`]
+//! decides. Without a configured secret the route does not exist (404).
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::correlation::CorrelationId;
+use super::error::ApiError;
+use super::AppState;
+use crate::refusal::ServiceError;
+use crate::storage::DbTime;
+use crate::webhooks::{self, Receipt, Request};
+
+/// What the route answers an event it took.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WebhookAck {
+    /// `accepted` (stored, to be decided on the provider's record), `duplicate` (an event id
+    /// seen before: nothing changed) or `ignored` (a type not handled).
+    pub status: String,
+}
+
+/// Headers kept with an event: everything but credentials and cookies.
+fn kept_headers(headers: &HeaderMap) -> Value {
+    let mut kept = Map::new();
+    for (name, value) in headers {
+        let name = name.as_str();
+        if matches!(name, "authorization" | "cookie" | "proxy-authorization") {
+            continue;
+        }
+        kept.insert(name.to_owned(), Value::String(String::from_utf8_lossy(value.as_bytes()).into_owned()));
+    }
+    Value::Object(kept)
+}
+
+#[utoipa::path(post, path = "/webhooks/provider", tag = "webhooks",
+    description = "The payout provider's signed events (SPEC §15): `Provider-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, \"<t>.<raw body>\")>`. Stored at once and decided later on the provider's own record.",
+    request_body(content = Value, content_type = "application/json", description = "`{id, type, created_at, data: <transfer>}`"),
+    params(("Provider-Signature" = String, Header, description = "t=<unix seconds>,v1=<hex>[,v1=<hex>…]")),
+    responses(
+        (status = 202, body = WebhookAck, description = "stored; its job decides on the provider's record"),
+        (status = 200, body = WebhookAck, description = "a duplicate or an unhandled type: nothing applied"),
+        (status = 400, body = super::error::Problem, content_type = "application/problem+json",
+         description = "webhook_signature_invalid, webhook_timestamp_stale or webhook_malformed: nothing stored"),
+        (status = 404, body = super::error::Problem, content_type = "application/problem+json",
+         description = "webhooks are not configured (no PROVIDER_WEBHOOK_SECRET)"),
+    ))]
+pub async fn receive(
+    State(state): State<AppState>,
+    Extension(correlation): Extension<CorrelationId>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let settings = &state.config().webhooks;
+    if !settings.enabled() {
+        return Err(ApiError::not_found());
+    }
+    let limit = settings.max_body_bytes;
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let over = || {
+        crate::metrics::webhook_event(crate::metrics::WEBHOOK_TYPE_UNKNOWN, "malformed");
+        ApiError::from(ServiceError::malformed("webhook_malformed", format!("the body is over {limit} bytes")))
+    };
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(over());
+    }
+    let Ok(body) = axum::body::to_bytes(body, limit).await else { return Err(over()) };
+    let signature = headers.get(provider_contract::webhook::PROVIDER_SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    let request = Request { signature, headers: kept_headers(&headers), body: &body, correlation_id: &correlation.0 };
+    let (status, ack) = match webhooks::receive(state.db(), settings, request, DbTime::now()).await? {
+        Receipt::Accepted(_) => (StatusCode::ACCEPTED, "accepted"),
+        Receipt::Duplicate => (StatusCode::OK, "duplicate"),
+        Receipt::Ignored(_) => (StatusCode::OK, "ignored"),
+    };
+    Ok((status, Json(WebhookAck { status: ack.to_owned() })).into_response())
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/webhooks/provider", post(receive))
+}

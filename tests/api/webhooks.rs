@@ -1,0 +1,396 @@
+//! Issue 30 (SPEC §15): the provider's signed events. The route checks the signature, the
+//! timestamp and the body, stores the event and answers at once; a job decides on the provider's
+//! own record (the stateful mock, over HTTP), so a forged, replayed, stale or out-of-order event
+//! changes nothing, and a true one moves the withdrawal once, through the guarded transitions.
+
+use std::time::Duration;
+
+use provider_contract::webhook::{header_value, PROVIDER_SIGNATURE_HEADER};
+use provider_mocks::{Settlement, SettlementMode};
+use serde_json::{json, Value};
+use sqlx::Connection;
+use withdrawals::domain::{WebhookResult, WithdrawalId, WithdrawalStatus};
+use withdrawals::provider::LookupOutcome;
+use withdrawals::storage::webhooks::{self as store, EventRow};
+use withdrawals::storage::withdrawals as withdrawal_store;
+
+use crate::harness::{problem_code, sql_id, test_config, worker_config, Backend, Customer, TestApp};
+use crate::{both_backends, on_connection};
+
+both_backends!(
+    with = webhook_app;
+    a_valid_event_is_applied_once_on_the_providers_record,
+    refused_requests_store_and_apply_nothing,
+    a_rotated_second_secret_is_accepted,
+    a_paid_after_failed_never_revives_the_withdrawal,
+    a_well_signed_event_the_record_contradicts_moves_no_money,
+    a_returned_event_re_credits_exactly_once,
+    a_webhook_and_a_poll_racing_make_one_transition,
+    an_event_for_a_transfer_we_do_not_know_is_an_exception,
+);
+
+const WAIT: Duration = Duration::from_secs(25);
+const SECRET: &str = "whsec_current_0123456789";
+const OLD_SECRET: &str = "whsec_previous_0123456789";
+
+/// An app that accepts events signed with either secret (a rotation in progress).
+async fn webhook_app(backend: Backend) -> TestApp {
+    let mut config = test_config();
+    config.webhooks.secrets = withdrawals::config::WebhookSettings::secrets_from(&format!("{SECRET},{OLD_SECRET}"));
+    config.webhooks.max_body_bytes = 4 * 1024;
+    TestApp::spawn_with(backend, config).await
+}
+
+/// A worker that never polls a pending transfer within a test: only an event can decide it.
+fn patient_worker(app: &TestApp) -> tokio_util::sync::CancellationToken {
+    let mut config = worker_config("w-webhooks");
+    config.pending_poll = Duration::from_secs(600);
+    config.reconcile_policy.base_delay = Duration::from_secs(600);
+    config.reconcile_policy.max_delay = Duration::from_secs(600);
+    app.start_worker(app.gateway.clone(), config)
+}
+
+/// The provider's record of a withdrawal's transfer, as its API shows it.
+async fn provider_transfer(app: &TestApp, id: WithdrawalId) -> Value {
+    match app.provider.provider.lookup(&id.to_string(), "webhook-test").await {
+        LookupOutcome::Found(transfers) => serde_json::to_value(&transfers[0]).unwrap(),
+        other => panic!("the provider has no transfer for {id}: {other:?}"),
+    }
+}
+
+fn event(event_id: &str, kind: &str, transfer: &Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({"id": event_id, "type": kind, "created_at": chrono::Utc::now(), "data": transfer}))
+        .unwrap()
+}
+
+/// POSTs `body` with the signature header `signature` (none when `None`).
+async fn post_raw(app: &TestApp, body: Vec<u8>, signature: Option<String>) -> reqwest::Response {
+    let mut request =
+        app.client.post(app.url("/webhooks/provider")).header("content-type", "application/json").body(body);
+    if let Some(signature) = signature {
+        request = request.header(PROVIDER_SIGNATURE_HEADER, signature);
+    }
+    request.send().await.unwrap()
+}
+
+/// POSTs `body` signed now with `secret`, as the provider does.
+async fn deliver(app: &TestApp, body: Vec<u8>, secret: &str) -> reqwest::Response {
+    let signature = header_value(&[secret], chrono::Utc::now().timestamp(), &body);
+    post_raw(app, body, Some(signature)).await
+}
+
+/// The event stored under `event_id`, once its job has decided it.
+async fn decided(app: &TestApp, event_id: &str) -> EventRow {
+    app.eventually("the event decided", WAIT, || async {
+        store::by_event_id(&app.db, event_id).await.unwrap().filter(|e| e.result.is_some())
+    })
+    .await
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    on_connection!(&app.database_url, |conn| sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut conn).await.unwrap())
+}
+
+/// A withdrawal in `processing` whose transfer the provider holds `pending`, decided by nothing
+/// but an event (the worker's polls are minutes away).
+async fn pending_at_provider(app: &TestApp, customer: &Customer, key: &str) -> WithdrawalId {
+    let id = app.create_withdrawal(customer, key, "40.00").await;
+    app.eventually("the transfer at the provider", WAIT, || async {
+        app.provider.mock.transfers().into_iter().any(|t| t.idempotency_key == id.to_string()).then_some(())
+    })
+    .await;
+    app.wait_for_status(id, WithdrawalStatus::Processing, WAIT).await;
+    id
+}
+
+/// [`pending_at_provider`], then the provider's record once the transfer reaches `status`.
+async fn settled_at_provider(app: &TestApp, customer: &Customer, key: &str, status: &str) -> (WithdrawalId, Value) {
+    let id = pending_at_provider(app, customer, key).await;
+    let transfer = app
+        .eventually("the provider's record settled", WAIT, || async {
+            let t = provider_transfer(app, id).await;
+            (t["status"] == status).then_some(t)
+        })
+        .await;
+    (id, transfer)
+}
+
+fn async_settlement(delay_ms: u64, fail_ratio: f64) -> Settlement {
+    Settlement { mode: SettlementMode::Async, delay_ms, fail_ratio }
+}
+
+async fn a_valid_event_is_applied_once_on_the_providers_record(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(200, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let (id, transfer) = settled_at_provider(&app, &alice, "k-paid", "paid").await;
+
+    let body = event("evt_paid_1", "transfer.paid", &transfer);
+    let accepted = deliver(&app, body.clone(), SECRET).await;
+    assert_eq!(accepted.status(), 202);
+    assert_eq!(accepted.json::<Value>().await.unwrap(), json!({"status": "accepted"}));
+    let stored = decided(&app, "evt_paid_1").await;
+    assert_eq!(stored.result, Some(WebhookResult::Applied), "{stored:?}");
+    assert_eq!(store::body(&app.db, stored.id).await.unwrap().unwrap(), body, "the raw body, byte for byte");
+    assert!(stored.headers.0.get("provider-signature").is_some(), "{:?}", stored.headers);
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
+    let last = history.last().unwrap();
+    assert_eq!((last.actor.as_str(), last.to_status), ("webhook", WithdrawalStatus::Completed));
+    let evidence = &last.evidence.as_ref().expect("the decision's evidence").0;
+    assert_eq!(evidence["source"], "provider_webhook");
+    assert_eq!(evidence["verdict"], "paid", "the provider's answer: {evidence}");
+    assert_eq!(evidence["event"]["event_id"], "evt_paid_1", "the event beside it: {evidence}");
+    assert_eq!(evidence["event"]["data"]["id"], transfer["id"]);
+
+    // The same event again (the provider retrying): 200, nothing stored or moved.
+    let again = deliver(&app, body, SECRET).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Value>().await.unwrap(), json!({"status": "duplicate"}));
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events").await, 1);
+    let after = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
+    assert_eq!(after.len(), history.len(), "no second transition");
+    assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "0.00".into(), "40.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn refused_requests_store_and_apply_nothing(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(100, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let (id, transfer) = settled_at_provider(&app, &alice, "k-refused", "paid").await;
+    let body = event("evt_refused", "transfer.paid", &transfer);
+    let now = chrono::Utc::now().timestamp();
+    let valid = header_value(&[SECRET], now, &body);
+    let signature_of = |secret: &str, t: i64| header_value(&[secret], t, &body);
+    let digest = valid.split("v1=").nth(1).unwrap().to_owned();
+    let cases: Vec<(&str, Vec<u8>, Option<String>, &str)> = vec![
+        ("no header", body.clone(), None, "webhook_signature_invalid"),
+        ("a wrong secret", body.clone(), Some(signature_of("whsec_someone_else", now)), "webhook_signature_invalid"),
+        (
+            "another body",
+            event("evt_refused", "transfer.failed", &transfer),
+            Some(valid.clone()),
+            "webhook_signature_invalid",
+        ),
+        ("no timestamp", body.clone(), Some(format!("v1={digest}")), "webhook_signature_invalid"),
+        ("two timestamps", body.clone(), Some(format!("t={now},t={now},v1={digest}")), "webhook_signature_invalid"),
+        ("no v1", body.clone(), Some(format!("t={now},v0={digest}")), "webhook_signature_invalid"),
+        ("a short v1", body.clone(), Some(format!("t={now},v1={}", &digest[..40])), "webhook_signature_invalid"),
+        ("not key=value", body.clone(), Some("garbage".into()), "webhook_signature_invalid"),
+        ("another timestamp", body.clone(), Some(format!("t={},v1={digest}", now - 1)), "webhook_signature_invalid"),
+        ("a stale timestamp", body.clone(), Some(signature_of(SECRET, now - 301)), "webhook_timestamp_stale"),
+        ("a future timestamp", body.clone(), Some(signature_of(SECRET, now + 301)), "webhook_timestamp_stale"),
+    ];
+    for (what, body, signature, code) in cases {
+        let response = post_raw(&app, body, signature).await;
+        let (status, got, problem) = problem_code(response).await;
+        assert_eq!((status, got.as_str()), (400, code), "{what}: {problem:?}");
+        assert!(!format!("{problem:?}").contains("transfer.paid"), "the body is not echoed: {problem:?}");
+    }
+    // Validly signed, but not an event; and a body over the limit, refused before it is read.
+    let not_event = br#"{"hello": "world"}"#.to_vec();
+    let (status, code, _) = problem_code(deliver(&app, not_event, SECRET).await).await;
+    assert_eq!((status, code.as_str()), (400, "webhook_malformed"));
+    let mut huge = transfer.clone();
+    huge["padding"] = Value::String("x".repeat(5 * 1024));
+    let (status, code, _) = problem_code(deliver(&app, event("evt_huge", "transfer.paid", &huge), SECRET).await).await;
+    assert_eq!((status, code.as_str()), (400, "webhook_malformed"), "over WEBHOOK_MAX_BODY_BYTES");
+
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events").await, 0, "nothing stored");
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM jobs WHERE kind = 'apply_webhook_event'").await, 0);
+    let current = withdrawal_store::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::Processing, "nothing applied");
+    // The same body, signed properly, is then taken: the refusals were about the request only.
+    assert_eq!(deliver(&app, body, SECRET).await.status(), 202);
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_rotated_second_secret_is_accepted(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(100, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let (id, transfer) = settled_at_provider(&app, &alice, "k-rotated", "paid").await;
+    // Signed with the old secret only, and one header carrying a wrong and the new signature.
+    assert_eq!(deliver(&app, event("evt_old", "transfer.paid", &transfer), OLD_SECRET).await.status(), 202);
+    let body = event("evt_both", "transfer.paid", &transfer);
+    let both = header_value(&["whsec_wrong", SECRET], chrono::Utc::now().timestamp(), &body);
+    assert_eq!(post_raw(&app, body, Some(both)).await.status(), 202);
+    let first = decided(&app, "evt_old").await;
+    let second = decided(&app, "evt_both").await;
+    let mut results = [first.result.unwrap(), second.result.unwrap()];
+    results.sort();
+    assert_eq!(results, [WebhookResult::Applied, WebhookResult::NoOp], "one moved it, the other found it done");
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_paid_after_failed_never_revives_the_withdrawal(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(100, 1.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let (id, failed) = settled_at_provider(&app, &alice, "k-failed", "failed").await;
+    assert_eq!(deliver(&app, event("evt_failed", "transfer.failed", &failed), SECRET).await.status(), 202);
+    assert_eq!(decided(&app, "evt_failed").await.result, Some(WebhookResult::Applied));
+    app.wait_for_status(id, WithdrawalStatus::Failed, WAIT).await;
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "hold released");
+
+    // A `paid` for the same transfer, arriving late (or forged): the record says failed.
+    let mut paid = failed.clone();
+    paid["status"] = json!("paid");
+    paid["failure_code"] = Value::Null;
+    assert_eq!(deliver(&app, event("evt_paid_late", "transfer.paid", &paid), SECRET).await.status(), 202);
+    let late = decided(&app, "evt_paid_late").await;
+    assert_eq!(late.result, Some(WebhookResult::Mismatch), "{late:?}");
+    assert!(late.detail.as_deref().unwrap().contains("the provider's record says failed"), "{late:?}");
+    let current = withdrawal_store::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::Failed);
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "nothing moved");
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_well_signed_event_the_record_contradicts_moves_no_money(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(600_000, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let id = pending_at_provider(&app, &alice, "k-forged").await;
+    let record = provider_transfer(&app, id).await;
+    assert_eq!(record["status"], "pending");
+    // Signed with our secret (a leaked one, or a confused provider): says paid; the record does not.
+    let mut forged = record.clone();
+    forged["status"] = json!("paid");
+    assert_eq!(deliver(&app, event("evt_forged", "transfer.paid", &forged), SECRET).await.status(), 202);
+    let stored = decided(&app, "evt_forged").await;
+    assert_eq!(stored.result, Some(WebhookResult::Mismatch), "{stored:?}");
+    assert_eq!(stored.detail.as_deref(), Some("the event says paid; the provider's record says pending"));
+    assert_eq!(stored.provider_record.as_ref().unwrap().0["verdict"], "pending", "the record it rested on");
+    // Another amount, status matching nothing we hold either.
+    let mut other_amount = record.clone();
+    other_amount["amount"] = json!("39.00");
+    assert_eq!(deliver(&app, event("evt_amount", "transfer.paid", &other_amount), SECRET).await.status(), 202);
+    assert_eq!(decided(&app, "evt_amount").await.result, Some(WebhookResult::Mismatch));
+
+    let current = withdrawal_store::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!(current.status, WithdrawalStatus::Processing, "no money moved");
+    assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "40.00".into(), "0.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_returned_event_re_credits_exactly_once(app: TestApp) {
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-returned", "25.50").await;
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()));
+    // Before the bank returns it, a `returned` event is contradicted by the record.
+    let paid = provider_transfer(&app, id).await;
+    let mut early = paid.clone();
+    early["status"] = json!("returned");
+    assert_eq!(deliver(&app, event("evt_returned_early", "transfer.returned", &early), SECRET).await.status(), 202);
+    assert_eq!(decided(&app, "evt_returned_early").await.result, Some(WebhookResult::Mismatch));
+    assert_eq!(app.usd_balance(&alice).await, ("74.50".into(), "0.00".into(), "25.50".into()));
+
+    assert!(app.provider.mock.return_transfer(&id.to_string(), "R01"));
+    let returned = provider_transfer(&app, id).await;
+    assert_eq!(returned["status"], "returned");
+    assert_eq!(deliver(&app, event("evt_returned", "transfer.returned", &returned), SECRET).await.status(), 202);
+    assert_eq!(decided(&app, "evt_returned").await.result, Some(WebhookResult::Applied));
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "re-credited");
+    // The provider sends it again under a new event id, and a late `paid` arrives after it.
+    assert_eq!(deliver(&app, event("evt_returned_2", "transfer.returned", &returned), SECRET).await.status(), 202);
+    assert_eq!(deliver(&app, event("evt_paid_after", "transfer.paid", &paid), SECRET).await.status(), 202);
+    let again = decided(&app, "evt_returned_2").await;
+    assert_eq!(
+        (again.result, again.detail.as_deref()),
+        (Some(WebhookResult::NoOp), Some("the return was credited before"))
+    );
+    let late = decided(&app, "evt_paid_after").await;
+    assert_eq!(late.result, Some(WebhookResult::NoOp), "{late:?}");
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "exactly once");
+    let key = app.key(id).await;
+    assert_eq!(withdrawal_store::find(&app.db, id).await.unwrap().unwrap().status, WithdrawalStatus::Completed);
+    let returns = format!("SELECT COUNT(*) FROM payout_returns WHERE account_id = {}", sql_id(&app, key.account.0));
+    assert_eq!(count(&app, &returns).await, 1);
+    app.assert_ledger_invariant().await;
+}
+
+async fn a_webhook_and_a_poll_racing_make_one_transition(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(100, 0.0));
+    let worker = patient_worker(&app);
+    let alice = app.customer("100.00").await;
+    let (id, transfer) = settled_at_provider(&app, &alice, "k-race", "paid").await;
+    worker.cancel();
+    // The poll due now and the event arrive together; two workers take them at once.
+    let key = app.key(id).await;
+    app.execute_raw(&format!(
+        "UPDATE jobs SET run_at = created_at WHERE withdrawal_id = {} AND kind = 'reconcile_payout' AND status = 'scheduled'",
+        sql_id(&app, id.0)
+    ))
+    .await;
+    assert_eq!(deliver(&app, event("evt_race", "transfer.paid", &transfer), SECRET).await.status(), 202);
+    let _a = app.start_worker(app.gateway.clone(), worker_config("w-race-a")).drop_guard();
+    let _b = app.start_worker(app.gateway.clone(), worker_config("w-race-b")).drop_guard();
+    decided(&app, "evt_race").await;
+    app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    app.eventually("the poll done", WAIT, || async {
+        let live = count(
+            &app,
+            &format!(
+                "SELECT COUNT(*) FROM jobs WHERE withdrawal_id = {} AND status IN ('scheduled', 'running')",
+                sql_id(&app, id.0)
+            ),
+        )
+        .await;
+        (live == 0).then_some(())
+    })
+    .await;
+    let history = withdrawal_store::transitions(&app.db, key).await.unwrap();
+    let completions: Vec<_> = history.iter().filter(|t| t.to_status == WithdrawalStatus::Completed).collect();
+    assert_eq!(completions.len(), 1, "one transition: {history:?}");
+    assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "0.00".into(), "40.00".into()));
+    app.assert_ledger_invariant().await;
+}
+
+async fn an_event_for_a_transfer_we_do_not_know_is_an_exception(app: TestApp) {
+    let _worker = patient_worker(&app).drop_guard();
+    // A transfer someone made at the provider under a key that is no withdrawal of ours.
+    let stranger = uuid::Uuid::new_v4().to_string();
+    let created = app
+        .client
+        .post(format!("{}/v1/transfers", app.provider.mock.url()))
+        .bearer_auth("test-provider-key")
+        .header("Idempotency-Key", &stranger)
+        .json(&json!({"reference": stranger, "amount": "12.00", "currency": "USD",
+                      "destination": {"type": "bank_account", "account_number": "12345678", "bank_code": "021000021"}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{}", created.text().await.unwrap());
+    let transfer: Value = created.json().await.unwrap();
+    assert_eq!(deliver(&app, event("evt_stranger", "transfer.paid", &transfer), SECRET).await.status(), 202);
+    let stored = decided(&app, "evt_stranger").await;
+    assert_eq!(stored.result, Some(WebhookResult::UnknownTransfer), "{stored:?}");
+    let exceptions = count(
+        &app,
+        &format!(
+            "SELECT COUNT(*) FROM settlement_exceptions WHERE kind = 'unknown_transfer' AND transfer_id = '{}'",
+            transfer["id"].as_str().unwrap()
+        ),
+    )
+    .await;
+    assert_eq!(exceptions, 1, "one exception for operators");
+    // A transfer the provider does not show at all: forged, nothing opened.
+    let forged = json!({"id": "tr_forged", "reference": uuid::Uuid::new_v4().to_string(), "amount": "5.00", "currency": "USD", "status": "paid"});
+    assert_eq!(deliver(&app, event("evt_nobody", "transfer.paid", &forged), SECRET).await.status(), 202);
+    let nobody = decided(&app, "evt_nobody").await;
+    assert_eq!(
+        (nobody.result, nobody.detail.as_deref()),
+        (Some(WebhookResult::Mismatch), Some("the provider shows no such transfer"))
+    );
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM settlement_exceptions").await, 1);
+    // An event of a type the service does not handle is taken and recorded, nothing more.
+    let other = deliver(&app, event("evt_other", "transfer.created", &transfer), SECRET).await;
+    assert_eq!(other.status(), 200);
+    assert_eq!(store::by_event_id(&app.db, "evt_other").await.unwrap().unwrap().result, Some(WebhookResult::NoOp));
+}
