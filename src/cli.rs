@@ -122,6 +122,12 @@ pub enum Command {
         seed: u64,
         #[arg(long)]
         api_key: Option<String>,
+        /// Where the mock sends its signed events (SPEC §15); none, it sends nothing.
+        #[arg(long, env = "PROVIDER_MOCK_WEBHOOK_URL")]
+        webhook_url: Option<String>,
+        /// The secrets it signs them with, comma-separated (one `v1=` each).
+        #[arg(long, env = "PROVIDER_MOCK_WEBHOOK_SECRET", value_delimiter = ',', hide_env_values = true)]
+        webhook_secret: Vec<String>,
     },
     /// The operator audit log (calls /ops/v1).
     Audit {
@@ -460,7 +466,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => startup::run(args.settings(&cli.database_url, cli.migration_database_url)?).await,
         Command::Status { conn } => ops_cli::status(&conn).await,
-        Command::ProviderMock { port, seed, api_key } => startup::run_provider_mock(port, seed, api_key).await,
+        Command::ProviderMock { port, seed, api_key, webhook_url, webhook_secret } => {
+            let webhooks =
+                provider_mocks::WebhookSettings { url: webhook_url, secrets: webhook_secret, ..Default::default() };
+            startup::run_provider_mock(port, seed, api_key, webhooks).await
+        }
         Command::Breakers { command, conn } => ops_cli::breakers(&conn, command).await,
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
         Command::Settlement { conn, command } => ops_cli::settlement(&conn, command).await,

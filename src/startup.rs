@@ -379,11 +379,17 @@ impl Application {
 
 /// Runs the provider mock as a process (`withdrawals provider-mock`, used by `chaos`) until
 /// SIGTERM or Ctrl-C; says where it listens on stdout.
-pub async fn run_provider_mock(port: u16, seed: u64, api_key: Option<String>) -> anyhow::Result<()> {
+pub async fn run_provider_mock(
+    port: u16,
+    seed: u64,
+    api_key: Option<String>,
+    webhooks: provider_mocks::WebhookSettings,
+) -> anyhow::Result<()> {
     let config = provider_mocks::MockConfig {
         addr: Some(SocketAddr::from(([127, 0, 0, 1], port))),
         api_key,
         seed,
+        webhooks,
         ..provider_mocks::MockConfig::default()
     };
     let mock = provider_mocks::spawn(config).await?;
