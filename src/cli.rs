@@ -92,6 +92,13 @@ pub enum Command {
         #[command(subcommand)]
         command: ops_cli::SettlementCommand,
     },
+    /// The provider's webhook events and what each came to: list and show (calls /ops/v1).
+    Webhooks {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::WebhooksCommand,
+    },
     /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
     Review {
         #[command(flatten)]
@@ -474,6 +481,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Breakers { command, conn } => ops_cli::breakers(&conn, command).await,
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
         Command::Settlement { conn, command } => ops_cli::settlement(&conn, command).await,
+        Command::Webhooks { conn, command } => ops_cli::webhooks(&conn, command).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,

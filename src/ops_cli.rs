@@ -1,5 +1,5 @@
 //! The operator commands of the CLI, one file per command group (`status`, `breakers`, `ledger`,
-//! `review`, `dlq`, `replay`, `audit`, `settlement`, `accounts fund` in `credits`, and the
+//! `review`, `dlq`, `replay`, `audit`, `settlement`, `webhooks`, `accounts fund` in `credits`, and the
 //! credential lifecycle in `credentials`: `accounts keys …`, `operators …`), over one [`client`]:
 //! thin clients of `/ops/v1` (paths from [`crate::ops::routes`]), so roles and the audit log apply exactly as they do over HTTP.
 //! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
@@ -22,6 +22,7 @@ mod ledger;
 mod replay;
 mod review;
 mod status;
+mod webhooks;
 
 use clap::Args;
 
@@ -35,6 +36,7 @@ pub use replay::{replay, ReplayCommand};
 pub use review::{review, ReviewCommand};
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
 pub use status::status;
+pub use webhooks::{webhooks, WebhooksCommand};
 
 #[derive(Debug, Args, Clone)]
 pub struct Connection {

@@ -24,6 +24,7 @@ pub mod review;
 pub mod routes;
 pub mod settlement;
 pub mod types;
+pub mod webhooks;
 
 pub use crate::config::ReplaySettings;
 

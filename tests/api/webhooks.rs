@@ -10,11 +10,13 @@ use provider_mocks::{Settlement, SettlementMode};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use withdrawals::domain::{WebhookResult, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::WebhookEventView;
 use withdrawals::provider::LookupOutcome;
 use withdrawals::storage::webhooks::{self as store, EventRow};
 use withdrawals::storage::withdrawals as withdrawal_store;
 
 use crate::harness::{problem_code, sql_id, test_config, worker_config, Backend, Customer, TestApp};
+use crate::ops::cli;
 use crate::{both_backends, on_connection};
 
 both_backends!(
@@ -27,6 +29,8 @@ both_backends!(
     a_returned_event_re_credits_exactly_once,
     a_webhook_and_a_poll_racing_make_one_transition,
     an_event_for_a_transfer_we_do_not_know_is_an_exception,
+    operators_read_each_event_and_what_it_came_to,
+    with_webhooks_healthy_the_event_decides_and_polling_waits,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -393,4 +397,115 @@ async fn an_event_for_a_transfer_we_do_not_know_is_an_exception(app: TestApp) {
     let other = deliver(&app, event("evt_other", "transfer.created", &transfer), SECRET).await;
     assert_eq!(other.status(), 200);
     assert_eq!(store::by_event_id(&app.db, "evt_other").await.unwrap().unwrap().result, Some(WebhookResult::NoOp));
+}
+
+async fn operators_read_each_event_and_what_it_came_to(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(600_000, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let id = pending_at_provider(&app, &alice, "k-ops").await;
+    let mut forged = provider_transfer(&app, id).await;
+    forged["status"] = json!("paid");
+    let body = event("evt_ops", "transfer.paid", &forged);
+    assert_eq!(deliver(&app, body.clone(), SECRET).await.status(), 202);
+    let stored = decided(&app, "evt_ops").await;
+    let viewer = app.operator("viewer").await;
+
+    // The ops API: by result, newest first; one event with its raw body and the record.
+    let path = "/ops/v1/webhook-events?result=mismatch";
+    let page: withdrawals::ops::types::Page<WebhookEventView> = app.ops_get(&viewer, path).await;
+    assert_eq!(page.data.len(), 1, "{page:?}");
+    assert_eq!((page.data[0].event_id.as_str(), page.data[0].result.as_str()), ("evt_ops", "mismatch"));
+    assert_eq!(page.data[0].withdrawal_id, Some(id.0));
+    let none: withdrawals::ops::types::Page<WebhookEventView> =
+        app.ops_get(&viewer, "/ops/v1/webhook-events?result=applied").await;
+    assert!(none.data.is_empty());
+    let shown: WebhookEventView = app.ops_get(&viewer, &format!("/ops/v1/webhook-events/{}", stored.id)).await;
+    assert_eq!(shown.body.as_deref().map(str::as_bytes), Some(&body[..]));
+    assert_eq!(shown.provider_record.as_ref().unwrap()["verdict"], "pending");
+    let bad = app.client.get(app.url("/ops/v1/webhook-events?result=maybe")).bearer_auth(&viewer).send().await.unwrap();
+    assert_eq!(problem_code(bad).await.1, "invalid_result");
+    let anonymous = app.client.get(app.url("/ops/v1/webhook-events")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+
+    // The CLI, through the same route.
+    let listed = cli(&app, &viewer, &["webhooks", "list", "--result", "mismatch"]);
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(table.contains(&stored.id.to_string()) && table.contains("mismatch"), "{table}");
+    let show = cli(&app, &viewer, &["webhooks", "show", &stored.id.to_string()]);
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(text.contains("evt_ops") && text.contains("\"verdict\": \"pending\""), "{text}");
+    let refused = cli(&app, &viewer, &["webhooks", "show", "not-an-id"]);
+    assert!(!refused.status.success());
+    assert_eq!(String::from_utf8_lossy(&refused.stderr).trim().lines().count(), 1, "one line");
+}
+
+/// The provider's own events, end to end: the mock sends a signed event when a transfer settles.
+/// While events arrive, a pending transfer is polled every ten minutes, and its event completes it
+/// within seconds of the settle; when events stop, polling returns to its own pace by itself.
+async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp) {
+    let url = app.url("/webhooks/provider");
+    let settings =
+        provider_mocks::WebhookSettings { url: Some(url), secrets: vec![SECRET.into()], ..Default::default() };
+    app.provider.mock.set_webhooks(settings).unwrap();
+    let mut config = worker_config("w-healthy");
+    config.pending_poll = Duration::from_millis(50);
+    config.webhook_healthy_within = Duration::from_secs(3600);
+    config.pending_poll_with_webhooks = Duration::from_secs(600);
+    let first_worker = app.start_worker(app.gateway.clone(), config.clone());
+    let alice = app.customer("100.00").await;
+
+    // A first payout, paid at once: its event makes webhooks healthy.
+    let warm = app.create_withdrawal(&alice, "k-warm", "10.00").await;
+    app.wait_for_status(warm, WithdrawalStatus::Completed, WAIT).await;
+    app.eventually("the first event stored", WAIT, || async { store::last_received_at(&app.db).await.unwrap() }).await;
+
+    // A pending one: polled once, then not again for ten minutes.
+    app.provider.mock.set_settlement(async_settlement(1_500, 0.0));
+    let id = app.create_withdrawal(&alice, "k-slow", "40.00").await;
+    let key = app.key(id).await;
+    let deferred = app
+        .eventually("the pending poll deferred", WAIT, || async {
+            let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, key).await.unwrap();
+            jobs.into_iter().find(|j| {
+                j.kind == "reconcile_payout"
+                    && j.attempts >= 1
+                    && j.run_at.0 > chrono::Utc::now() + chrono::TimeDelta::minutes(9)
+            })
+        })
+        .await;
+    assert_eq!(deferred.status, withdrawals::domain::JobStatus::Scheduled);
+
+    // The mock settles it and sends `transfer.paid`: completed by the event, long before any poll.
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(15)).await;
+    let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
+    assert_eq!(history.last().unwrap().actor, "webhook", "{history:?}");
+    let delivered = app.provider.mock.webhook_deliveries();
+    assert!(
+        delivered
+            .iter()
+            .any(|d| d.event_type == provider_contract::webhook::EventType::TransferPaid && d.status == Some(202)),
+        "{delivered:?}"
+    );
+    first_worker.cancel();
+
+    // Events stop (a worker that counts them healthy for 300 ms only): a pending transfer is
+    // polled at the policy's own pace again.
+    app.provider.mock.set_settlement(async_settlement(600_000, 0.0));
+    config.webhook_healthy_within = Duration::from_millis(300);
+    app.eventually("no event for 300 ms", WAIT, || async {
+        let last = store::last_received_at(&app.db).await.unwrap().unwrap();
+        (last.0 + chrono::TimeDelta::milliseconds(300) < chrono::Utc::now()).then_some(())
+    })
+    .await;
+    let _second = app.start_worker(app.gateway.clone(), config).drop_guard();
+    let stuck = app.create_withdrawal(&alice, "k-stuck", "5.00").await;
+    let stuck_key = app.key(stuck).await;
+    app.eventually("polled again and again", WAIT, || async {
+        let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, stuck_key).await.unwrap();
+        jobs.into_iter().find(|j| j.kind == "reconcile_payout" && j.attempts >= 3)
+    })
+    .await;
+    app.assert_ledger_invariant().await;
 }

@@ -18,6 +18,7 @@ mod overview;
 mod replays;
 mod review;
 mod settlement;
+mod webhooks;
 
 use std::marker::PhantomData;
 
@@ -43,6 +44,7 @@ pub fn router() -> Router<AppState> {
         .merge(credits::router())
         .merge(ledger::router())
         .merge(settlement::router())
+        .merge(webhooks::router())
 }
 
 impl FromRequestParts<AppState> for Operator {

@@ -15,6 +15,7 @@ mod queries;
 mod replays;
 mod review;
 mod settlement;
+mod webhooks;
 
 pub use credentials::*;
 pub use dead_letters::*;
@@ -23,6 +24,7 @@ pub use queries::*;
 pub use replays::*;
 pub use review::*;
 pub use settlement::*;
+pub use webhooks::*;
 
 use serde::{Deserialize, Serialize};
 
