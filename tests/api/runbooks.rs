@@ -240,6 +240,8 @@ fn every_alert_has_a_severity_a_summary_a_runbook_page_and_known_metrics() {
         "settlement_exception_oldest_open_age_seconds",
         "ledger_check_failing",
         "auth_failures_total",
+        "webhook_events_total",
+        "webhook_last_received_timestamp_seconds",
     ];
     for subject in subjects {
         assert!(rules.iter().any(|r| r.expr.contains(subject)), "no alert reads {subject}");
@@ -350,6 +352,18 @@ fn the_on_call_pages_show_the_kill_switch_reconcile_now_and_the_archive() {
         ("alert-dead-letter-depth.md", &["withdrawals dlq summary", " --oldest-first"][..]),
         ("stuck-processing.md", &["withdrawals review reconcile "][..]),
         ("dead-letter-triage.md", &["withdrawals dlq export --before "][..]),
+        (
+            "alert-webhook-mismatch-run.md",
+            &["withdrawals webhooks list --result mismatch", "withdrawals webhooks show "][..],
+        ),
+        (
+            "alert-webhooks-silent.md",
+            &["withdrawals review list --status processing", "withdrawals review reconcile "][..],
+        ),
+        (
+            "webhook-secret-rotation.md",
+            &["withdrawals webhooks list --result mismatch", "withdrawals review reconcile "][..],
+        ),
     ] {
         let commands = shown(name);
         for command in wanted {
