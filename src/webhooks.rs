@@ -45,6 +45,8 @@ pub struct Request<'a> {
     pub headers: Value,
     pub body: &'a [u8],
     pub correlation_id: &'a str,
+    /// Who sent it (the peer, or the trusted proxy's `X-Forwarded-For`): logged with a refusal.
+    pub source: &'a str,
 }
 
 /// The event fields read before anything is stored: its type may be one the service does not
@@ -57,10 +59,10 @@ struct Envelope {
     data: Value,
 }
 
-/// Refused: counted, logged without the body, and answered 400 with `code`.
-fn refuse(result: &'static str, code: &str, detail: &str) -> ServiceError {
+/// Refused: counted, logged with its source but without the body, and answered 400 with `code`.
+fn refuse(source: &str, result: &'static str, code: &str, detail: &str) -> ServiceError {
     metrics::webhook_event(WEBHOOK_TYPE_UNKNOWN, result);
-    tracing::warn!(code, detail, "provider webhook refused");
+    tracing::warn!(code, detail, source, "provider webhook refused");
     ServiceError::malformed(code, detail)
 }
 
@@ -69,30 +71,35 @@ fn refuse(result: &'static str, code: &str, detail: &str) -> ServiceError {
 pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, now: DbTime) -> ServiceResult<Receipt> {
     if request.body.len() > settings.max_body_bytes {
         let detail = format!("the body is over {} bytes", settings.max_body_bytes);
-        return Err(refuse("malformed", "webhook_malformed", &detail));
+        return Err(refuse(request.source, "malformed", "webhook_malformed", &detail));
     }
     let invalid = "no valid signature for this body";
     let Some(header) = request.signature.and_then(|h| SignatureHeader::parse(h).ok()) else {
-        return Err(refuse("bad_signature", "webhook_signature_invalid", invalid));
+        return Err(refuse(request.source, "bad_signature", "webhook_signature_invalid", invalid));
     };
     let secrets: Vec<&str> = settings.secrets.iter().map(|s| s.expose_secret()).collect();
     if !header.verify(&secrets, request.body) {
-        return Err(refuse("bad_signature", "webhook_signature_invalid", invalid));
+        return Err(refuse(request.source, "bad_signature", "webhook_signature_invalid", invalid));
     }
     let skew = now.0.timestamp().abs_diff(header.timestamp);
     if Duration::from_secs(skew) > settings.tolerance {
         let detail = format!("the signature's timestamp is more than {} s from now", settings.tolerance.as_secs());
-        return Err(refuse("stale", "webhook_timestamp_stale", &detail));
+        return Err(refuse(request.source, "stale", "webhook_timestamp_stale", &detail));
     }
     let Ok(envelope) = serde_json::from_slice::<Envelope>(request.body) else {
-        return Err(refuse("malformed", "webhook_malformed", "the body is not a provider event"));
+        return Err(refuse(request.source, "malformed", "webhook_malformed", "the body is not a provider event"));
     };
     let Some(signed_at) = chrono::DateTime::from_timestamp(header.timestamp, 0) else {
-        return Err(refuse("malformed", "webhook_malformed", "the signature's timestamp is out of range"));
+        return Err(refuse(
+            request.source,
+            "malformed",
+            "webhook_malformed",
+            "the signature's timestamp is out of range",
+        ));
     };
     let kind = EventType::ALL.into_iter().find(|t| t.as_str() == envelope.kind);
     if kind.is_some() && serde_json::from_slice::<Event<crate::provider::Transfer>>(request.body).is_err() {
-        return Err(refuse("malformed", "webhook_malformed", "the event's transfer cannot be read"));
+        return Err(refuse(request.source, "malformed", "webhook_malformed", "the event's transfer cannot be read"));
     }
     let label = kind.map_or(WEBHOOK_TYPE_OTHER, EventType::as_str);
     let text = |field: &str| envelope.data.get(field).and_then(Value::as_str).map(str::to_owned);

@@ -56,9 +56,12 @@ fn kept_headers(headers: &HeaderMap) -> Value {
 pub async fn receive(
     State(state): State<AppState>,
     Extension(correlation): Extension<CorrelationId>,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let (parts, body): (_, Body) = request.into_parts();
+    let headers = &parts.headers;
+    // Who sent it, for the refusal's log line (the same reading as the auth-failure limiter's).
+    let source = state.auth_guard().source(headers, &parts.extensions).to_string();
     let settings = &state.config().webhooks;
     if !settings.enabled() {
         return Err(ApiError::not_found());
@@ -67,6 +70,7 @@ pub async fn receive(
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let over = || {
         crate::metrics::webhook_event(crate::metrics::WEBHOOK_TYPE_UNKNOWN, "malformed");
+        tracing::warn!(code = "webhook_malformed", source = %source, "provider webhook refused: body over the limit");
         ApiError::from(ServiceError::malformed("webhook_malformed", format!("the body is over {limit} bytes")))
     };
     if declared.is_some_and(|n| n > limit as u64) {
@@ -74,7 +78,13 @@ pub async fn receive(
     }
     let Ok(body) = axum::body::to_bytes(body, limit).await else { return Err(over()) };
     let signature = headers.get(provider_contract::webhook::PROVIDER_SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
-    let request = Request { signature, headers: kept_headers(&headers), body: &body, correlation_id: &correlation.0 };
+    let request = Request {
+        signature,
+        headers: kept_headers(headers),
+        body: &body,
+        correlation_id: &correlation.0,
+        source: &source,
+    };
     let (status, ack) = match webhooks::receive(state.db(), settings, request, DbTime::now()).await? {
         Receipt::Accepted(_) => (StatusCode::ACCEPTED, "accepted"),
         Receipt::Duplicate => (StatusCode::OK, "duplicate"),
