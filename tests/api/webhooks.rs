@@ -481,6 +481,13 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
     let done = app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(15)).await;
     let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
     assert_eq!(history.last().unwrap().actor, "webhook", "{history:?}");
+    // Counted by the channel that decided (this process's recorder, shared by the tests: at least this one).
+    let metrics = app.metrics().send().await.unwrap().text().await.unwrap();
+    let by_webhook = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("reconciliation_decisions_total{source=\"webhook\"} "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(by_webhook.is_some_and(|n| n >= 1.0), "{by_webhook:?}");
     let delivered = app.provider.mock.webhook_deliveries();
     assert!(
         delivered
