@@ -237,8 +237,8 @@ pub struct ServeArgs {
     pub settlement_import_hour: u32,
     /// The provider webhook's signing secrets, comma-separated (several at once while rotating);
     /// unset, `POST /webhooks/provider` does not exist.
-    #[arg(long, env = "PROVIDER_WEBHOOK_SECRET", hide_env_values = true, default_value = "")]
-    pub provider_webhook_secret: String,
+    #[arg(long, env = "PROVIDER_WEBHOOK_SECRET", hide_env_values = true, value_parser = secret_list)]
+    pub provider_webhook_secret: Option<SecretList>,
     /// How far a webhook signature's timestamp may be from now, in seconds.
     #[arg(long, env = "WEBHOOK_TOLERANCE_S", default_value_t = crate::config::webhook_defaults::DEFAULT_TOLERANCE_S)]
     pub webhook_tolerance_s: u64,
@@ -339,6 +339,15 @@ pub struct WorkerTuning {
     /// Or once the job is this old.
     #[arg(long, env = "HANDLER_ERROR_MAX_ELAPSED_MS", default_value_t = ms(worker_default().handler_error_policy.max_elapsed))]
     pub handler_error_max_elapsed_ms: u64,
+}
+
+/// `PROVIDER_WEBHOOK_SECRET`: the comma-separated list, read straight into secret values (never a
+/// plain `String` a `Debug` print could show).
+#[derive(Debug, Clone)]
+pub struct SecretList(pub Vec<secrecy::SecretString>);
+
+fn secret_list(value: &str) -> Result<SecretList, String> {
+    Ok(SecretList(crate::config::WebhookSettings::secrets_from(value)))
 }
 
 /// The settings every flag of [`WorkerTuning`] defaults to.
@@ -581,7 +590,7 @@ impl ServeArgs {
             max_report_lines: self.settlement_max_report_lines.max(1),
         };
         config.webhooks = crate::config::WebhookSettings {
-            secrets: crate::config::WebhookSettings::secrets_from(&self.provider_webhook_secret),
+            secrets: self.provider_webhook_secret.map(|list| list.0).unwrap_or_default(),
             tolerance: Duration::from_secs(self.webhook_tolerance_s),
             max_body_bytes: self.webhook_max_body_bytes.max(1),
         };

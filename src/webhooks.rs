@@ -26,6 +26,9 @@ use crate::refusal::{ServiceError, ServiceResult};
 use crate::storage::webhooks::{self as store, EventRow};
 use crate::storage::{jobs as job_store, withdrawals, Db, DbTime};
 
+/// The longest provider event id kept (an id is unique; a longer one is refused as malformed).
+pub const MAX_EVENT_ID_BYTES: usize = 255;
+
 /// What a request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Receipt {
@@ -89,6 +92,10 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
     let Ok(envelope) = serde_json::from_slice::<Envelope>(request.body) else {
         return Err(refuse(request.source, "malformed", "webhook_malformed", "the body is not a provider event"));
     };
+    if envelope.id.is_empty() || envelope.id.len() > MAX_EVENT_ID_BYTES {
+        let detail = format!("the event id must be 1 to {MAX_EVENT_ID_BYTES} bytes");
+        return Err(refuse(request.source, "malformed", "webhook_malformed", &detail));
+    }
     let Some(signed_at) = chrono::DateTime::from_timestamp(header.timestamp, 0) else {
         return Err(refuse(
             request.source,
@@ -97,10 +104,11 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
             "the signature's timestamp is out of range",
         ));
     };
-    let kind = EventType::ALL.into_iter().find(|t| t.as_str() == envelope.kind);
-    if kind.is_some() && serde_json::from_slice::<Event<crate::provider::Transfer>>(request.body).is_err() {
-        return Err(refuse(request.source, "malformed", "webhook_malformed", "the event's transfer cannot be read"));
-    }
+    // A handled type whose transfer this version cannot read (a new status, a missing amount) is
+    // kept, as an unhandled type is, rather than refused and lost: the provider would retry it
+    // in vain, and polling decides the withdrawal meanwhile.
+    let readable = serde_json::from_slice::<Event<crate::provider::Transfer>>(request.body).is_ok();
+    let kind = EventType::ALL.into_iter().find(|t| t.as_str() == envelope.kind).filter(|_| readable);
     let label = kind.map_or(WEBHOOK_TYPE_OTHER, EventType::as_str);
     let text = |field: &str| envelope.data.get(field).and_then(Value::as_str).map(str::to_owned);
     let operation_key = text("reference");
@@ -120,7 +128,7 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
         operation_key,
         signed_at: DbTime(signed_at),
         received_at: now,
-        headers: Json(crate::redact::json(&request.headers)),
+        headers: Json(kept_headers(&request.headers)),
         account_id: withdrawal.as_ref().map(|w| w.account_id),
         withdrawal_id: withdrawal.as_ref().map(|w| w.id),
         job_id: None,
@@ -139,7 +147,10 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
         }
         None => {
             row.result = Some(WebhookResult::NoOp);
-            row.detail = Some(format!("type `{}` is not handled", envelope.kind));
+            row.detail = Some(match EventType::ALL.iter().any(|t| t.as_str() == envelope.kind) {
+                true => "its transfer cannot be read by this version".to_owned(),
+                false => format!("type `{}` is not handled", envelope.kind),
+            });
             row.decided_at = Some(now);
         }
     }
@@ -158,4 +169,15 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
     tx.commit().await?;
     tracing::info!(event_id = %envelope.id, event_type = %envelope.kind, "provider webhook stored");
     Ok(receipt)
+}
+
+/// The headers as stored: redacted like everything stored, except the signature, which is kept
+/// exactly as received so the stored event can be verified again against its body.
+fn kept_headers(headers: &Value) -> Value {
+    let mut kept = crate::redact::json(headers);
+    let header = provider_contract::webhook::PROVIDER_SIGNATURE_HEADER.to_ascii_lowercase();
+    if let (Some(map), Some(signature)) = (kept.as_object_mut(), headers.get(&header)) {
+        map.insert(header, signature.clone());
+    }
+    kept
 }

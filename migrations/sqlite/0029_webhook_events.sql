@@ -21,4 +21,5 @@ CREATE TABLE webhook_events (
 );
 
 CREATE INDEX webhook_events_received ON webhook_events (received_at, id);
+CREATE INDEX webhook_events_handled ON webhook_events (received_at) WHERE job_id IS NOT NULL;
 CREATE INDEX webhook_events_by_result ON webhook_events (result, received_at, id);

@@ -71,7 +71,9 @@ impl SignatureHeader {
             match key.trim() {
                 "t" => {
                     let val = val.trim();
-                    let parsed = (!val.is_empty() && val.bytes().all(|b| b.is_ascii_digit()))
+                    // Digits only, no leading zero: the text signed is the number's own.
+                    let canonical = val == "0" || !val.starts_with('0');
+                    let parsed = (canonical && !val.is_empty() && val.bytes().all(|b| b.is_ascii_digit()))
                         .then(|| val.parse::<i64>().ok())
                         .flatten()
                         .ok_or(HeaderError::Timestamp)?;
@@ -233,6 +235,8 @@ mod tests {
             (format!("v1={sig}"), HeaderError::Timestamp),
             (format!("t=1,t=2,v1={sig}"), HeaderError::Timestamp),
             (format!("t=-5,v1={sig}"), HeaderError::Timestamp),
+            (format!("t=+5,v1={sig}"), HeaderError::Timestamp),
+            (format!("t=0017,v1={sig}"), HeaderError::Timestamp),
             (format!("t=99999999999999999999,v1={sig}"), HeaderError::Timestamp),
             ("t=1".to_owned(), HeaderError::NoSignature),
             ("t=1,v0=abc".to_owned(), HeaderError::NoSignature),

@@ -131,11 +131,12 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
         }
     };
     // Polling is the safety net while the provider's events arrive (SPEC §15): a pending transfer
-    // is asked about no more often than `pending_poll_with_webhooks`; when they stop, the pace
-    // returns to the policy's by itself.
+    // is asked about no more often than `pending_poll_with_webhooks` — but still once more before
+    // the window closes — and when they stop, the pace returns to the policy's by itself.
     let decision = match decision {
         RetryDecision::RetryAfter(delay) if result == Outcome::Pending && webhooks_healthy(ctx).await? => {
-            RetryDecision::RetryAfter(delay.max(ctx.config().pending_poll_with_webhooks))
+            let left = policy.max_elapsed.saturating_sub(elapsed);
+            RetryDecision::RetryAfter(delay.max(ctx.config().pending_poll_with_webhooks.min(left)))
         }
         other => other,
     };
@@ -155,8 +156,8 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     }
 }
 
-/// Whether the provider's events are arriving: the newest was received within
-/// `webhook_healthy_within`.
+/// Whether the provider's events are arriving: the newest event of a type the service decides on
+/// was received within `webhook_healthy_within`.
 async fn webhooks_healthy(ctx: &JobContext) -> anyhow::Result<bool> {
     let within = TimeDelta::from_std(ctx.config().webhook_healthy_within).unwrap_or(TimeDelta::zero());
     let last = crate::storage::webhooks::last_received_at(ctx.db()).await?;

@@ -28,7 +28,7 @@ use crate::domain::{
     Actor, Amount, Currency, Evidence, StoredEvidence, WebhookResult, Withdrawal, WithdrawalKey, WithdrawalStatus,
 };
 use crate::provider::truth::{self, EventAction};
-use crate::provider::{LookupOutcome, Verdict};
+use crate::provider::{LookupOutcome, Transfer, Verdict};
 use crate::storage::jobs::{self as job_store, Finish};
 use crate::storage::settlement::{self as exceptions, NewException};
 use crate::storage::webhooks::{self, Decision, EventRow};
@@ -74,7 +74,9 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
         event_id: event.event_id.clone(),
         kind: kind.as_str().to_owned(),
         received_at: event.received_at.0,
-        data: parsed.data,
+        // Evidence is redacted like everything stored (a real provider's transfer may carry
+        // account details); the raw body stays on the event row.
+        data: crate::redact::json(&parsed.data),
     };
     let key = event.withdrawal_id.map(|id| WithdrawalKey { account: ctx.job.account_id, id });
     let withdrawal = match key {
@@ -90,7 +92,10 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
     };
     let answer = match asked {
         Ok(answer) => answer,
-        Err(open) => return ask_later(ctx, &event, kind, Some(ctx.config().breaker_deferral(open.retry_in))).await,
+        Err(open) => {
+            let deferral = ctx.config().breaker_deferral(open.retry_in);
+            return ask_later(ctx, &event, kind, Some((deferral, false))).await;
+        }
     };
     if let LookupOutcome::Unavailable(error) = &answer {
         let policy = &ctx.config().reconcile_policy;
@@ -98,7 +103,7 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
         let first = ctx.job.first_attempt_at.unwrap_or_else(DbTime::now);
         let elapsed = (DbTime::now().0 - first.0).to_std().unwrap_or_default();
         let delay = match policy.next_delay(attempts, elapsed, error.retry_after, &mut rand::thread_rng()) {
-            RetryDecision::RetryAfter(delay) => Some(delay),
+            RetryDecision::RetryAfter(delay) => Some((delay, true)),
             RetryDecision::Exhausted(_) => None,
         };
         return ask_later(ctx, &event, kind, delay).await;
@@ -106,7 +111,7 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
     let mut tx = ctx.db().begin().await?;
     let outcome = match withdrawal {
         Some(w) => decide(&mut tx, ctx, &w, kind, &answer, seen).await?,
-        None => unknown(&mut tx, &event, &answer, seen).await?,
+        None => unknown(&mut tx, ctx, &answer, seen).await?,
     };
     record(tx, ctx, &event, kind, outcome).await
 }
@@ -122,8 +127,14 @@ async fn decide(
 ) -> anyhow::Result<Outcome> {
     let key = Some(w.key());
     let verdict = Verdict::of_lookup(w, answer, false);
+    let claimed: Transfer = match serde_json::from_value(seen.data.clone()) {
+        Ok(claimed) => claimed,
+        Err(err) => {
+            return Ok(Outcome::of(WebhookResult::Mismatch, format!("the event's transfer cannot be read: {err}"), key))
+        }
+    };
     let evidence = verdict.evidence(w, chrono::Utc::now()).after_event(seen);
-    let outcome = match truth::on_event(kind.status(), &verdict, w.status) {
+    let outcome = match truth::on_event(kind.status(), &claimed, &verdict, w.status) {
         // Answered above: an unavailable provider never reaches a decision.
         EventAction::Ask => Outcome::of(WebhookResult::Unverified, "the provider could not answer", key),
         EventAction::NoOp(why) => Outcome::of(WebhookResult::NoOp, why, key),
@@ -140,9 +151,13 @@ async fn decide(
         }
         EventAction::Return { complete_first } => {
             if complete_first {
+                // Completed here, or by a poll that got there first (reconciliation completes a
+                // returned transfer but never credits): either way the return is credited now.
                 let moved = move_to(tx, ctx, w, WithdrawalStatus::Completed, None, &evidence).await?;
-                if moved.result != WebhookResult::Applied {
-                    return Ok(moved.resting_on(&evidence));
+                let now = store::get_in_tx(tx, w.key()).await?.map(|c| c.status);
+                if moved.result != WebhookResult::Applied && now != Some(WithdrawalStatus::Completed) {
+                    // Moved meanwhile, but not to completed: decide again on a fresh read.
+                    anyhow::bail!("the withdrawal moved while its return was being decided; deciding again");
                 }
             }
             credit_return(tx, w, &verdict, &evidence).await?
@@ -245,7 +260,7 @@ async fn contradiction(
 
 /// An event whose key names no withdrawal of ours: a transfer the provider shows is an
 /// `unknown_transfer` exception; one the provider does not show moves nothing (`mismatch`).
-async fn unknown(tx: &mut Tx, event: &EventRow, answer: &LookupOutcome, seen: EventRecord) -> anyhow::Result<Outcome> {
+async fn unknown(tx: &mut Tx, ctx: &JobContext, answer: &LookupOutcome, seen: EventRecord) -> anyhow::Result<Outcome> {
     let mut evidence = Evidence::of(
         crate::domain::EvidenceSource::ProviderWebhook,
         crate::domain::VerdictKind::NoTransfer,
@@ -262,6 +277,15 @@ async fn unknown(tx: &mut Tx, event: &EventRow, answer: &LookupOutcome, seen: Ev
     let t = &transfers[0];
     evidence.verdict = crate::domain::VerdictKind::Mismatch;
     evidence.transfer = Some(t.record());
+    // The record may name one of ours where the event did not: the event is wrong, not the transfer.
+    let ours = match t.reference.as_deref().map(str::parse::<crate::domain::WithdrawalId>) {
+        Some(Ok(id)) => store::find(ctx.db(), id).await?,
+        _ => None,
+    };
+    if let Some(w) = ours {
+        let why = format!("the event's transfer names no withdrawal of ours; the provider's record names {}", w.id);
+        return Ok(Outcome::of(WebhookResult::Mismatch, why, Some(w.key())).resting_on(&evidence));
+    }
     let why = format!(
         "the provider shows transfer {} ({} {} {}), under no withdrawal of ours",
         t.id, t.status, t.amount, t.currency
@@ -278,28 +302,25 @@ async fn unknown(tx: &mut Tx, event: &EventRow, answer: &LookupOutcome, seen: Ev
         evidence: &evidence.to_json(),
     };
     exceptions::open_exception(tx, &exception).await?;
-    let _ = event;
     Ok(Outcome::of(WebhookResult::UnknownTransfer, why, None).resting_on(&evidence))
 }
 
-/// The provider could not answer: ask again after `delay`, or, with none (the window closed),
-/// record the event `unverified` and leave the decision to polling.
+/// The provider could not answer: ask again after `delay` (counting an attempt or not: a breaker
+/// deferral does not), or, with none (the window closed), record the event `unverified` and leave
+/// the decision to polling.
 async fn ask_later(
     ctx: &JobContext,
     event: &EventRow,
     kind: EventType,
-    delay: Option<std::time::Duration>,
+    delay: Option<(std::time::Duration, bool)>,
 ) -> anyhow::Result<()> {
     let mut tx = ctx.db().begin().await?;
     let window = TimeDelta::from_std(ctx.config().reconcile_policy.max_elapsed).unwrap_or(TimeDelta::hours(24));
     let first = job_store::mark_first_attempt(&mut tx, ctx.job.key(), ctx.job.lease_token).await?;
     match delay {
-        Some(delay) if first.plus(window) > DbTime::now() => {
-            let how = Finish::Reschedule {
-                run_at: DbTime::after(delay),
-                consumed_attempt: true,
-                error: "provider unavailable",
-            };
+        Some((delay, consumed_attempt)) if first.plus(window) > DbTime::now() => {
+            let how =
+                Finish::Reschedule { run_at: DbTime::after(delay), consumed_attempt, error: "provider unavailable" };
             ctx.finish_or_rollback(tx, &how).await
         }
         _ => {

@@ -1,5 +1,6 @@
 //! The provider's events for operators (SPEC §15): list them by result and type, and show one
-//! with its raw body, the headers kept, and the provider's record its decision rested on.
+//! with its body (redacted for display), the headers kept, and the provider's record its decision
+//! rested on.
 //! Viewer role; reading changes nothing, so nothing is audited.
 
 use super::types::{Page, WebhookEventQuery, WebhookEventView};
@@ -55,7 +56,9 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WebhookEventId) -> Ops
     let row = store::get(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let body = store::body(ops.db, id).await?.unwrap_or_default();
     let mut shown = view(&row);
-    shown.body = Some(String::from_utf8_lossy(&body).into_owned());
+    // Redacted for display, as every stored text operators read is (a real provider's body may
+    // carry account details); the row keeps the raw bytes the signature covers.
+    shown.body = Some(crate::redact::text(&String::from_utf8_lossy(&body)));
     shown.headers = Some(row.headers.0.clone());
     shown.provider_record = row.provider_record.as_ref().map(|r| r.0.clone());
     Ok(shown)

@@ -230,8 +230,16 @@ pub enum EventAction {
     Ask,
 }
 
-/// The one decision table for provider events (tested exhaustively below).
-pub fn on_event(claim: TransferStatus, verdict: &Verdict, ours: crate::domain::WithdrawalStatus) -> EventAction {
+/// The one decision table for provider events (tested exhaustively below). `claim` is the status
+/// the event's type announces and `claimed` the transfer its body describes: an event whose
+/// transfer is not the record's — another id, reference, amount or currency, or a status its own
+/// type does not announce — moves nothing, whatever the record says.
+pub fn on_event(
+    claim: TransferStatus,
+    claimed: &Transfer,
+    verdict: &Verdict,
+    ours: crate::domain::WithdrawalStatus,
+) -> EventAction {
     use crate::domain::WithdrawalStatus as W;
     use TransferStatus as T;
     let record = match verdict {
@@ -242,8 +250,27 @@ pub fn on_event(claim: TransferStatus, verdict: &Verdict, ours: crate::domain::W
         Verdict::NoTransfer | Verdict::InFlight => {
             return EventAction::Mismatch("the provider has no transfer under the operation key".into())
         }
-        Verdict::Pending(t) | Verdict::Paid(t) | Verdict::Returned(t) | Verdict::Failed(t) => t.status,
+        Verdict::Pending(t) | Verdict::Paid(t) | Verdict::Returned(t) | Verdict::Failed(t) => t,
     };
+    if claimed.status != claim {
+        return EventAction::Mismatch(format!("the event's type says {claim}; its transfer says {}", claimed.status));
+    }
+    let differs: Vec<&str> = [
+        ("id", claimed.id != record.id),
+        ("reference", claimed.reference != record.reference),
+        ("amount", claimed.amount != record.amount),
+        ("currency", claimed.currency != record.currency),
+    ]
+    .into_iter()
+    .filter_map(|(field, differs)| differs.then_some(field))
+    .collect();
+    if !differs.is_empty() {
+        return EventAction::Mismatch(format!(
+            "the event's transfer differs from the provider's record in {}",
+            differs.join(", ")
+        ));
+    }
+    let record = record.status;
     if record != claim {
         return match (claim, record) {
             (T::Paid, T::Returned) => EventAction::NoOp("late: the provider's record has moved on to returned"),
@@ -375,7 +402,11 @@ mod tests {
         use EventAction as A;
         use TransferStatus as T;
         let w = withdrawal("40.00");
-        let of = |status| Verdict::of_transfer(&w, &transfer(&w, "40.00", "USD", status));
+        let base = transfer(&w, "40.00", "USD", T::Paid);
+        let with_status = |status| Transfer { status, ..base.clone() };
+        let of = |status| Verdict::of_transfer(&w, &with_status(status));
+        // The event as the provider would send it: the record's transfer, in the claimed status.
+        let on_event = |claim, verdict: &Verdict, ours| on_event(claim, &with_status(claim), verdict, ours);
         let wrong_amount = Verdict::of_transfer(&w, &transfer(&w, "40.01", "USD", T::Paid));
         let mismatch = |s: &str| A::Mismatch(s.to_owned());
         for claim in [T::Paid, T::Failed, T::Returned] {
@@ -394,6 +425,25 @@ mod tests {
                 );
             }
         }
+        // An event whose own transfer is not the record's moves nothing, even when the record
+        // would confirm its status.
+        let paid = of(T::Paid);
+        let event = |edit: &dyn Fn(&mut Transfer)| {
+            let mut claimed = with_status(T::Paid);
+            edit(&mut claimed);
+            super::on_event(T::Paid, &claimed, &paid, W::Processing)
+        };
+        let differs =
+            |fields: &str| mismatch(&format!("the event's transfer differs from the provider's record in {fields}"));
+        assert_eq!(event(&|_| ()), A::Complete);
+        assert_eq!(event(&|t| t.amount = "41.00".parse().unwrap()), differs("amount"));
+        assert_eq!(event(&|t| t.currency = "EUR".into()), differs("currency"));
+        assert_eq!(event(&|t| t.id = "tr_other".into()), differs("id"));
+        assert_eq!(event(&|t| t.reference = None), differs("reference"));
+        assert_eq!(
+            event(&|t| t.status = T::Pending),
+            mismatch("the event's type says paid; its transfer says pending")
+        );
         let table: &[(T, T, W, A)] = &[
             (T::Paid, T::Paid, W::Pending, mismatch("the withdrawal was never sent to the provider")),
             (T::Paid, T::Paid, W::Processing, A::Complete),

@@ -149,22 +149,24 @@ pub struct EventFilter {
     pub limit: i64,
 }
 
-/// Events, newest first, by the filter.
+/// Events, newest first, by the filter. Each condition is written only when asked for, so the
+/// result filter reads `webhook_events_by_result` on both backends.
 pub async fn list(db: &Db, f: &EventFilter) -> Result<Vec<EventRow>> {
-    let (by_result, result) = match f.result {
-        None => (false, None),
-        Some(r) => (true, r),
-    };
+    let mut conditions = Vec::new();
+    match f.result {
+        Some(None) => conditions.push("result IS NULL AND $1 IS NULL"),
+        Some(Some(_)) => conditions.push("result = $1"),
+        None => conditions.push("$1 IS NULL"),
+    }
+    conditions.push(if f.event_type.is_some() { "event_type = $2" } else { "$2 IS NULL" });
+    conditions.push(if f.before.is_some() { "(received_at, id) < ($3, $4)" } else { "$3 IS NULL AND $4 IS NULL" });
+    let result = f.result.flatten();
     let (before_at, before_id) = f.before.map_or((None, None), |(at, id)| (Some(at), Some(id)));
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, EventRow>(&format!(
-            "SELECT {COLUMNS} FROM webhook_events
-             WHERE ($1 = FALSE OR result IS NOT DISTINCT FROM $2)
-               AND ($3 IS NULL OR event_type = $3)
-               AND ($4 IS NULL OR (received_at, id) < ($4, $5))
-             ORDER BY received_at DESC, id DESC LIMIT $6"
+            "SELECT {COLUMNS} FROM webhook_events WHERE {} ORDER BY received_at DESC, id DESC LIMIT $5",
+            conditions.join(" AND ")
         ))
-        .bind(by_result)
         .bind(result)
         .bind(&f.event_type)
         .bind(before_at)
@@ -175,10 +177,11 @@ pub async fn list(db: &Db, f: &EventFilter) -> Result<Vec<EventRow>> {
     }))
 }
 
-/// When the newest event arrived: webhooks are healthy while it is recent (SPEC §15).
+/// When the newest event of a type the service decides on (one with a job) arrived: webhooks are
+/// healthy while it is recent (SPEC §15). A provider sending only types we ignore is not.
 pub async fn last_received_at(db: &Db) -> Result<Option<DbTime>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, Option<DbTime>>("SELECT MAX(received_at) FROM webhook_events")
+        sqlx::query_scalar::<_, Option<DbTime>>("SELECT MAX(received_at) FROM webhook_events WHERE job_id IS NOT NULL")
             .fetch_one(&mut *conn)
             .await?
     }))

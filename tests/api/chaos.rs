@@ -60,7 +60,7 @@ async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
         async move { check(&db, &accepted, &transfers, &[log], &secrets).await.unwrap().violations.join("\n") }
     };
     let unpaid = found(vec![], &accepted, &clean_log).await;
-    assert!(unpaid.contains("completed with 0 paid transfers"), "{unpaid}");
+    assert!(unpaid.contains("is completed (decided by worker) with 0 paid transfers"), "{unpaid}");
 
     let mut twice = paid.clone();
     twice[0].executions = 2;
@@ -76,7 +76,7 @@ async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
     let mut failed = paid.clone();
     failed[0].status = TransferStatus::Failed;
     let contradicted = found(failed, &accepted, &clean_log).await;
-    assert!(contradicted.contains("completed with 0 paid transfers"), "{contradicted}");
+    assert!(contradicted.contains("is completed (decided by worker) with 0 paid transfers"), "{contradicted}");
 
     let lost =
         found(paid.clone(), &[("k2".to_owned(), Accepted { id: uuid::Uuid::new_v4().to_string() })].into(), &clean_log)

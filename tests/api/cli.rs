@@ -191,6 +191,7 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
         .env("DATABASE_URL", &app.database_url)
         .env("PROVIDER_URL", app.provider.mock.url())
         .env("PROVIDER_API_KEY", "test-provider-key")
+        .env("PROVIDER_WEBHOOK_SECRET", "whsec_old, whsec_new")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -207,6 +208,18 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
             }
         })
         .await;
+    // PROVIDER_WEBHOOK_SECRET's list reached the route: unsigned is refused, either secret taken.
+    let webhook = format!("http://127.0.0.1:{port}/webhooks/provider");
+    let unsigned = client.post(&webhook).body("{}").send().await.unwrap();
+    assert_eq!(unsigned.status(), 400);
+    for (i, secret) in ["whsec_old", "whsec_new"].into_iter().enumerate() {
+        let body = serde_json::to_vec(&serde_json::json!({"id": format!("evt_cli_{i}"), "type": "transfer.created",
+            "created_at": "2026-12-07T00:00:00Z", "data": {}}))
+        .unwrap();
+        let signature = provider_contract::webhook::header_value(&[secret], chrono::Utc::now().timestamp(), &body);
+        let taken = client.post(&webhook).header("Provider-Signature", signature).body(body).send().await.unwrap();
+        assert_eq!(taken.status(), 200, "an unhandled type signed with {secret}: taken and ignored");
+    }
     serve.kill().unwrap();
     let _ = serve.wait();
 

@@ -31,6 +31,7 @@ both_backends!(
     an_event_for_a_transfer_we_do_not_know_is_an_exception,
     operators_read_each_event_and_what_it_came_to,
     with_webhooks_healthy_the_event_decides_and_polling_waits,
+    a_returned_event_for_an_open_withdrawal_completes_and_credits_it_once,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -129,6 +130,16 @@ async fn a_valid_event_is_applied_once_on_the_providers_record(app: TestApp) {
     let alice = app.customer("100.00").await;
     let (id, transfer) = settled_at_provider(&app, &alice, "k-paid", "paid").await;
 
+    // First, the right status with another amount: the record confirms `paid`, not this event.
+    let mut other_amount = transfer.clone();
+    other_amount["amount"] = json!("39.00");
+    assert_eq!(deliver(&app, event("evt_amount", "transfer.paid", &other_amount), SECRET).await.status(), 202);
+    let refused = decided(&app, "evt_amount").await;
+    assert_eq!(refused.result, Some(WebhookResult::Mismatch), "{refused:?}");
+    assert_eq!(refused.detail.as_deref(), Some("the event's transfer differs from the provider's record in amount"));
+    let still = withdrawal_store::find(&app.db, id).await.unwrap().unwrap();
+    assert_eq!(still.status, WithdrawalStatus::Processing, "no money moved on another amount");
+
     let body = event("evt_paid_1", "transfer.paid", &transfer);
     let accepted = deliver(&app, body.clone(), SECRET).await;
     assert_eq!(accepted.status(), 202);
@@ -151,7 +162,7 @@ async fn a_valid_event_is_applied_once_on_the_providers_record(app: TestApp) {
     let again = deliver(&app, body, SECRET).await;
     assert_eq!(again.status(), 200);
     assert_eq!(again.json::<Value>().await.unwrap(), json!({"status": "duplicate"}));
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events").await, 1);
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events").await, 2);
     let after = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
     assert_eq!(after.len(), history.len(), "no second transition");
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "0.00".into(), "40.00".into()));
@@ -183,8 +194,8 @@ async fn refused_requests_store_and_apply_nothing(app: TestApp) {
         ("a short v1", body.clone(), Some(format!("t={now},v1={}", &digest[..40])), "webhook_signature_invalid"),
         ("not key=value", body.clone(), Some("garbage".into()), "webhook_signature_invalid"),
         ("another timestamp", body.clone(), Some(format!("t={},v1={digest}", now - 1)), "webhook_signature_invalid"),
-        ("a stale timestamp", body.clone(), Some(signature_of(SECRET, now - 301)), "webhook_timestamp_stale"),
-        ("a future timestamp", body.clone(), Some(signature_of(SECRET, now + 301)), "webhook_timestamp_stale"),
+        ("a stale timestamp", body.clone(), Some(signature_of(SECRET, now - 360)), "webhook_timestamp_stale"),
+        ("a future timestamp", body.clone(), Some(signature_of(SECRET, now + 360)), "webhook_timestamp_stale"),
     ];
     for (what, body, signature, code) in cases {
         let response = post_raw(&app, body, signature).await;
@@ -352,6 +363,14 @@ async fn a_webhook_and_a_poll_racing_make_one_transition(app: TestApp) {
     let history = withdrawal_store::transitions(&app.db, key).await.unwrap();
     let completions: Vec<_> = history.iter().filter(|t| t.to_status == WithdrawalStatus::Completed).collect();
     assert_eq!(completions.len(), 1, "one transition: {history:?}");
+    // The event says which side won: `applied` if it moved the withdrawal, `no_op` if the poll did.
+    let raced = decided(&app, "evt_race").await;
+    let expected = match completions[0].actor.as_str() {
+        "webhook" => WebhookResult::Applied,
+        "reconciliation" => WebhookResult::NoOp,
+        other => panic!("completed by {other}"),
+    };
+    assert_eq!(raced.result, Some(expected), "{raced:?} / {history:?}");
     assert_eq!(app.usd_balance(&alice).await, ("60.00".into(), "0.00".into(), "40.00".into()));
     app.assert_ledger_invariant().await;
 }
@@ -421,7 +440,8 @@ async fn operators_read_each_event_and_what_it_came_to(app: TestApp) {
         app.ops_get(&viewer, "/ops/v1/webhook-events?result=applied").await;
     assert!(none.data.is_empty());
     let shown: WebhookEventView = app.ops_get(&viewer, &format!("/ops/v1/webhook-events/{}", stored.id)).await;
-    assert_eq!(shown.body.as_deref().map(str::as_bytes), Some(&body[..]));
+    let raw = String::from_utf8(body.clone()).unwrap();
+    assert_eq!(shown.body, Some(withdrawals::redact::text(&raw)), "the body, redacted for display");
     assert_eq!(shown.provider_record.as_ref().unwrap()["verdict"], "pending");
     let bad = app.client.get(app.url("/ops/v1/webhook-events?result=maybe")).bearer_auth(&viewer).send().await.unwrap();
     assert_eq!(problem_code(bad).await.1, "invalid_result");
@@ -453,6 +473,8 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
     config.pending_poll = Duration::from_millis(50);
     config.webhook_healthy_within = Duration::from_secs(3600);
     config.pending_poll_with_webhooks = Duration::from_secs(600);
+    // A window longer than the slow pace (the pace never outlasts what is left of the window).
+    config.reconcile_policy.max_elapsed = Duration::from_secs(3600);
     let first_worker = app.start_worker(app.gateway.clone(), config.clone());
     let alice = app.customer("100.00").await;
 
@@ -462,7 +484,8 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
     app.eventually("the first event stored", WAIT, || async { store::last_received_at(&app.db).await.unwrap() }).await;
 
     // A pending one: polled once, then not again for ten minutes.
-    app.provider.mock.set_settlement(async_settlement(1_500, 0.0));
+    // Settled well after its first poll, even on a loaded machine.
+    app.provider.mock.set_settlement(async_settlement(4_000, 0.0));
     let id = app.create_withdrawal(&alice, "k-slow", "40.00").await;
     let key = app.key(id).await;
     let deferred = app
@@ -478,7 +501,7 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
     assert_eq!(deferred.status, withdrawals::domain::JobStatus::Scheduled);
 
     // The mock settles it and sends `transfer.paid`: completed by the event, long before any poll.
-    let done = app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(15)).await;
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(20)).await;
     let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
     assert_eq!(history.last().unwrap().actor, "webhook", "{history:?}");
     // Counted by the channel that decided (this process's recorder, shared by the tests: at least this one).
@@ -514,5 +537,30 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
         jobs.into_iter().find(|j| j.kind == "reconcile_payout" && j.attempts >= 3)
     })
     .await;
+    app.assert_ledger_invariant().await;
+}
+
+/// The bank returned it before we learned it was paid: the `returned` event completes the open
+/// withdrawal and credits the return in one decision; a poll that completed it first (without
+/// crediting: reconciliation never credits) leaves the credit to the event.
+async fn a_returned_event_for_an_open_withdrawal_completes_and_credits_it_once(app: TestApp) {
+    app.provider.mock.set_settlement(async_settlement(100, 0.0));
+    let _worker = patient_worker(&app).drop_guard();
+    let alice = app.customer("100.00").await;
+    let (open, _) = settled_at_provider(&app, &alice, "k-open-returned", "paid").await;
+    let (polled, _) = settled_at_provider(&app, &alice, "k-polled-returned", "paid").await;
+    for id in [open, polled] {
+        assert!(app.provider.mock.return_transfer(&id.to_string(), "R02"));
+    }
+    // A poll completed the second one first.
+    app.reconcile_completed(polled).await;
+    for (event_id, id) in [("evt_open_returned", open), ("evt_polled_returned", polled)] {
+        let returned = provider_transfer(&app, id).await;
+        assert_eq!(deliver(&app, event(event_id, "transfer.returned", &returned), SECRET).await.status(), 202);
+        assert_eq!(decided(&app, event_id).await.result, Some(WebhookResult::Applied), "{event_id}");
+        let done = withdrawal_store::find(&app.db, id).await.unwrap().unwrap();
+        assert_eq!(done.status, WithdrawalStatus::Completed);
+    }
+    assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "both credited once");
     app.assert_ledger_invariant().await;
 }

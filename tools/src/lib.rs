@@ -8,8 +8,9 @@
 //! - [`bench`](mod@bench) — `withdrawals-tools bench` (SPEC §12): pgbench ceiling, end-to-end,
 //!   latency, queue, dead letters, memory.
 //! - [`store`] — the SQL only the tools send: progress counts, set-based seeding, planner
-//!   statistics and plans ([`store::bench`]); creating and dropping throwaway PostgreSQL
-//!   databases ([`store::server`], also used by the test harness).
+//!   statistics and plans ([`store::bench`]); the chaos run's reads of webhook events and final
+//!   decisions ([`store::chaos`]); creating and dropping throwaway PostgreSQL databases
+//!   ([`store::server`], also used by the test harness).
 //! - [`cli`] — the `withdrawals-tools` command line.
 //!
 //! Layers, top to bottom: `cli`; `bench`; `chaos`; `store`; then the `withdrawals` library.

@@ -4,6 +4,13 @@
 //! "Paid" at the provider means a transfer whose status is `paid` or `returned` (a return is money
 //! that went out first; bringing it back is settlement's business, SPEC §14.3): an account's
 //! `paid_out` is what the provider paid for its withdrawals less the returns credited back.
+//!
+//! Every final decision is attributed to the channel that took it (the actor of the transition
+//! into `completed` or `failed`: a worker's submit, reconciliation's poll, a provider webhook,
+//! settlement, an operator), and a final state the provider's record contradicts names it. The
+//! money checks — the ledger, one execution per key, final states against the provider's record,
+//! `paid_out` — hold whichever channel decided, so they are what proves that a forged, stale or
+//! disagreeing webhook moved no money ([`Findings::money_violations`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -14,6 +21,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::load::Accepted;
+use crate::store::chaos::final_decisions;
 use withdrawals::domain::{AccountId, Currency};
 use withdrawals::storage::{accounts, dead_letters, verify, Db};
 
@@ -28,6 +36,11 @@ pub struct Findings {
     pub paid_out_balances_checked: u64,
     pub review_with_dead_letter: u64,
     pub review_with_reconciliation: u64,
+    /// Final decisions by the state they reached and the channel that took them.
+    pub decided_by: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Violations of the money checks (ledger, executions per key, final states against the
+    /// provider's record, `paid_out`), whichever channel decided.
+    pub money_violations: u64,
     pub log_bytes_scanned: u64,
     pub dead_letters_scanned: u64,
     pub violations: Vec<String>,
@@ -50,6 +63,10 @@ pub async fn check(
         if f.violations.len() < 200 {
             f.violations.push(v);
         }
+    };
+    let money = |f: &mut Findings, v: String| {
+        f.money_violations += 1;
+        violation(f, v);
     };
 
     // Every accepted withdrawal exists once, in a final state; nothing exists that was not accepted.
@@ -92,9 +109,19 @@ pub async fn check(
         }
     }
 
+    // Which channel took each final decision.
+    let mut channel: HashMap<String, String> = HashMap::new();
+    for d in final_decisions(db).await? {
+        *f.decided_by.entry(d.to_status.as_str().to_owned()).or_default().entry(d.channel().to_owned()).or_default() +=
+            1;
+        channel.insert(d.withdrawal_id.to_string(), d.channel().to_owned());
+    }
+    let by =
+        |id: &str| channel.get(id).map_or_else(|| "no recorded decision".to_owned(), |c| format!("decided by {c}"));
+
     // The ledger invariant, exact for every account.
     for v in accounts::ledger_violations(db).await? {
-        violation(&mut f, format!("ledger invariant violated: {v:?}"));
+        money(&mut f, format!("ledger invariant violated: {v:?}"));
     }
 
     // The provider: at most one execution per idempotency key, at most one transfer per
@@ -104,19 +131,19 @@ pub async fn check(
     for t in transfers {
         f.provider_executions_checked += 1;
         if t.executions > 1 {
-            violation(&mut f, format!("paid twice: key {} executed {} times", t.idempotency_key, t.executions));
+            money(&mut f, format!("paid twice: key {} executed {} times", t.idempotency_key, t.executions));
         }
         per_reference.entry(t.reference.as_str()).or_default().push(t);
     }
     for (reference, ts) in &per_reference {
         if ts.len() > 1 {
-            violation(&mut f, format!("withdrawal {reference} has {} transfers at the provider", ts.len()));
+            money(&mut f, format!("withdrawal {reference} has {} transfers at the provider", ts.len()));
         }
     }
     for t in transfers.iter().filter(|t| paid(t)) {
         f.paid_transfers += 1;
         match by_id.get(&t.reference) {
-            None => violation(&mut f, format!("transfer {} paid for unknown withdrawal {}", t.id, t.reference)),
+            None => money(&mut f, format!("transfer {} paid for unknown withdrawal {}", t.id, t.reference)),
             Some(w) => {
                 let explained = match w.status.as_str() {
                     "completed" => true,
@@ -126,13 +153,14 @@ pub async fn check(
                     "failed" => {
                         // The double payment a blind `fail` makes: the hold went back to the
                         // customer, and the provider paid the money out as well.
-                        violation(
+                        money(
                             &mut f,
                             format!(
-                                "paid but failed: the provider paid transfer {} ({}) for withdrawal {}, which is failed and its funds released",
+                                "paid but failed: the provider paid transfer {} ({}) for withdrawal {}, which is failed ({}) and its funds released",
                                 t.id,
                                 status_name(t.status),
-                                w.id
+                                w.id,
+                                by(&t.reference)
                             ),
                         );
                         true
@@ -140,15 +168,19 @@ pub async fn check(
                     _ => false,
                 };
                 if !explained {
-                    violation(&mut f, format!("transfer {} is paid but withdrawal {} is {}", t.id, w.id, w.status));
+                    money(&mut f, format!("transfer {} is paid but withdrawal {} is {}", t.id, w.id, w.status));
                 }
                 let paid_minor = (t.amount * rust_decimal::Decimal::from(100)).trunc();
                 if paid_minor != rust_decimal::Decimal::from(w.amount) {
-                    violation(
+                    money(
                         &mut f,
                         format!(
-                            "transfer {} paid {} for withdrawal {} of {} minor units",
-                            t.id, t.amount, w.id, w.amount
+                            "transfer {} paid {} for withdrawal {} of {} minor units ({})",
+                            t.id,
+                            t.amount,
+                            w.id,
+                            w.amount,
+                            by(&t.reference)
                         ),
                     );
                 }
@@ -159,7 +191,8 @@ pub async fn check(
         let paid_count =
             per_reference.get(w.id.to_string().as_str()).map_or(0, |ts| ts.iter().filter(|t| paid(t)).count());
         if paid_count != 1 {
-            violation(&mut f, format!("withdrawal {} is completed with {paid_count} paid transfers", w.id));
+            let id = w.id.to_string();
+            money(&mut f, format!("withdrawal {id} is completed ({}) with {paid_count} paid transfers", by(&id)));
         }
     }
 
@@ -168,7 +201,7 @@ pub async fn check(
     let mut provider_paid: BTreeMap<(Uuid, String), Decimal> = BTreeMap::new();
     for t in transfers.iter().filter(|t| paid(t)) {
         match by_id.get(&t.idempotency_key) {
-            None => violation(
+            None => money(
                 &mut f,
                 format!(
                     "the provider paid transfer {} under key {}, which is no withdrawal's",
@@ -201,7 +234,7 @@ pub async fn check(
         let back = returned.get(key).copied().unwrap_or_default();
         if ours != theirs - back {
             let less = if back.is_zero() { String::new() } else { format!(", less {back} {} credited back", key.1) };
-            violation(
+            money(
                 &mut f,
                 format!(
                     "account {} paid_out {} {} but the provider paid {} {} for its withdrawals{less}",

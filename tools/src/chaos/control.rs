@@ -32,8 +32,8 @@ pub(super) fn fault_mix() -> Vec<FaultRule> {
 }
 
 /// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live
-/// job, no review decision waiting, no transfer `pending` at the provider. (What is left for the
-/// operators, the desk knows.)
+/// job, no review decision waiting, no transfer `pending` at the provider, no webhook delivery
+/// that could still be accepted being retried. (What is left for the operators, the desk knows.)
 pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bool {
     let Ok(outcomes) = verify::withdrawal_outcomes(db).await else { return false };
     if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
@@ -49,7 +49,10 @@ pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bo
     }
     let Ok(response) = http.get(format!("{mock_url}/__admin/transfers")).send().await else { return false };
     let Ok(transfers) = response.json::<Value>().await else { return false };
-    !transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending")
+    if transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending") {
+        return false;
+    }
+    super::webhooks::quiet(http, mock_url).await
 }
 
 pub(super) async fn set_faults(

@@ -24,6 +24,13 @@
 //! settled paid), `failed` (it settled failed, or there was never a transfer) or still
 //! `requires_review` with evidence because every button was refused for good; the last case with
 //! a paid transfer is a violation (the account's `paid_out` would not match the provider's).
+//!
+//! A slice of the traffic also reaches the service through signed provider webhooks
+//! ([`webhooks`]): the mock sends an event for every settled transfer to the API, under a secret
+//! made for the run, with duplicates, drops, reordering, forged and disagreeing events during the
+//! fault phase, while polling goes on as before; the two race for the same withdrawals. Converged
+//! also means no delivery that could still be accepted is being retried. The report counts the
+//! events by what they came to.
 
 pub mod checks;
 mod control;
@@ -32,13 +39,14 @@ pub mod operator;
 pub mod procs;
 mod report;
 pub mod settlement;
+pub mod webhooks;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use provider_mocks::{FaultEffect, FaultRule, RouteMatch, TransferRecord};
+use provider_mocks::{FaultEffect, FaultRule, RouteMatch, TransferRecord, WebhookFaults};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -131,6 +139,9 @@ struct Injected {
     slow_settlement_seconds: u64,
     slow_settlement_delay_ms: u64,
     reconcile_window_ms: u64,
+    /// The mock's webhook faults during the fault phase, and for how long they were on.
+    webhook_faults: Option<WebhookFaults>,
+    webhook_fault_seconds: u64,
 }
 
 pub async fn run(args: ChaosArgs) -> anyhow::Result<()> {
@@ -224,9 +235,12 @@ async fn run_against(
     }
     let operator_tokens: Vec<String> = operators.iter().map(|o| o.token.clone()).collect();
 
-    // The provider mock, its own process.
+    // The provider mock, its own process, sending its events to the API (started below).
     let mock_port = free_port()?;
     let mock_url = format!("http://127.0.0.1:{mock_port}");
+    let api_port = free_port()?;
+    let base_url = format!("http://127.0.0.1:{api_port}");
+    let webhook_secret = webhooks::secret();
     let mut mock = Proc::new(
         "provider-mock",
         &[
@@ -237,6 +251,10 @@ async fn run_against(
             &args.seed.to_string(),
             "--api-key",
             PROVIDER_KEY,
+            "--webhook-url",
+            &format!("{base_url}{}", webhooks::PATH),
+            "--webhook-secret",
+            &webhook_secret,
         ],
         &[],
         dir,
@@ -256,8 +274,6 @@ async fn run_against(
     let start_day = settlement::mock_now(&http, &mock_url).await?.date_naive();
 
     // The service: one API process, several workers, all with short clocks.
-    let api_port = free_port()?;
-    let base_url = format!("http://127.0.0.1:{api_port}");
     let window = RECONCILE_WINDOW_MS.to_string();
     let env: Vec<(String, String)> = [
         ("DATABASE_URL", service_url.as_str()),
@@ -276,6 +292,10 @@ async fn run_against(
         ("PROCESSING_SLA_SECS", "20"),
         ("RECONCILE_GRACE_MS", "2500"),
         ("PENDING_POLL_MS", "500"),
+        // Webhooks are an extra channel here, not the main one: polling keeps its pace while
+        // events arrive, so the two race for the same withdrawals.
+        ("PENDING_POLL_WITH_WEBHOOKS_MS", "500"),
+        ("PROVIDER_WEBHOOK_SECRET", webhook_secret.as_str()),
         ("SUBMIT_BASE_DELAY_MS", "200"),
         ("RECONCILE_BASE_DELAY_MS", "300"),
         ("RECONCILE_MAX_DELAY_MS", "3000"),
@@ -321,6 +341,9 @@ async fn run_against(
     let customer_keys: Vec<String> = load.customers.iter().map(|c| c.api_key.clone()).collect();
     let slow = json!({"mode": "async", "delay_ms": SLOW_SETTLE_MS, "fail_ratio": SLOW_FAIL_RATIO});
     set_settlement(&http, &mock_url, slow).await?;
+    let webhook_faults = webhooks::fault_mix();
+    webhooks::set_faults(&http, &mock_url, &webhook_faults).await?;
+    injected.webhook_faults = Some(webhook_faults);
     let mut load_task = tokio::spawn(load.run());
     let phase_start = Instant::now();
     // The operators work from now until the run has converged (or they hit their own bounds:
@@ -423,6 +446,8 @@ async fn run_against(
 
     // Faults stop; every worker runs; the operators keep working the review queue.
     set_faults(&http, &mock_url, &[], args.seed).await?;
+    webhooks::set_faults(&http, &mock_url, &WebhookFaults::default()).await?;
+    injected.webhook_fault_seconds = phase_start.elapsed().as_secs();
     set_settlement(&http, &mock_url, json!({"mode": "immediate", "delay_ms": 0, "fail_ratio": 0.0})).await?;
     if async_on {
         injected.async_settlement_seconds = (Instant::now() - async_from).as_secs();
@@ -471,6 +496,14 @@ async fn run_against(
         None
     };
 
+    // Deliveries still being retried (the bank return's event among them) land and are decided
+    // before anything is counted.
+    let drained = webhooks::drain(&db, &http, &mock_url).await;
+    let api_scrape = match http.get(format!("http://{api_metrics}/metrics")).send().await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+
     let transfers: Vec<TransferRecord> = serde_json::from_value(
         http.get(format!("{mock_url}/__admin/transfers")).send().await?.json::<Value>().await?["data"].take(),
     )?;
@@ -491,6 +524,8 @@ async fn run_against(
     for w in &mut worker_procs {
         w.stop(Duration::from_secs(10)).await;
     }
+    // Read once nothing can store an event any more, so every stored event is in it.
+    let deliveries = webhooks::deliveries(&http, &mock_url).await?;
     mock.stop(Duration::from_secs(5)).await;
 
     let mut account_numbers = HashSet::new();
@@ -499,6 +534,7 @@ async fn run_against(
     }
     let mut strings = customer_keys;
     strings.push(PROVIDER_KEY.to_owned());
+    strings.push(webhook_secret.clone());
     strings.extend(operator_tokens);
     let secrets = checks::Secrets { account_numbers, strings };
     let logs: Vec<PathBuf> =
@@ -516,6 +552,23 @@ async fn run_against(
     for a in &desk.anomalies {
         findings.violations.push(format!("operator: {a}"));
     }
+    let observed = webhooks::Observed {
+        deliveries: &deliveries,
+        transfers: &transfers,
+        api_metrics: &api_scrape,
+        secret: &webhook_secret,
+        drained,
+    };
+    let mut webhook_report = webhooks::check(&db, &observed).await?;
+    webhook_report.moved_no_money = match findings.money_violations {
+        0 => format!(
+            "forged, stale and disagreeing events moved no money: the ledger, executions-per-key, final-state and \
+             paid_out checks found no violation over {} transfers, whichever channel decided",
+            findings.provider_executions_checked
+        ),
+        n => format!("the money checks found {n} violation(s); see the violations"),
+    };
+    findings.violations.extend(webhook_report.violations.iter().map(|v| format!("webhooks: {v}")));
     let settlement_report = match settlement_run {
         Some(mut run) => {
             settlement::check(&db, &mut run).await?;
@@ -538,6 +591,7 @@ async fn run_against(
         "injected": injected,
         "operator": desk,
         "settlement": settlement_report,
+        "webhooks": webhook_report,
         "findings": findings,
         "ok": findings.violations.is_empty(),
         "dir": dir.display().to_string(),

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{operator, settlement};
+use super::{operator, settlement, webhooks};
 
 pub(super) fn print_summary(report: &Value) {
     let f = &report["findings"];
@@ -17,10 +17,10 @@ pub(super) fn print_summary(report: &Value) {
         n(&c["invalid_destinations"])
     );
     eprintln!(
-        "injected: {} worker SIGKILLs, {} database restarts, {} s lookup outage, {} s async settlement, {} s slow settlement ({} ms, past the {} ms reconciliation window); provider answers: {}",
+        "injected: {} worker SIGKILLs, {} database restarts, {} s lookup outage, {} s async settlement, {} s slow settlement ({} ms, past the {} ms reconciliation window), {} s webhook faults {}; provider answers: {}",
         n(&i["worker_kills"]), n(&i["database_restarts"]), n(&i["lookup_outage_seconds"]), n(&i["async_settlement_seconds"]),
         n(&i["slow_settlement_seconds"]), n(&i["slow_settlement_delay_ms"]), n(&i["reconcile_window_ms"]),
-        i["provider_outcomes"]
+        n(&i["webhook_fault_seconds"]), i["webhook_faults"], i["provider_outcomes"]
     );
     let o = &report["operator"];
     eprintln!(
@@ -36,11 +36,15 @@ pub(super) fn print_summary(report: &Value) {
         "final states: {}  ({} in the database); requires_review evidence: {} with a dead letter, {} with a reconciliation result",
         f["final_states"], n(&f["withdrawals_in_database"]), n(&f["review_with_dead_letter"]), n(&f["review_with_reconciliation"])
     );
+    eprintln!("decided by channel: {}", f["decided_by"]);
     eprintln!(
         "checked: {} provider transfers ({} paid) for executions per key, {} dead letters and {} bytes of logs for secrets",
         n(&f["provider_executions_checked"]), n(&f["paid_transfers"]), n(&f["dead_letters_scanned"]), n(&f["log_bytes_scanned"])
     );
     for line in settlement::describe(&report["settlement"]) {
+        eprintln!("{line}");
+    }
+    for line in webhooks::describe(&report["webhooks"]) {
         eprintln!("{line}");
     }
     eprintln!(

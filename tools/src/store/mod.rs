@@ -2,4 +2,5 @@
 //! service. Written with the library's connection macros, on both backends.
 
 pub mod bench;
+pub mod chaos;
 pub mod server;

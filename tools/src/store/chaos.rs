@@ -1,0 +1,117 @@
+//! Statements only `withdrawals-tools chaos` sends, beyond the library's `storage::verify`: what
+//! the provider's webhook events came to (SPEC §15) with the state of the job deciding each, and
+//! which channel took each withdrawal's final decision. Read-only, after (or while waiting for)
+//! convergence; nothing here writes.
+
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use withdrawals::domain::{JobStatus, WebhookResult, WithdrawalStatus};
+use withdrawals::storage::{Db, Result};
+use withdrawals::with_read_conn;
+
+/// Stored events by type and result (`None` while undecided): the report's counts.
+pub async fn webhook_results(db: &Db) -> Result<Vec<(String, Option<WebhookResult>, i64)>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, (String, Option<WebhookResult>, i64)>(
+            "SELECT event_type, result, COUNT(*) FROM webhook_events GROUP BY event_type, result \
+             ORDER BY event_type, result",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One stored event, with the state of the job that decides it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredEvent {
+    /// The provider's event id.
+    pub event_id: String,
+    pub event_type: String,
+    pub transfer_id: Option<String>,
+    pub withdrawal_id: Option<Uuid>,
+    pub result: Option<WebhookResult>,
+    pub detail: Option<String>,
+    /// None when the event has no job, or its job is gone.
+    pub job_status: Option<JobStatus>,
+}
+
+impl StoredEvent {
+    /// Its job may still decide it.
+    pub fn job_live(&self) -> bool {
+        matches!(self.job_status, Some(JobStatus::Scheduled | JobStatus::Running))
+    }
+}
+
+pub async fn webhook_events(db: &Db) -> Result<Vec<StoredEvent>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, StoredEvent>(
+            "SELECT e.event_id, e.event_type, e.transfer_id, e.withdrawal_id, e.result, e.detail, \
+                    j.status AS job_status \
+             FROM webhook_events e LEFT JOIN jobs j ON j.id = e.job_id \
+             ORDER BY e.received_at, e.id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// Undecided events whose job is scheduled or running: what the run still waits for.
+pub async fn undecided_with_live_job(db: &Db) -> Result<i64> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM webhook_events e JOIN jobs j ON j.id = e.job_id \
+             WHERE e.result IS NULL AND j.status IN ('scheduled', 'running')",
+        )
+        .fetch_one(&mut *conn)
+        .await?
+    }))
+}
+
+/// What the service kept of each event besides its decision: the headers as received, the raw
+/// body, the detail and the provider's record. Scanned for the signing secret.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredEventText {
+    pub event_id: String,
+    pub headers: Json<serde_json::Value>,
+    pub body: Vec<u8>,
+    pub detail: Option<String>,
+    pub provider_record: Option<Json<serde_json::Value>>,
+}
+
+pub async fn webhook_event_texts(db: &Db) -> Result<Vec<StoredEventText>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, StoredEventText>(
+            "SELECT event_id, headers, body, detail, provider_record FROM webhook_events ORDER BY received_at, id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// A move of a withdrawal into `completed` or `failed`, and who made it (`actor` as stored:
+/// `webhook`, `reconciliation`, `settlement`, `worker:<id>`, `operator:<id>`, …).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Decision {
+    pub withdrawal_id: Uuid,
+    pub to_status: WithdrawalStatus,
+    pub actor: String,
+}
+
+impl Decision {
+    /// The channel the decision came through: the actor without its instance.
+    pub fn channel(&self) -> &str {
+        self.actor.split(':').next().unwrap_or(&self.actor)
+    }
+}
+
+pub async fn final_decisions(db: &Db) -> Result<Vec<Decision>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, Decision>(
+            "SELECT withdrawal_id, to_status, actor FROM withdrawal_transitions \
+             WHERE to_status IN ('completed', 'failed') ORDER BY at, id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
