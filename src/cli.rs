@@ -166,6 +166,10 @@ pub struct ServeArgs {
     /// Bearer credential for the provider (never logged).
     #[arg(long, env = "PROVIDER_API_KEY", hide_env_values = true)]
     pub provider_api_key: Option<String>,
+    /// The providers file (SPEC §16, JSON or TOML by its extension), instead of PROVIDER_URL: read
+    /// and checked at start. This version pays through one provider, so the file may name one.
+    #[arg(long, env = "PROVIDERS")]
+    pub providers: Option<std::path::PathBuf>,
     /// Provider connect timeout in milliseconds.
     #[arg(long, env = "PROVIDER_CONNECT_TIMEOUT_MS", default_value_t = 2_000)]
     pub provider_connect_timeout_ms: u64,
@@ -569,6 +573,29 @@ impl ServeArgs {
     pub fn settings(self, database_url: &str, migration_database_url: Option<String>) -> anyhow::Result<Settings> {
         let limits = AmountLimits::parse(&self.limits, self.default_max).map_err(anyhow::Error::msg)?;
         let credit_limits = self.credit_limits.limits()?;
+        let env = |name: &str| std::env::var(name).ok();
+        let sources = crate::config::providers::Sources {
+            file: self.providers.as_deref(),
+            url: self.provider_url.as_deref(),
+            api_key: self.provider_api_key.as_deref(),
+            env: &env,
+        };
+        let loaded = crate::config::providers::Providers::load(&sources, &limits).map_err(anyhow::Error::msg)?;
+        let mut breaker = self.tuning.breaker();
+        let (provider_url, provider_api_key) = match loaded.providers.as_ref().map(|p| p.all()) {
+            None => (None, None),
+            Some([one]) => {
+                if let Some(own) = &one.breaker {
+                    breaker = own.clone();
+                }
+                let key = one.api_key.as_ref().map(|k| secrecy::ExposeSecret::expose_secret(k).to_owned());
+                (Some(one.url.as_str().trim_end_matches('/').to_owned()), key)
+            }
+            Some(many) => anyhow::bail!(
+                "PROVIDERS names {} providers; this version pays through one (routing across several is not built yet)",
+                many.len()
+            ),
+        };
         let mut config =
             AppConfig { limits, credit_limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
         config.idempotency.retention = chrono::TimeDelta::hours(self.idempotency_retention_hours.max(1));
@@ -606,13 +633,14 @@ impl ServeArgs {
             pool: PoolSettings { max_connections: self.max_connections, ..PoolSettings::default() },
             app: config,
             provider: ProviderSettings {
-                url: self.provider_url,
-                api_key: self.provider_api_key,
+                url: provider_url,
+                api_key: provider_api_key,
                 sandbox: self.sandbox,
                 connect_timeout: Duration::from_millis(self.provider_connect_timeout_ms),
                 request_timeout: Duration::from_millis(self.provider_timeout_ms),
             },
-            breaker: self.tuning.breaker(),
+            breaker,
+            warnings: loaded.warnings,
             worker,
             bind: self.bind,
             metrics_bind: self.metrics_bind,

@@ -194,6 +194,8 @@ pub struct Settings {
     pub metrics_bind: Option<SocketAddr>,
     pub server: ServerLimits,
     pub log_format: LogFormat,
+    /// What the configuration check found worth saying (logged once logging is set up).
+    pub warnings: Vec<String>,
 }
 
 /// Whether this process runs in sandbox mode (no `PROVIDER_URL`), or why it must not start: on
@@ -216,6 +218,9 @@ pub fn sandbox_mode(database_url: &str, provider: &ProviderSettings) -> anyhow::
 /// run until stopped.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     telemetry::init(settings.log_format);
+    for warning in &settings.warnings {
+        tracing::warn!(warning = %warning, "configuration");
+    }
     let app = Application::build(settings).await?;
     tokio::spawn(shutdown_on_signal(app.shutdown_token()));
     app.run_until_stopped().await

@@ -10,6 +10,7 @@
 mod breaker;
 mod pool;
 mod provider;
+pub mod providers;
 mod retry;
 mod webhooks;
 

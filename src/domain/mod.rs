@@ -13,6 +13,7 @@ mod cluster;
 mod decision;
 mod destination;
 mod evidence;
+pub mod failover;
 mod failure;
 mod idempotency;
 mod ids;

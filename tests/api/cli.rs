@@ -16,6 +16,7 @@ both_backends!(
     cli_errors_are_one_line_with_a_non_zero_exit,
     a_worker_process_pays_out_and_serves_its_own_metrics,
     a_fresh_serve_process_exports_every_metric_family_at_zero,
+    a_providers_file_is_checked_at_start_and_refused_in_one_line,
 );
 
 fn withdrawals(app: &TestApp, args: &[&str]) -> std::process::Output {
@@ -287,4 +288,103 @@ async fn the_service_role_migrates_only_through_the_owners_url_postgres() {
     let answer: Value = serde_json::from_slice(&created.stdout).unwrap();
     assert!(answer["api_key"].as_str().is_some_and(|k| !k.is_empty()), "{answer}");
     drop(app);
+}
+
+/// Issue 31 (SPEC §16): `PROVIDERS` is read and checked before anything starts; each refused
+/// configuration exits non-zero with one line saying why, and a one-provider file pays through it.
+async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestApp) {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = app.provider.mock.url();
+    let provider = |name: &str, currencies: &str, priority: u32, extra: &str| {
+        format!(r#"{{"name": "{name}", "url": "{mock}", "currencies": {currencies}, "priority": {priority}{extra}}}"#)
+    };
+    let write = |file: &str, providers: &[String]| {
+        let path = dir.path().join(file);
+        std::fs::write(&path, format!(r#"{{"providers": [{}]}}"#, providers.join(","))).unwrap();
+        path
+    };
+    let serve = |providers: &std::path::Path, extra_env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_withdrawals"));
+        command
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .env("DATABASE_URL", &app.database_url)
+            .env("PROVIDERS", providers)
+            .env_remove("PROVIDER_URL")
+            .env_remove("ACME_API_KEY");
+        for (name, value) in extra_env {
+            command.env(name, value);
+        }
+        command.output().expect("run the withdrawals binary")
+    };
+    /// A file, the environment beside it, and what the refusal says.
+    type Case<'a> = (std::path::PathBuf, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            write("twice.json", &[provider("acme", r#"["USD"]"#, 1, ""), provider("acme", r#"["EUR"]"#, 2, "")]),
+            vec![],
+            "provider `acme` is configured twice",
+        ),
+        (write("currency.json", &[provider("acme", r#"["USD", "XYZ"]"#, 1, "")]), vec![], "unknown currency `XYZ`"),
+        (
+            write("key.json", &[provider("acme", r#"["USD"]"#, 1, r#", "api_key_env": "ACME_API_KEY""#)]),
+            vec![],
+            "its credential variable ACME_API_KEY is not set",
+        ),
+        (
+            write("both.json", &[provider("acme", r#"["USD"]"#, 1, "")]),
+            vec![("PROVIDER_URL", "http://127.0.0.1:9")],
+            "PROVIDERS and PROVIDER_URL are both set",
+        ),
+        (
+            write("two.json", &[provider("acme", r#"["USD"]"#, 1, ""), provider("bolt", r#"["USD"]"#, 2, "")]),
+            vec![],
+            "PROVIDERS names 2 providers; this version pays through one",
+        ),
+    ];
+    for (path, env, expected) in cases {
+        let refused = serve(&path, &env);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{expected}: {stderr}");
+        assert!(stderr.contains(expected), "{stderr:?} should say {expected:?}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+
+    // One provider in the file, its key from the variable it names: the service pays through it.
+    let one = write("one.json", &[provider("acme", r#"["USD"]"#, 1, r#", "api_key_env": "ACME_API_KEY""#)]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut process = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env("DATABASE_URL", &app.database_url)
+        .env("PROVIDERS", &one)
+        .env("ACME_API_KEY", "test-provider-key")
+        .env_remove("PROVIDER_URL")
+        .env("WORKER_POLL_MS", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let alice = app.customer("100.00").await;
+    let client = app.client.clone();
+    let id = app
+        .eventually("a withdrawal accepted by the process", std::time::Duration::from_secs(30), || {
+            let (client, key) = (client.clone(), alice.api_key.clone());
+            async move {
+                let response = client
+                    .post(format!("http://127.0.0.1:{port}/v1/withdrawals"))
+                    .bearer_auth(key)
+                    .header("Idempotency-Key", "via-providers-file")
+                    .json(&crate::harness::withdrawal_body("5.00"))
+                    .send()
+                    .await
+                    .ok()?;
+                let view: withdrawals::customer::types::WithdrawalView = response.json().await.ok()?;
+                Some(withdrawals::domain::WithdrawalId(view.id))
+            }
+        })
+        .await;
+    app.wait_for_status(id, withdrawals::domain::WithdrawalStatus::Completed, std::time::Duration::from_secs(30)).await;
+    process.kill().unwrap();
+    let _ = process.wait();
+    assert_eq!(app.provider.mock.transfers().len(), 1, "paid once, at the file's provider");
+    app.assert_ledger_invariant().await;
 }

@@ -1,0 +1,172 @@
+//! The failover rule (SPEC §16): when may a withdrawal move from provider A to the next provider
+//! for its currency? Only while A cannot be called, and only if no attempt at A could have moved
+//! money — every attempt at A refused before its request left (`not_started`), or A's own lookup
+//! proved "no such transfer" after the last one. Otherwise it waits for A, however long A's outage
+//! lasts: a payout that may exist at A sent to B is a payout made twice. A permanent rejection is
+//! A's answer, not a reason to move. Pure: the caller gathers A's attempts, its lookup and its
+//! breaker; the move itself is a recorded decision with those as its evidence.
+
+use super::{AttemptResult, BreakerState, SideEffect};
+
+/// One attempt at the current provider, as far as the rule needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptFacts {
+    pub side_effect: SideEffect,
+    pub result: AttemptResult,
+}
+
+/// What is known about the withdrawal at its current provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtProvider<'a> {
+    /// The provider's breaker as this process sees it (an operator's force-open included).
+    pub breaker: BreakerState,
+    /// Every attempt made there, oldest first.
+    pub attempts: &'a [AttemptFacts],
+    /// The provider's own lookup answered "no such transfer", definitively, after the last attempt.
+    pub not_found_after_last_attempt: bool,
+}
+
+/// What the rule decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// The provider can be called: stay with it.
+    Stay,
+    /// Move to the next provider for the currency: nothing at the current one can pay.
+    Move(MoveReason),
+    /// Wait for the current provider (deferred, as any call while its breaker is open).
+    Wait(WaitReason),
+    /// The provider answered for good: its rejection stands; nothing moves.
+    Answered,
+}
+
+/// Why a move is safe: the evidence the recorded move names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveReason {
+    /// No attempt was made at the current provider.
+    NeverCalled,
+    /// Every attempt was refused before its request left.
+    AllNotStarted,
+    /// The provider's lookup proved no transfer after the last attempt.
+    LookupFoundNothing,
+}
+
+/// Why it must wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitReason {
+    /// An attempt may have reached the provider (unknown outcome, or accepted) and no lookup has
+    /// proved otherwise.
+    MayHaveMovedMoney,
+    /// No other provider pays the currency.
+    NoOtherProvider,
+}
+
+impl Failover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failover::Stay => "stay",
+            Failover::Move(MoveReason::NeverCalled) => "move: never called",
+            Failover::Move(MoveReason::AllNotStarted) => "move: every attempt not_started",
+            Failover::Move(MoveReason::LookupFoundNothing) => "move: lookup found no transfer",
+            Failover::Wait(WaitReason::MayHaveMovedMoney) => "wait: an attempt may have moved money",
+            Failover::Wait(WaitReason::NoOtherProvider) => "wait: no other provider for the currency",
+            Failover::Answered => "answered: a permanent rejection stands",
+        }
+    }
+}
+
+/// The rule. `next_exists`: another provider pays the withdrawal's currency.
+pub fn failover(at: &AtProvider<'_>, next_exists: bool) -> Failover {
+    if at.attempts.iter().any(|a| a.result == AttemptResult::Permanent) {
+        return Failover::Answered;
+    }
+    if !matches!(at.breaker, BreakerState::Open | BreakerState::ForcedOpen) {
+        return Failover::Stay;
+    }
+    let safe = if at.attempts.is_empty() {
+        Some(MoveReason::NeverCalled)
+    } else if at.attempts.iter().all(|a| a.side_effect == SideEffect::NotStarted) {
+        Some(MoveReason::AllNotStarted)
+    } else if at.not_found_after_last_attempt {
+        Some(MoveReason::LookupFoundNothing)
+    } else {
+        None
+    };
+    match (safe, next_exists) {
+        (Some(_), false) => Failover::Wait(WaitReason::NoOtherProvider),
+        (Some(reason), true) => Failover::Move(reason),
+        (None, _) => Failover::Wait(WaitReason::MayHaveMovedMoney),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOT_STARTED: AttemptFacts =
+        AttemptFacts { side_effect: SideEffect::NotStarted, result: AttemptResult::Retryable };
+    const UNKNOWN: AttemptFacts = AttemptFacts { side_effect: SideEffect::Unknown, result: AttemptResult::Unknown };
+    const PENDING: AttemptFacts = AttemptFacts { side_effect: SideEffect::Confirmed, result: AttemptResult::Pending };
+    const REJECTED: AttemptFacts =
+        AttemptFacts { side_effect: SideEffect::NotStarted, result: AttemptResult::Permanent };
+
+    /// Every breaker state × attempt history × lookup × next provider: the table the SPEC states.
+    #[test]
+    fn a_withdrawal_moves_only_when_nothing_at_the_first_provider_can_pay() {
+        use BreakerState as B;
+        use Failover::*;
+        use MoveReason::*;
+        use WaitReason::*;
+        let histories: [(&str, &[AttemptFacts]); 6] = [
+            ("none", &[]),
+            ("not_started", &[NOT_STARTED]),
+            ("not_started twice", &[NOT_STARTED, NOT_STARTED]),
+            ("unknown", &[UNKNOWN]),
+            ("not_started then unknown", &[NOT_STARTED, UNKNOWN]),
+            ("accepted pending", &[PENDING]),
+        ];
+        for breaker in BreakerState::ALL {
+            let open = matches!(breaker, B::Open | B::ForcedOpen);
+            for (name, attempts) in histories {
+                for not_found in [false, true] {
+                    for next in [false, true] {
+                        let at = AtProvider { breaker, attempts, not_found_after_last_attempt: not_found };
+                        let safe = match (attempts.is_empty(), attempts.iter().all(|a| *a == NOT_STARTED), not_found) {
+                            (true, _, _) => Some(NeverCalled),
+                            (false, true, _) => Some(AllNotStarted),
+                            (false, false, true) => Some(LookupFoundNothing),
+                            (false, false, false) => None,
+                        };
+                        let expected = match (open, safe, next) {
+                            (false, _, _) => Stay,
+                            (true, None, _) => Wait(MayHaveMovedMoney),
+                            (true, Some(_), false) => Wait(NoOtherProvider),
+                            (true, Some(reason), true) => Move(reason),
+                        };
+                        assert_eq!(
+                            failover(&at, next),
+                            expected,
+                            "{breaker}, attempts {name}, not found after: {not_found}, next: {next}"
+                        );
+                    }
+                }
+            }
+        }
+        // The cases by name, as the README's table states them.
+        let open =
+            |attempts, not_found| AtProvider { breaker: B::Open, attempts, not_found_after_last_attempt: not_found };
+        assert_eq!(failover(&open(&[NOT_STARTED], false), true), Move(AllNotStarted), "refused connections: move");
+        assert_eq!(failover(&open(&[UNKNOWN], false), true), Wait(MayHaveMovedMoney), "timeout after commit: wait");
+        assert_eq!(failover(&open(&[UNKNOWN], true), true), Move(LookupFoundNothing), "A's lookup says none: move");
+        assert_eq!(failover(&open(&[PENDING], true), true), Move(LookupFoundNothing));
+        let forced = AtProvider { breaker: B::ForcedOpen, attempts: &[], not_found_after_last_attempt: false };
+        assert_eq!(failover(&forced, true), Move(NeverCalled), "an operator's force-open counts as open");
+        // A permanent rejection is the answer, open breaker or not, whatever else is known.
+        for breaker in BreakerState::ALL {
+            for attempts in [&[REJECTED][..], &[NOT_STARTED, REJECTED], &[UNKNOWN, REJECTED]] {
+                let at = AtProvider { breaker, attempts, not_found_after_last_attempt: true };
+                assert_eq!(failover(&at, true), Answered, "{breaker}");
+            }
+        }
+        assert_eq!(Move(AllNotStarted).as_str(), "move: every attempt not_started");
+    }
+}
