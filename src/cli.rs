@@ -582,6 +582,7 @@ impl ServeArgs {
         };
         let loaded = crate::config::providers::Providers::load(&sources, &limits).map_err(anyhow::Error::msg)?;
         let mut breaker = self.tuning.breaker();
+        let mut provider_name = crate::config::providers::DEFAULT_PROVIDER.to_owned();
         let (provider_url, provider_api_key) = match loaded.providers.as_ref().map(|p| p.all()) {
             None => (None, None),
             Some([one]) => {
@@ -589,6 +590,7 @@ impl ServeArgs {
                     breaker = own.clone();
                 }
                 let key = one.api_key.as_ref().map(|k| secrecy::ExposeSecret::expose_secret(k).to_owned());
+                provider_name.clone_from(&one.name);
                 (Some(one.url.as_str().trim_end_matches('/').to_owned()), key)
             }
             Some(many) => anyhow::bail!(
@@ -633,6 +635,7 @@ impl ServeArgs {
             pool: PoolSettings { max_connections: self.max_connections, ..PoolSettings::default() },
             app: config,
             provider: ProviderSettings {
+                name: provider_name,
                 url: provider_url,
                 api_key: provider_api_key,
                 sandbox: self.sandbox,

@@ -142,6 +142,11 @@ pub fn gateway(provider: Arc<dyn Provider>) -> Gateway {
 }
 
 pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
+    gateway_named(crate::config::providers::DEFAULT_PROVIDER, provider, config)
+}
+
+/// [`gateway_with`] for the provider called `name`.
+pub fn gateway_named(name: &str, provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
     crate::metrics::breaker_created("payout_provider");
     let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {
@@ -149,7 +154,7 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
             crate::metrics::breaker_transition(name, from, to);
         },
     );
-    Gateway { provider, breaker: Arc::new(breaker) }
+    Gateway { name: name.to_owned(), provider, breaker: Arc::new(breaker) }
 }
 
 /// `host-pid-random`: unique per process, readable in leases and attempt rows.
@@ -164,6 +169,8 @@ pub fn worker_id() -> String {
 /// the provider's key.
 #[derive(Clone)]
 pub struct ProviderSettings {
+    /// Its name (SPEC §16): `default`, or the providers file's.
+    pub name: String,
     /// Unset: sandbox mode, an in-process provider mock.
     pub url: Option<String>,
     /// Bearer credential for the provider (never logged).
@@ -261,12 +268,12 @@ impl Application {
         let mut sandbox_mock = None;
         let mut gateway = None;
         if settings.role != ProcessRole::Api || settings.provider.url.is_some() {
-            let provider = settings.provider;
+            let (name, provider) = (settings.provider.name.clone(), settings.provider);
             let (provider, mock) =
                 provider_from(provider.url, provider.api_key, provider.connect_timeout, provider.request_timeout)
                     .await?;
             sandbox_mock = mock;
-            gateway = Some(gateway_with(provider, settings.breaker));
+            gateway = Some(gateway_named(&name, provider, settings.breaker));
         }
         let breaker_sync =
             gateway.clone().map(|g| (g, cluster::Process::this(settings.role), settings.app.breaker_sync));

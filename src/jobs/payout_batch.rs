@@ -333,14 +333,15 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
         let ctx = &batch[row].ctx;
         let _span = ctx.span().entered();
         if guard.settle_in(&mut writes, &ran, &withdrawal, req) {
-            let attempt = attempts::start_in(
-                &mut writes,
-                withdrawal.key(),
-                ctx.job.id,
-                1,
-                ctx.worker_id(),
-                &ctx.job.correlation_id,
-            );
+            let start = attempts::Start {
+                withdrawal: withdrawal.key(),
+                job: ctx.job.id,
+                attempt_no: 1,
+                worker: ctx.worker_id(),
+                correlation_id: &ctx.job.correlation_id,
+                provider: &ctx.gateway().name,
+            };
+            let attempt = attempts::start_in(&mut writes, &start);
             moved.push(req);
             calls.push(Call { row, withdrawal, permit, attempt });
         } else {

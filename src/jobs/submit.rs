@@ -120,7 +120,15 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
             Ok(permit) => {
                 let attempt_no = last.map_or(1, |a| a.attempt_no + 1);
                 let batch = if claim.is_some() { &mut after_claim } else { &mut writes };
-                let attempt = attempts::start_in(batch, key, job.id, attempt_no, ctx.worker_id(), &job.correlation_id);
+                let start = attempts::Start {
+                    withdrawal: key,
+                    job: job.id,
+                    attempt_no,
+                    worker: ctx.worker_id(),
+                    correlation_id: &job.correlation_id,
+                    provider: &ctx.gateway().name,
+                };
+                let attempt = attempts::start_in(batch, &start);
                 Step::Call { permit, attempt_no, attempt, leased: ctx.lease_for_attempt_in(&mut writes) }
             }
             Err(rejected) => Step::Defer(rejected),

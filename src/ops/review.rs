@@ -90,6 +90,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .into_iter()
         .map(|a| AttemptView {
             attempt_no: a.attempt_no,
+            provider: a.provider,
             job_id: a.job_id.0,
             worker_id: a.worker_id,
             started_at: a.started_at.0,

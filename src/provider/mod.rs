@@ -155,6 +155,9 @@ impl ReportFetch {
 /// The provider as the workers use it: every call goes through the breaker.
 #[derive(Clone)]
 pub struct Gateway {
+    /// The provider's name (SPEC §16): `default` for a lone `PROVIDER_URL` (and the sandbox), else
+    /// the providers file's; every attempt records it.
+    pub name: String,
     pub provider: Arc<dyn Provider>,
     pub breaker: Arc<CircuitBreaker>,
 }

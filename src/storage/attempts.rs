@@ -15,6 +15,8 @@ pub use crate::domain::SideEffect;
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AttemptRow {
     pub id: AttemptId,
+    /// The provider it went to (SPEC §16).
+    pub provider: String,
     pub job_id: JobId,
     pub attempt_no: i64,
     pub worker_id: String,
@@ -44,7 +46,7 @@ impl AttemptRow {
     }
 }
 
-const COLUMNS: &str = "id, job_id, attempt_no, worker_id, correlation_id, started_at, finished_at, outcome, \
+const COLUMNS: &str = "id, provider, job_id, attempt_no, worker_id, correlation_id, started_at, finished_at, outcome, \
                        side_effect, http_status, provider_transfer_id, failure_code, error_code, error_message";
 
 /// The latest attempt for a withdrawal, if any.
@@ -74,17 +76,22 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<At
     }))
 }
 
+/// An attempt about to call `provider`.
+#[derive(Debug, Clone, Copy)]
+pub struct Start<'a> {
+    pub withdrawal: WithdrawalKey,
+    pub job: JobId,
+    pub attempt_no: i64,
+    pub worker: &'a str,
+    pub correlation_id: &'a str,
+    /// The provider's name (the gateway's).
+    pub provider: &'a str,
+}
+
 /// [`start_in`] on its own, in `tx`.
-pub async fn start(
-    tx: &mut Tx,
-    withdrawal: WithdrawalKey,
-    job: JobId,
-    attempt_no: i64,
-    worker: &str,
-    correlation_id: &str,
-) -> Result<AttemptId> {
+pub async fn start(tx: &mut Tx, start: &Start<'_>) -> Result<AttemptId> {
     let mut writes = Writes::new();
-    let id = start_in(&mut writes, withdrawal, job, attempt_no, worker, correlation_id);
+    let id = start_in(&mut writes, start);
     writes.run(tx).await?;
     Ok(id)
 }
@@ -92,27 +99,21 @@ pub async fn start(
 /// Records that attempt `attempt_no` is about to call the provider, as a write of a larger
 /// batch; returns the attempt's id. A unique index on (withdrawal, attempt_no) makes a racing
 /// second start fail instead of calling twice.
-pub fn start_in(
-    writes: &mut Writes,
-    withdrawal: WithdrawalKey,
-    job: JobId,
-    attempt_no: i64,
-    worker: &str,
-    correlation_id: &str,
-) -> AttemptId {
+pub fn start_in(writes: &mut Writes, start: &Start<'_>) -> AttemptId {
     let id = AttemptId::new();
     writes.push(Sql::row(
         "INSERT INTO provider_attempts (id, account_id, withdrawal_id, job_id, attempt_no, worker_id,
-                                            correlation_id, started_at, side_effect)
+                                            correlation_id, provider, started_at, side_effect)
              VALUES ",
         [
             Arg::Uuid(id.0),
-            Arg::Uuid(withdrawal.account.0),
-            Arg::Uuid(withdrawal.id.0),
-            Arg::Uuid(job.0),
-            Arg::I64(attempt_no),
-            Arg::Text(worker.to_owned()),
-            Arg::Text(correlation_id.to_owned()),
+            Arg::Uuid(start.withdrawal.account.0),
+            Arg::Uuid(start.withdrawal.id.0),
+            Arg::Uuid(start.job.0),
+            Arg::I64(start.attempt_no),
+            Arg::Text(start.worker.to_owned()),
+            Arg::Text(start.correlation_id.to_owned()),
+            Arg::Text(start.provider.to_owned()),
             Arg::Time(DbTime::now()),
         ],
         ", 'unknown'",

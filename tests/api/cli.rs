@@ -386,5 +386,8 @@ async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestA
     process.kill().unwrap();
     let _ = process.wait();
     assert_eq!(app.provider.mock.transfers().len(), 1, "paid once, at the file's provider");
+    let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
+    let names: Vec<&str> = attempts.iter().map(|a| a.provider.as_str()).collect();
+    assert_eq!(names, ["acme"], "the attempt names its provider");
     app.assert_ledger_invariant().await;
 }

@@ -223,7 +223,15 @@ async fn process_death_after_the_provider_executed_is_reconciled_to_completed_wi
     let actor = Actor::Worker("doomed-worker".into());
     let claimed = store::transition(&mut tx, &to_processing(key, &actor)).await.unwrap();
     assert!(matches!(claimed, TransitionOutcome::Applied(_)));
-    attempts::start(&mut tx, key, job.id, 1, "doomed-worker", &job.correlation_id).await.unwrap();
+    let start = attempts::Start {
+        withdrawal: key,
+        job: job.id,
+        attempt_no: 1,
+        worker: "doomed-worker",
+        correlation_id: &job.correlation_id,
+        provider: "default",
+    };
+    attempts::start(&mut tx, &start).await.unwrap();
     tx.commit().await.unwrap();
     let request = TransferRequest {
         reference: id.to_string(),

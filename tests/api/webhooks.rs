@@ -149,6 +149,8 @@ async fn a_valid_event_is_applied_once_on_the_providers_record(app: TestApp) {
     assert_eq!(store::body(&app.db, stored.id).await.unwrap().unwrap(), body, "the raw body, byte for byte");
     assert!(stored.headers.0.get("provider-signature").is_some(), "{:?}", stored.headers);
     let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, done.key()).await.unwrap();
+    assert!(attempts.iter().all(|a| a.provider == "default"), "a lone provider is `default`: {attempts:?}");
     let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
     let last = history.last().unwrap();
     assert_eq!((last.actor.as_str(), last.to_status), ("webhook", WithdrawalStatus::Completed));

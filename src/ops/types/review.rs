@@ -111,6 +111,9 @@ pub struct EvidenceTransfer {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptView {
     pub attempt_no: i64,
+    /// The provider it went to (SPEC §16).
+    #[serde(default)]
+    pub provider: String,
     pub job_id: Uuid,
     pub worker_id: String,
     pub started_at: DateTime<Utc>,
