@@ -63,7 +63,7 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (DEAD_LETTERS_OLDEST_OPEN_SECONDS, "gauge", "age of the oldest open dead letter (database)"),
     (BREAKER_STATE, "gauge", "circuit breaker state per breaker: 0 closed, 1 half-open, 2 open"),
     (BREAKER_TRANSITIONS, "counter", "circuit breaker transitions, by breaker, from and to"),
-    (PROVIDER_REQUEST_SECONDS, "histogram", "provider request latency, by outcome class"),
+    (PROVIDER_REQUEST_SECONDS, "histogram", "provider request latency, by provider and outcome class"),
     (RECONCILIATIONS, "counter", "reconciliation results, by result"),
     (REPLAY_ITEMS, "counter", "replay items handled, by outcome"),
     (REPLAY_RUNS, "gauge", "replay runs in each status (database)"),
@@ -162,7 +162,8 @@ pub const PROVIDER_OUTCOMES: [&str; 6] = ["success", "final_failed", "retryable"
 
 /// SPEC §9: every family and its known label sets exist from the start, at zero, so an alert
 /// reads "0", not "no data", on a process that has seen no traffic yet. The families whose
-/// labels come from elsewhere register there: a breaker when it is built ([`breaker_created`]),
+/// labels come from elsewhere register there: a breaker when it is built ([`breaker_created`]), a
+/// provider's latency when its gateway is ([`provider_created`]),
 /// a currency when the API starts ([`currencies_known`]), the database gauges where they are
 /// refreshed ([`crate::gauges::refresh_loop`]).
 fn register_known_series() {
@@ -183,9 +184,6 @@ fn register_known_series() {
         for to in WithdrawalStatus::ALL.into_iter().filter(|to| check_transition(from, *to).is_ok()) {
             counter!(WITHDRAWAL_TRANSITIONS, "from" => from.as_str(), "to" => to.as_str()).absolute(0);
         }
-    }
-    for outcome in PROVIDER_OUTCOMES {
-        let _registered = histogram!(PROVIDER_REQUEST_SECONDS, "outcome" => outcome);
     }
     for result in ReconciliationResult::ALL {
         counter!(RECONCILIATIONS, "result" => result.as_str()).absolute(0);
@@ -277,8 +275,18 @@ pub fn breaker_transition(name: &str, from: BreakerState, to: BreakerState) {
     gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(level);
 }
 
-pub fn provider_request(outcome_class: &str, elapsed: Duration) {
-    histogram!(PROVIDER_REQUEST_SECONDS, "outcome" => outcome_class.to_owned()).record(elapsed.as_secs_f64());
+/// A provider's gateway was built (SPEC §16): its latency series exist, one per outcome class, from
+/// zero.
+pub fn provider_created(provider: &str) {
+    install();
+    for outcome in PROVIDER_OUTCOMES {
+        let _registered = histogram!(PROVIDER_REQUEST_SECONDS, "provider" => provider.to_owned(), "outcome" => outcome);
+    }
+}
+
+pub fn provider_request(provider: &str, outcome_class: &str, elapsed: Duration) {
+    histogram!(PROVIDER_REQUEST_SECONDS, "provider" => provider.to_owned(), "outcome" => outcome_class.to_owned())
+        .record(elapsed.as_secs_f64());
 }
 
 pub fn reconciliation(result: &str) {

@@ -147,6 +147,7 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
 
 /// [`gateway_with`] for the provider called `name`.
 pub fn gateway_named(name: &str, provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
+    crate::metrics::provider_created(name);
     crate::metrics::breaker_created("payout_provider");
     let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {

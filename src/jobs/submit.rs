@@ -240,7 +240,7 @@ pub(super) async fn call(
     let started = std::time::Instant::now();
     let outcome = ctx.gateway().provider.submit(&withdrawal.id.to_string(), &ctx.job.correlation_id, &request).await;
     ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
-    crate::metrics::provider_request(outcome_class(&outcome), started.elapsed());
+    crate::metrics::provider_request(&ctx.gateway().name, outcome_class(&outcome), started.elapsed());
     tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
     outcome
 }

@@ -176,7 +176,9 @@ async fn a_worker_process_pays_out_and_serves_its_own_metrics(app: TestApp) {
         "the worker's own counters, exact:\n{text}"
     );
     assert!(
-        text.lines().any(|l| l.starts_with("provider_request_duration_seconds_count{outcome=\"success\"} 1")),
+        text.lines()
+            .any(|l| l
+                .starts_with("provider_request_duration_seconds_count{provider=\"default\",outcome=\"success\"} 1")),
         "{text}"
     );
     app.assert_ledger_invariant().await;
@@ -246,7 +248,7 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
         "reconciliation_results_total{result=\"mismatch\"} 0",
         "replay_items_total{outcome=\"released\"} 0",
         "withdrawals_created_total{currency=\"USD\"} 0",
-        "provider_request_duration_seconds_count{outcome=\"unknown\"} 0",
+        "provider_request_duration_seconds_count{provider=\"default\",outcome=\"unknown\"} 0",
         "dead_letters_open 0",
         "jobs_due{queue=\"reconciliation\"} 0",
     ] {

@@ -75,8 +75,8 @@ async fn payouts_dead_letters_and_database_gauges_show_up_in_prometheus_text(app
         ("withdrawal_transitions_total{from=\"processing\",to=\"completed\"}", "transitions by from/to"),
         ("withdrawal_transitions_total{from=\"processing\",to=\"requires_review\"}", "parking"),
         ("job_attempts_total{queue=\"payouts\",kind=\"submit_payout\"}", "job attempts"),
-        ("provider_request_duration_seconds_count{outcome=\"success\"}", "provider latency by outcome"),
-        ("provider_request_duration_seconds_count{outcome=\"permanent\"}", "provider latency of rejections"),
+        ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"success\"}", "provider latency by outcome"),
+        ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"permanent\"}", "provider latency of rejections"),
         (
             "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"dependency_rejected\",error_code=\"invalid_account\"}",
             "dead-letter arrivals",

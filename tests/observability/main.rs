@@ -209,9 +209,9 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
         ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"closed\",to=\"open\"}", 1.0),
         ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"open\",to=\"half_open\"}", 1.0),
         ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"half_open\",to=\"closed\"}", 1.0),
-        ("provider_request_duration_seconds_count{outcome=\"retryable\"}", 2.0),
-        ("provider_request_duration_seconds_count{outcome=\"success\"}", 1.0),
-        ("provider_request_duration_seconds_count{outcome=\"permanent\"}", 2.0),
+        ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"retryable\"}", 2.0),
+        ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"success\"}", 1.0),
+        ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"permanent\"}", 2.0),
         ("job_retries_total{queue=\"payouts\",kind=\"submit_payout\"}", 2.0),
         ("job_retries_exhausted_total{queue=\"payouts\",kind=\"submit_payout\"}", 0.0),
     ];
