@@ -125,8 +125,9 @@ async fn closed_by_server(stream: &mut TcpStream, since: Instant, within: Durati
 /// Sends half a request head and stops: the server closes after the header timeout, unanswered
 /// (`addr` has an idle timeout of [`LONG_IDLE`], which must not be the one that applies).
 async fn half_a_head_is_cut_after_the_header_timeout(addr: SocketAddr) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // The server's clock starts when it accepts, which is before `connect` returns here.
     let since = Instant::now();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ").await.unwrap();
     let took = closed_by_server(&mut stream, since, HEADER + SLACK).await;
     assert!(took >= HEADER, "closed after {took:?}, before the header timeout {HEADER:?}");
