@@ -122,6 +122,7 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
     let account = withdrawal.as_ref().map_or(AccountId::SYSTEM, |w| w.account_id);
     let mut row = EventRow {
         id,
+        provider: crate::config::providers::DEFAULT_PROVIDER.to_owned(),
         event_id: envelope.id.clone(),
         event_type: envelope.kind.clone(),
         transfer_id: text("id"),

@@ -302,6 +302,7 @@ async fn insert_result(
             account_id: key.account,
             withdrawal_id: key.id,
             job_id: ctx.job.id,
+            provider: ctx.gateway().name.clone(),
             result,
             provider_transfer_id: transfer.map(str::to_owned),
             failure_code: failure_code.map(str::to_owned),

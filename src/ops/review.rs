@@ -109,6 +109,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .into_iter()
         .map(|r| ReconciliationView {
             id: r.id.0,
+            provider: r.provider,
             result: r.result,
             provider_transfer_id: r.provider_transfer_id,
             failure_code: r.failure_code,

@@ -16,6 +16,7 @@ fn result_name(row: &EventRow) -> String {
 fn view(row: &EventRow) -> WebhookEventView {
     WebhookEventView {
         id: row.id.0,
+        provider: row.provider.clone(),
         event_id: row.event_id.clone(),
         kind: row.event_type.clone(),
         transfer_id: row.transfer_id.clone(),

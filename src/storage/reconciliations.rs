@@ -12,6 +12,8 @@ pub struct ReconciliationRecord {
     pub account_id: AccountId,
     pub withdrawal_id: WithdrawalId,
     pub job_id: JobId,
+    /// The provider asked (SPEC §16).
+    pub provider: String,
     pub result: ReconciliationResult,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,
@@ -22,18 +24,19 @@ pub struct ReconciliationRecord {
 }
 
 const COLUMNS: &str =
-    "id, account_id, withdrawal_id, job_id, result, provider_transfer_id, failure_code, detail, follow_up_job_id, \
+    "id, account_id, withdrawal_id, job_id, provider, result, provider_transfer_id, failure_code, detail, follow_up_job_id, \
      correlation_id, at";
 
 pub async fn insert(tx: &mut Tx, r: &ReconciliationRecord) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
-            "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            "INSERT INTO reconciliation_results ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
         ))
         .bind(r.id)
         .bind(r.account_id)
         .bind(r.withdrawal_id)
         .bind(r.job_id)
+        .bind(&r.provider)
         .bind(r.result)
         .bind(&r.provider_transfer_id)
         .bind(&r.failure_code)

@@ -13,6 +13,8 @@ use crate::{with_conn, with_read_conn};
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: WebhookEventId,
+    /// The provider that sent it (the route's: the bare `/webhooks/provider` is `default`'s).
+    pub provider: String,
     /// The provider's event id.
     pub event_id: String,
     pub event_type: String,
@@ -38,7 +40,8 @@ pub struct EventRow {
     pub correlation_id: String,
 }
 
-const COLUMNS: &str = "id, event_id, event_type, transfer_id, operation_key, signed_at, received_at, headers, \
+const COLUMNS: &str =
+    "id, provider, event_id, event_type, transfer_id, operation_key, signed_at, received_at, headers, \
                        account_id, withdrawal_id, job_id, result, detail, provider_record, decided_at, correlation_id";
 
 /// Stores a received event with its raw body, unless its provider event id is stored already:
@@ -47,10 +50,11 @@ pub async fn insert(tx: &mut Tx, row: &EventRow, body: &[u8]) -> Result<bool> {
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO webhook_events ({COLUMNS}, body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
              ON CONFLICT (event_id) DO NOTHING"
         ))
         .bind(row.id)
+        .bind(&row.provider)
         .bind(&row.event_id)
         .bind(&row.event_type)
         .bind(&row.transfer_id)

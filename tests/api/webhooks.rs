@@ -146,6 +146,7 @@ async fn a_valid_event_is_applied_once_on_the_providers_record(app: TestApp) {
     assert_eq!(accepted.json::<Value>().await.unwrap(), json!({"status": "accepted"}));
     let stored = decided(&app, "evt_paid_1").await;
     assert_eq!(stored.result, Some(WebhookResult::Applied), "{stored:?}");
+    assert_eq!(stored.provider, "default", "the bare route is the default provider's");
     assert_eq!(store::body(&app.db, stored.id).await.unwrap().unwrap(), body, "the raw body, byte for byte");
     assert!(stored.headers.0.get("provider-signature").is_some(), "{:?}", stored.headers);
     let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
@@ -501,6 +502,11 @@ async fn with_webhooks_healthy_the_event_decides_and_polling_waits(app: TestApp)
         })
         .await;
     assert_eq!(deferred.status, withdrawals::domain::JobStatus::Scheduled);
+    let asked = withdrawals::storage::reconciliations::for_withdrawal(&app.db, key).await.unwrap();
+    assert!(
+        !asked.is_empty() && asked.iter().all(|r| r.provider == "default"),
+        "results name their provider: {asked:?}"
+    );
 
     // The mock settles it and sends `transfer.paid`: completed by the event, long before any poll.
     let done = app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(20)).await;

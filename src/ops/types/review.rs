@@ -130,6 +130,9 @@ pub struct AttemptView {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReconciliationView {
     pub id: Uuid,
+    /// The provider asked (SPEC §16).
+    #[serde(default)]
+    pub provider: String,
     pub result: ReconciliationResult,
     pub provider_transfer_id: Option<String>,
     pub failure_code: Option<String>,

@@ -21,6 +21,9 @@ pub struct WebhookEventQuery {
 pub struct WebhookEventView {
     /// Our id (`withdrawals webhooks show <id>`).
     pub id: Uuid,
+    /// The provider that sent it.
+    #[serde(default)]
+    pub provider: String,
     /// The provider's event id.
     pub event_id: String,
     #[serde(rename = "type")]
