@@ -44,7 +44,7 @@ pub enum Receipt {
 pub struct Request<'a> {
     /// The `Provider-Signature` header, if any (as text).
     pub signature: Option<&'a str>,
-    /// The other headers, to keep with the event (the route leaves out credential-bearing ones).
+    /// The request's headers as received, name → value ([`kept_headers`] decides what is stored).
     pub headers: Value,
     pub body: &'a [u8],
     pub correlation_id: &'a str,
@@ -62,6 +62,12 @@ struct Envelope {
     data: Value,
 }
 
+/// A body over `limit` bytes: refused `webhook_malformed` like any unreadable request (the route
+/// refuses it before reading, from its `Content-Length` or as soon as it passes the limit).
+pub fn too_large(source: &str, limit: usize) -> ServiceError {
+    refuse(source, "malformed", "webhook_malformed", &format!("the body is over {limit} bytes"))
+}
+
 /// Refused: counted, logged with its source but without the body, and answered 400 with `code`.
 fn refuse(source: &str, result: &'static str, code: &str, detail: &str) -> ServiceError {
     metrics::webhook_event(WEBHOOK_TYPE_UNKNOWN, result);
@@ -73,8 +79,7 @@ fn refuse(source: &str, result: &'static str, code: &str, detail: &str) -> Servi
 /// receiver's clock, the one the tolerance is measured on.
 pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, now: DbTime) -> ServiceResult<Receipt> {
     if request.body.len() > settings.max_body_bytes {
-        let detail = format!("the body is over {} bytes", settings.max_body_bytes);
-        return Err(refuse(request.source, "malformed", "webhook_malformed", &detail));
+        return Err(too_large(request.source, settings.max_body_bytes));
     }
     let invalid = "no valid signature for this body";
     let Some(header) = request.signature.and_then(|h| SignatureHeader::parse(h).ok()) else {
@@ -172,10 +177,14 @@ pub async fn receive(db: &Db, settings: &WebhookSettings, request: Request<'_>, 
     Ok(receipt)
 }
 
-/// The headers as stored: redacted like everything stored, except the signature, which is kept
-/// exactly as received so the stored event can be verified again against its body.
+/// The headers as stored: without credentials and cookies, redacted like everything stored,
+/// except the signature, which is kept exactly as received so the stored event can be verified
+/// again against its body.
 fn kept_headers(headers: &Value) -> Value {
     let mut kept = crate::redact::json(headers);
+    if let Some(map) = kept.as_object_mut() {
+        map.retain(|name, _| !matches!(name.as_str(), "authorization" | "cookie" | "proxy-authorization"));
+    }
     let header = provider_contract::webhook::PROVIDER_SIGNATURE_HEADER.to_ascii_lowercase();
     if let (Some(map), Some(signature)) = (kept.as_object_mut(), headers.get(&header)) {
         map.insert(header, signature.clone());

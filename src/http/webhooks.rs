@@ -16,7 +16,6 @@ use serde_json::{Map, Value};
 use super::correlation::CorrelationId;
 use super::error::ApiError;
 use super::AppState;
-use crate::refusal::ServiceError;
 use crate::storage::DbTime;
 use crate::webhooks::{self, Receipt, Request};
 
@@ -28,17 +27,12 @@ pub struct WebhookAck {
     pub status: String,
 }
 
-/// Headers kept with an event: everything but credentials and cookies.
-fn kept_headers(headers: &HeaderMap) -> Value {
-    let mut kept = Map::new();
-    for (name, value) in headers {
-        let name = name.as_str();
-        if matches!(name, "authorization" | "cookie" | "proxy-authorization") {
-            continue;
-        }
-        kept.insert(name.to_owned(), Value::String(String::from_utf8_lossy(value.as_bytes()).into_owned()));
-    }
-    Value::Object(kept)
+/// The request's headers as JSON, name → value; the core decides what of them is stored.
+fn headers_json(headers: &HeaderMap) -> Value {
+    let pairs = headers.iter().map(|(name, value)| {
+        (name.as_str().to_owned(), Value::String(String::from_utf8_lossy(value.as_bytes()).into_owned()))
+    });
+    Value::Object(pairs.collect::<Map<_, _>>())
 }
 
 #[utoipa::path(post, path = "/webhooks/provider", tag = "webhooks",
@@ -68,11 +62,7 @@ pub async fn receive(
     }
     let limit = settings.max_body_bytes;
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    let over = || {
-        crate::metrics::webhook_event(crate::metrics::WEBHOOK_TYPE_UNKNOWN, "malformed");
-        tracing::warn!(code = "webhook_malformed", source = %source, "provider webhook refused: body over the limit");
-        ApiError::from(ServiceError::malformed("webhook_malformed", format!("the body is over {limit} bytes")))
-    };
+    let over = || ApiError::from(webhooks::too_large(&source, limit));
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(over());
     }
@@ -80,7 +70,7 @@ pub async fn receive(
     let signature = headers.get(provider_contract::webhook::PROVIDER_SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let request = Request {
         signature,
-        headers: kept_headers(headers),
+        headers: headers_json(headers),
         body: &body,
         correlation_id: &correlation.0,
         source: &source,
