@@ -583,6 +583,7 @@ impl ServeArgs {
         let loaded = crate::config::providers::Providers::load(&sources, &limits).map_err(anyhow::Error::msg)?;
         let mut breaker = self.tuning.breaker();
         let mut provider_name = crate::config::providers::DEFAULT_PROVIDER.to_owned();
+        let mut several = None;
         let (provider_url, provider_api_key) = match loaded.providers.as_ref().map(|p| p.all()) {
             None => (None, None),
             Some([one]) => {
@@ -593,10 +594,15 @@ impl ServeArgs {
                 provider_name.clone_from(&one.name);
                 (Some(one.url.as_str().trim_end_matches('/').to_owned()), key)
             }
-            Some(many) => anyhow::bail!(
-                "PROVIDERS names {} providers; this version pays through one (routing across several is not built yet)",
-                many.len()
-            ),
+            // Several: each gets its own gateway at start; the first by priority stands for
+            // them where one URL is asked (sandbox mode is off).
+            Some([first, ..]) => {
+                let key = first.api_key.as_ref().map(|k| secrecy::ExposeSecret::expose_secret(k).to_owned());
+                provider_name.clone_from(&first.name);
+                several = loaded.providers.clone();
+                (Some(first.url.as_str().trim_end_matches('/').to_owned()), key)
+            }
+            Some([]) => (None, None),
         };
         let mut config =
             AppConfig { limits, credit_limits, max_body_bytes: self.max_body_bytes, ..AppConfig::default() };
@@ -623,8 +629,10 @@ impl ServeArgs {
             tolerance: Duration::from_secs(self.webhook_tolerance_s),
             max_body_bytes: self.webhook_max_body_bytes.max(1),
         };
+        config.providers.clone_from(&several);
         let mut worker = WorkerConfig::new(startup::worker_id());
         worker.settlement = config.settlement;
+        worker.providers.clone_from(&several);
         worker.concurrency = self.worker_concurrency.max(1);
         worker.batch_size = self.claim_batch.max(1);
         self.tuning.apply(&mut worker);
@@ -642,6 +650,7 @@ impl ServeArgs {
                 connect_timeout: Duration::from_millis(self.provider_connect_timeout_ms),
                 request_timeout: Duration::from_millis(self.provider_timeout_ms),
             },
+            several,
             breaker,
             warnings: loaded.warnings,
             worker,

@@ -42,6 +42,7 @@ pub const AUTH_FAILURES: &str = "auth_failures_total";
 pub const WEBHOOK_EVENTS: &str = "webhook_events_total";
 pub const WEBHOOK_LAST_RECEIVED: &str = "webhook_last_received_timestamp_seconds";
 pub const RECONCILIATION_DECISIONS: &str = "reconciliation_decisions_total";
+pub const PAYOUT_FAILOVERS: &str = "payout_failovers_total";
 
 /// Every metric this service exports, with its type and what it means: the README's list and
 /// the alert rules are checked against it.
@@ -99,6 +100,12 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
         "counter",
         "withdrawals decided completed or failed after their outcome was open, by source (webhook, poll, settlement, \
          operator)",
+    ),
+    (
+        PAYOUT_FAILOVERS,
+        "counter",
+        "withdrawals moved to the next provider for their currency while the first's breaker was open, by from and to \
+         (SPEC §16)",
     ),
 ];
 
@@ -282,6 +289,20 @@ pub fn provider_created(provider: &str) {
     for outcome in PROVIDER_OUTCOMES {
         let _registered = histogram!(PROVIDER_REQUEST_SECONDS, "provider" => provider.to_owned(), "outcome" => outcome);
     }
+}
+
+/// The moves from one provider to another that routing can make (SPEC §16): their series exist
+/// from zero, once the gateways are assembled.
+pub fn failovers_possible<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    install();
+    for (from, to) in pairs {
+        counter!(PAYOUT_FAILOVERS, "from" => from.to_owned(), "to" => to.to_owned()).absolute(0);
+    }
+}
+
+/// A withdrawal moved from provider `from` to `to` (committed).
+pub fn failover(from: &str, to: &str) {
+    counter!(PAYOUT_FAILOVERS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
 }
 
 pub fn provider_request(provider: &str, outcome_class: &str, elapsed: Duration) {

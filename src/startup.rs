@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::providers::Currencies;
 use crate::config::AppConfig;
 use crate::domain::ProcessRole;
 use crate::http::{self, AppState, MetricsAccess, ServerLimits};
@@ -146,16 +147,59 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
 }
 
 /// [`gateway_with`] for the provider called `name`.
+/// Its breaker is named after it (`payout_provider` for the `default` one, as it always was).
 pub fn gateway_named(name: &str, provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
     crate::metrics::provider_created(name);
-    crate::metrics::breaker_created("payout_provider");
-    let breaker = CircuitBreaker::new("payout_provider", config, Arc::new(SystemClock)).with_listener(
+    let breaker_name = breaker_name(name);
+    crate::metrics::breaker_created(&breaker_name);
+    let breaker = CircuitBreaker::new(breaker_name, config, Arc::new(SystemClock)).with_listener(
         |name: &str, from: BreakerState, to: BreakerState| {
             tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
             crate::metrics::breaker_transition(name, from, to);
         },
     );
     Gateway { name: name.to_owned(), provider, breaker: Arc::new(breaker) }
+}
+
+/// The name of provider `provider`'s breaker in the cluster view, its overrides and its metrics.
+pub fn breaker_name(provider: &str) -> String {
+    match provider {
+        crate::config::providers::DEFAULT_PROVIDER => "payout_provider".to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// One gateway per provider of a providers file (SPEC §16), each over real HTTP with its own
+/// credential and breaker (`breaker` where the file names none), routed by currency and priority.
+/// The series of every move routing can make start at zero.
+pub fn gateways_from(
+    providers: &crate::config::providers::Providers,
+    breaker: &BreakerConfig,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+) -> anyhow::Result<crate::provider::Gateways> {
+    let mut list = Vec::new();
+    for p in providers.all() {
+        let api_key = p.api_key.clone().unwrap_or_else(|| SecretString::from(String::new()));
+        let base_url = p.url.as_str().trim_end_matches('/').to_owned();
+        let http = HttpProvider::new(ProviderConfig { base_url, api_key, connect_timeout, request_timeout })?;
+        let gateway = gateway_named(&p.name, Arc::new(http), p.breaker.clone().unwrap_or_else(|| breaker.clone()));
+        list.push((gateway, p.currencies.clone(), p.priority));
+    }
+    let all = providers.all();
+    let pairs = all.iter().flat_map(|from| {
+        all.iter()
+            .filter(move |to| {
+                to.name != from.name
+                    && match (&from.currencies, &to.currencies) {
+                        (Currencies::Only(a), Currencies::Only(b)) => !a.is_disjoint(b),
+                        _ => true,
+                    }
+            })
+            .map(move |to| (from.name.as_str(), to.name.as_str()))
+    });
+    crate::metrics::failovers_possible(pairs);
+    Ok(crate::provider::Gateways::new(list))
 }
 
 /// `host-pid-random`: unique per process, readable in leases and attempt rows.
@@ -194,6 +238,9 @@ pub struct Settings {
     /// The API's settings; `sandbox` is decided by [`Application::build`].
     pub app: AppConfig,
     pub provider: ProviderSettings,
+    /// Several providers (SPEC §16): when set, `provider` is the first of them (its URL decides
+    /// sandbox mode) and every one gets its own gateway.
+    pub several: Option<crate::config::providers::Providers>,
     pub breaker: BreakerConfig,
     /// The worker's settings; `sandbox` is decided by [`Application::build`].
     pub worker: WorkerConfig,
@@ -240,7 +287,7 @@ pub struct Application {
     db: Db,
     worker: Option<Worker>,
     /// This process's breaker, its identity in the cluster view, and how often it syncs.
-    breaker_sync: Option<(Gateway, cluster::Process, Duration)>,
+    breaker_sync: Option<(crate::provider::Gateways, cluster::Process, Duration)>,
     metrics_listener: Option<TcpListener>,
     api: Option<Api>,
     server: ServerLimits,
@@ -267,14 +314,17 @@ impl Application {
         // An API-only process gets the provider too when one is configured (operators check
         // references against it).
         let mut sandbox_mock = None;
-        let mut gateway = None;
-        if settings.role != ProcessRole::Api || settings.provider.url.is_some() {
+        let mut gateway: Option<crate::provider::Gateways> = None;
+        if let Some(several) = &settings.several {
+            let (connect, request) = (settings.provider.connect_timeout, settings.provider.request_timeout);
+            gateway = Some(gateways_from(several, &settings.breaker, connect, request)?);
+        } else if settings.role != ProcessRole::Api || settings.provider.url.is_some() {
             let (name, provider) = (settings.provider.name.clone(), settings.provider);
             let (provider, mock) =
                 provider_from(provider.url, provider.api_key, provider.connect_timeout, provider.request_timeout)
                     .await?;
             sandbox_mock = mock;
-            gateway = Some(gateway_named(&name, provider, settings.breaker));
+            gateway = Some(gateway_named(&name, provider, settings.breaker).into());
         }
         let breaker_sync =
             gateway.clone().map(|g| (g, cluster::Process::this(settings.role), settings.app.breaker_sync));
@@ -352,8 +402,12 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let Self { db, worker, breaker_sync, metrics_listener, api, server, shutdown, _sandbox } = self;
         let tasks = TaskTracker::new();
-        if let Some((gateway, process, every)) = breaker_sync {
-            tasks.spawn(cluster::sync_loop(db.clone(), gateway, process, every, shutdown.clone()));
+        if let Some((gateways, process, every)) = breaker_sync {
+            // One loop per provider's breaker: each is its own row in the cluster view.
+            for gateway in gateways.all() {
+                let (gateway, process) = (gateway.clone(), process.clone());
+                tasks.spawn(cluster::sync_loop(db.clone(), gateway, process, every, shutdown.clone()));
+            }
         }
         let worker_failed: Arc<Mutex<Option<anyhow::Error>>> = Default::default();
         if let Some(worker) = worker {

@@ -95,6 +95,8 @@ pub struct AppConfig {
     pub auth_failures: AuthFailureSettings,
     /// The provider's webhook (SPEC §15).
     pub webhooks: WebhookSettings,
+    /// The providers file, validated (SPEC §16); `None` with a lone `PROVIDER_URL` or none.
+    pub providers: Option<providers::Providers>,
 }
 
 /// Failed authentications one source may make at once before it is slowed.
@@ -221,6 +223,7 @@ impl Default for AppConfig {
             breaker_sync: std::time::Duration::from_secs(5),
             auth_failures: AuthFailureSettings::default(),
             webhooks: WebhookSettings::default(),
+            providers: None,
         }
     }
 }

@@ -97,9 +97,16 @@ pub struct ProviderSettings {
 impl ProviderSettings {
     /// Whether it pays `currency`.
     pub fn pays(&self, currency: Currency) -> bool {
-        match &self.currencies {
+        self.currencies.pays_code(currency.code())
+    }
+}
+
+impl Currencies {
+    /// Whether the currency with ISO code `code` is among them.
+    pub fn pays_code(&self, code: &str) -> bool {
+        match self {
             Currencies::Any => true,
-            Currencies::Only(codes) => codes.contains(currency.code()),
+            Currencies::Only(codes) => codes.contains(code),
         }
     }
 }

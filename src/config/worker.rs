@@ -61,6 +61,8 @@ pub struct WorkerConfig {
     pub sandbox: bool,
     /// The daily settlement import and its grace days (SPEC §14).
     pub settlement: crate::config::SettlementSettings,
+    /// The providers file, validated (SPEC §16); `None` with a lone `PROVIDER_URL` or none.
+    pub providers: Option<crate::config::providers::Providers>,
 }
 
 impl WorkerConfig {
@@ -120,6 +122,7 @@ impl WorkerConfig {
             in_flight_grace: Duration::from_secs(15),
             sandbox: false,
             settlement: crate::config::SettlementSettings::default(),
+            providers: None,
         }
     }
 }

@@ -41,7 +41,7 @@ text_enum! {
 
 text_enum! {
     /// Which question to the provider the evidence records the answer of.
-    pub enum EvidenceSource("evidence source", 6) {
+    pub enum EvidenceSource("evidence source", 7) {
         /// A lookup by the operation key (reconciliation, an operator's decision).
         ProviderLookup = "provider_lookup",
         /// The answer to the create request itself.
@@ -56,6 +56,9 @@ text_enum! {
         /// A lookup by the operation key that a provider event led to (SPEC §15); the event is
         /// kept beside the answer ([`Evidence::event`]).
         ProviderWebhook = "provider_webhook",
+        /// A move to the next provider for the currency (SPEC §16): what was known at the first
+        /// one, in a [`super::failover::MoveRecord`] ([`Evidence::failover`]).
+        Failover = "failover",
     }
 }
 
@@ -132,6 +135,9 @@ pub struct Evidence {
     /// the answer, never the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<super::webhook::EventRecord>,
+    /// A move to another provider and what it rested on (SPEC §16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<super::failover::MoveRecord>,
 }
 
 /// Who requested and who approved a two-person decision.
@@ -170,6 +176,7 @@ impl Evidence {
             approval: None,
             exception_id: None,
             event: None,
+            failover: None,
         }
     }
 
@@ -394,7 +401,8 @@ impl StoredEvidence {
             EvidenceSource::ProviderLookup
             | EvidenceSource::ProviderCreate
             | EvidenceSource::OperatorCreditReturn
-            | EvidenceSource::ProviderWebhook => Evidence::read(stored).map(StoredEvidence::from),
+            | EvidenceSource::ProviderWebhook
+            | EvidenceSource::Failover => Evidence::read(stored).map(StoredEvidence::from),
         }
     }
 

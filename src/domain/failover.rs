@@ -6,6 +6,8 @@
 //! A's answer, not a reason to move. Pure: the caller gathers A's attempts, its lookup and its
 //! breaker; the move itself is a recorded decision with those as its evidence.
 
+use serde::{Deserialize, Serialize};
+
 use super::{AttemptResult, BreakerState, SideEffect};
 
 /// One attempt at the current provider, as far as the rule needs it.
@@ -58,6 +60,55 @@ pub enum WaitReason {
     MayHaveMovedMoney,
     /// No other provider pays the currency.
     NoOtherProvider,
+}
+
+/// A recorded move (the evidence of its transition-log entry): from where to where, why it was
+/// safe, and the facts at the first provider it rested on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    pub from: String,
+    pub to: String,
+    /// The rule's reason, as [`Failover::as_str`] names it.
+    pub rule: String,
+    /// The first provider's breaker when the move was decided.
+    pub breaker: BreakerState,
+    /// Every attempt at the first provider, oldest first.
+    pub attempts: Vec<AttemptSeen>,
+    /// Its lookup proved "no such transfer" after the last attempt.
+    pub not_found_after_last_attempt: bool,
+}
+
+/// One attempt as a move's evidence keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptSeen {
+    pub attempt_no: i64,
+    pub side_effect: SideEffect,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<AttemptResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+}
+
+/// The rule's facts from the attempts recorded at one provider, oldest first (outcome, side
+/// effect): each attempt's facts, and whether the provider's lookup proved "no such transfer"
+/// after the last. An attempt whose side effect was unknown and that a lookup later resolved as
+/// never executed is stored as outcome `unknown`, side effect `not_started` (SPEC §7's controlled
+/// retry): the last such attempt is the lookup's proof (it may have reached the provider, and the
+/// lookup says it did not); an earlier one, followed only by attempts, counts as not started.
+pub fn facts_at(recorded: &[(Option<AttemptResult>, SideEffect)]) -> (Vec<AttemptFacts>, bool) {
+    let mut not_found_after_last = false;
+    let facts = recorded
+        .iter()
+        .enumerate()
+        .map(|(i, &(outcome, side_effect))| {
+            let resolved = outcome == Some(AttemptResult::Unknown) && side_effect == SideEffect::NotStarted;
+            let last = i + 1 == recorded.len();
+            not_found_after_last = resolved && last;
+            let side_effect = if resolved && last { SideEffect::Unknown } else { side_effect };
+            AttemptFacts { side_effect, result: outcome.unwrap_or(AttemptResult::Unknown) }
+        })
+        .collect();
+    (facts, not_found_after_last)
 }
 
 impl Failover {
@@ -168,5 +219,32 @@ mod tests {
             }
         }
         assert_eq!(Move(AllNotStarted).as_str(), "move: every attempt not_started");
+    }
+
+    /// The recorded rows become the rule's facts: a lookup's resolution is the proof only when it
+    /// resolved the last attempt.
+    #[test]
+    fn recorded_attempts_become_facts() {
+        use AttemptResult as R;
+        use SideEffect as S;
+        let resolved = (Some(R::Unknown), S::NotStarted);
+        let refused = (Some(R::Retryable), S::NotStarted);
+        let timed_out = (Some(R::Unknown), S::Unknown);
+        let unfinished = (None, S::Unknown);
+        let (f, nf) = facts_at(&[resolved]);
+        assert_eq!((f[0].side_effect, nf), (S::Unknown, true));
+        let open = |f: &[AttemptFacts], nf| {
+            failover(&AtProvider { breaker: BreakerState::Open, attempts: f, not_found_after_last_attempt: nf }, true)
+        };
+        assert_eq!(open(&f, nf), Failover::Move(MoveReason::LookupFoundNothing));
+        let (f, nf) = facts_at(&[resolved, refused]);
+        assert_eq!((f[0].side_effect, nf), (S::NotStarted, false));
+        assert_eq!(open(&f, nf), Failover::Move(MoveReason::AllNotStarted));
+        let (f, nf) = facts_at(&[resolved, timed_out]);
+        assert_eq!(open(&f, nf), Failover::Wait(WaitReason::MayHaveMovedMoney));
+        let (f, nf) = facts_at(&[unfinished]);
+        assert_eq!((f[0].result, nf), (R::Unknown, false));
+        assert_eq!(open(&f, nf), Failover::Wait(WaitReason::MayHaveMovedMoney));
+        assert_eq!(facts_at(&[]), (Vec::new(), false));
     }
 }

@@ -45,7 +45,7 @@ struct Inner {
     config: AppConfig,
     /// The provider and breaker, when this process has them (operators check provider
     /// references against it and read breaker state).
-    gateway: Option<crate::provider::Gateway>,
+    gateways: Option<crate::provider::Gateways>,
     /// Failed authentication, counted and slowed per source (one budget for every surface).
     auth: AuthGuard,
 }
@@ -53,20 +53,21 @@ struct Inner {
 impl AppState {
     pub fn new(db: Db, config: AppConfig) -> Self {
         let auth = AuthGuard::new(config.auth_failures);
-        Self(Arc::new(Inner { db, config, gateway: None, auth }))
+        Self(Arc::new(Inner { db, config, gateways: None, auth }))
     }
 
-    pub fn with_gateway(db: Db, config: AppConfig, gateway: crate::provider::Gateway) -> Self {
+    /// The API of a process that reaches the providers (one [`crate::provider::Gateway`] converts).
+    pub fn with_gateway(db: Db, config: AppConfig, gateways: impl Into<crate::provider::Gateways>) -> Self {
         let auth = AuthGuard::new(config.auth_failures);
-        Self(Arc::new(Inner { db, config, gateway: Some(gateway), auth }))
+        Self(Arc::new(Inner { db, config, gateways: Some(gateways.into()), auth }))
     }
 
     pub fn auth_guard(&self) -> &AuthGuard {
         &self.0.auth
     }
 
-    pub fn gateway(&self) -> Option<&crate::provider::Gateway> {
-        self.0.gateway.as_ref()
+    pub fn gateways(&self) -> Option<&crate::provider::Gateways> {
+        self.0.gateways.as_ref()
     }
 
     pub fn db(&self) -> &Db {
@@ -84,7 +85,7 @@ impl AppState {
     }
 
     pub fn ops(&self) -> crate::ops::Ops<'_> {
-        crate::ops::Ops::new(&self.0.db, &self.0.config, self.0.gateway.as_ref())
+        crate::ops::Ops::new(&self.0.db, &self.0.config, self.0.gateways.as_ref())
     }
 }
 

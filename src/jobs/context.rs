@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 pub use crate::config::WorkerConfig;
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobKey, LeaseToken, WithdrawalId};
-use crate::provider::Gateway;
+use crate::provider::Gateways;
 use crate::storage::batch::{Writes, Written};
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::{Db, Tx};
@@ -25,7 +25,8 @@ pub type Handler =
 #[derive(Clone)]
 pub struct Worker {
     pub(super) db: Db,
-    pub(super) gateway: Gateway,
+    /// Every provider, for routing (SPEC §16).
+    pub(super) gateways: Gateways,
     pub(super) config: Arc<WorkerConfig>,
     pub(super) extra: Arc<Vec<(&'static str, i64, Handler)>>,
     /// Group commit of effect-free completions; started by [`Worker::run`].
@@ -43,8 +44,10 @@ impl JobContext {
         &self.worker.db
     }
 
-    pub fn gateway(&self) -> &Gateway {
-        &self.worker.gateway
+    /// Every configured provider: a handler picks the one its withdrawal is routed to or its
+    /// latest attempt went to ([`Gateways::for_withdrawal`]).
+    pub fn gateways(&self) -> &Gateways {
+        &self.worker.gateways
     }
 
     pub fn config(&self) -> &WorkerConfig {

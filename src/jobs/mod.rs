@@ -15,6 +15,7 @@ pub mod payout_batch;
 pub mod reconcile;
 pub mod replay;
 pub mod retry;
+pub mod routing;
 pub mod settlement;
 pub mod submit;
 pub mod webhook;

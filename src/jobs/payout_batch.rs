@@ -37,6 +37,7 @@ use super::{enqueue_reconciliation, JobKind, SubmitPayout};
 use crate::dead_letter::{self, Category};
 use crate::domain::{Actor, AttemptId, Withdrawal, WithdrawalStatus};
 use crate::provider::breaker::Permit;
+use crate::provider::Gateway;
 use crate::storage::attempts;
 use crate::storage::batch::{Writes, Written};
 use crate::storage::jobs::{ClaimedJob, Finish};
@@ -111,10 +112,11 @@ pub async fn run(batch: Vec<Submit>, stop: CancellationToken) {
     futures::future::join_all(runs).await;
 }
 
-/// A row that will be called: its withdrawal, breaker permit and write-ahead attempt.
-struct Call {
+/// A row that will be called: its withdrawal, provider, breaker permit and write-ahead attempt.
+struct Call<'a> {
     row: usize,
     withdrawal: Withdrawal,
+    gateway: &'a Gateway,
     permit: Permit,
     attempt: AttemptId,
 }
@@ -129,7 +131,7 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     let answers = futures::future::join_all(calls.into_iter().map(|call| {
         let ctx = &batch[call.row].ctx;
         async move {
-            let outcome = submit::call(ctx, &call.withdrawal, call.permit, 1).await;
+            let outcome = submit::call(ctx, call.gateway, &call.withdrawal, call.permit, 1).await;
             (call.row, call.withdrawal, call.attempt, outcome)
         }
         .instrument(ctx.span())
@@ -271,7 +273,7 @@ async fn after_calls(batch: &[Submit], rows: &[Row<'_>], actor: &Actor) -> anyho
 
 /// Step 1: the read, the lease checks, the guarded moves and the write-ahead attempts, in one
 /// transaction. Returns the rows to call and the rows left to the one-job path.
-async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Call>, HashSet<usize>)> {
+async fn before_calls<'a>(batch: &'a [Submit], actor: &Actor) -> anyhow::Result<(Vec<Call<'a>>, HashSet<usize>)> {
     let db = batch[0].ctx.db();
     let mut tx = db.begin().await?;
     // Each job carries its withdrawal's account.
@@ -292,9 +294,17 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
             Some((w, None)) if w.status == WithdrawalStatus::Pending && w.sandbox == s.ctx.config().sandbox => Some(w),
             _ => None,
         };
-        // The breaker is asked last, so a permit is taken only for a call the batch will make.
-        match first_payout.map(|w| (w, s.ctx.gateway().breaker.try_acquire())) {
-            Some((w, Ok(permit))) => leased.push((row, w, permit, s.ctx.lease_for_attempt_in(&mut writes))),
+        // A first payout goes to the first provider for its currency (SPEC §16); one whose
+        // breaker is open goes to the one-job path, where the failover rule decides. The breaker
+        // is asked last, so a permit is taken only for a call the batch will make.
+        let routed = first_payout.and_then(|w| {
+            let gateway = *s.ctx.gateways().route(w.amount.currency().code()).first()?;
+            Some((w, gateway, gateway.breaker.try_acquire()))
+        });
+        match routed {
+            Some((w, gateway, Ok(permit))) => {
+                leased.push((row, w, gateway, permit, s.ctx.lease_for_attempt_in(&mut writes)))
+            }
             _ => {
                 alone.insert(row);
             }
@@ -302,14 +312,14 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
     }
     let ran = writes.run(&mut tx).await?;
     // A lost lease: another worker holds the job now; nothing is sent or written for it here.
-    leased.retain(|(row, _, _, lease)| {
+    leased.retain(|(row, _, _, _, lease)| {
         let _span = batch[*row].ctx.span().entered();
         batch[*row].ctx.leased_for_attempt(ran.applied(*lease))
     });
 
     let claims: Vec<TransitionRequest> = leased
         .iter()
-        .map(|(row, w, _, _)| TransitionRequest {
+        .map(|(row, w, _, _, _)| TransitionRequest {
             key: w.key(),
             from: WithdrawalStatus::Pending,
             to: WithdrawalStatus::Processing,
@@ -329,7 +339,7 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
 
     let mut writes = Writes::new();
     let (mut calls, mut moved) = (Vec::new(), Vec::new());
-    for (((row, withdrawal, permit, _), req), guard) in leased.into_iter().zip(&claims).zip(&guards) {
+    for (((row, withdrawal, gateway, permit, _), req), guard) in leased.into_iter().zip(&claims).zip(&guards) {
         let ctx = &batch[row].ctx;
         let _span = ctx.span().entered();
         if guard.settle_in(&mut writes, &ran, &withdrawal, req) {
@@ -339,11 +349,11 @@ async fn before_calls(batch: &[Submit], actor: &Actor) -> anyhow::Result<(Vec<Ca
                 attempt_no: 1,
                 worker: ctx.worker_id(),
                 correlation_id: &ctx.job.correlation_id,
-                provider: &ctx.gateway().name,
+                provider: &gateway.name,
             };
             let attempt = attempts::start_in(&mut writes, &start);
             moved.push(req);
-            calls.push(Call { row, withdrawal, permit, attempt });
+            calls.push(Call { row, withdrawal, gateway, permit, attempt });
         } else {
             // Cancelled or claimed in between: the next run sees the new state.
             let how = Finish::Reschedule {

@@ -42,15 +42,23 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     };
     let key = withdrawal.key();
     let from = withdrawal.status;
+    // The provider the latest attempt went to is the one asked (SPEC §16): no other can know.
+    let gateway = super::routing::asked(ctx, &withdrawal).await?;
+    let provider = gateway.map_or(super::routing::UNCONFIGURED, |g| g.name.as_str());
     if !matches!(from, WithdrawalStatus::Processing | WithdrawalStatus::RequiresReview) {
         let mut tx = ctx.db().begin().await?;
-        record(&mut tx, ctx, key, Outcome::Skipped, None, None, &format!("withdrawal already {from}"), None).await?;
+        record(&mut tx, ctx, provider, key, Outcome::Skipped, None, None, &format!("withdrawal already {from}"), None)
+            .await?;
         return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
-    let answer = match ctx.gateway().lookup(&id.to_string(), &job.correlation_id).await {
+    let asked = match gateway {
+        Some(gateway) => gateway.lookup(&id.to_string(), &job.correlation_id).await.map_err(|open| open.retry_in),
+        None => Err(super::routing::NO_PROVIDER_WAIT),
+    };
+    let answer = match asked {
         Ok(answer) => answer,
-        Err(open) => {
+        Err(retry_in) => {
             // The breaker is open: ask after the next probe (plus jitter, at least the minimum
             // deferral), without using up attempts — but the window still closes on time.
             let window = TimeDelta::from_std(ctx.config().reconcile_policy.max_elapsed).unwrap_or(TimeDelta::hours(24));
@@ -58,11 +66,11 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             if started.plus(window) <= DbTime::now() {
                 let mut tx = ctx.db().begin().await?;
                 let message = "reconciliation could not ask the provider within its window (breaker open)";
-                record(&mut tx, ctx, key, Outcome::WindowExpired, None, None, message, None).await?;
+                record(&mut tx, ctx, provider, key, Outcome::WindowExpired, None, None, message, None).await?;
                 let failure = Failure::side_effect_unknown("reconciliation_breaker_open", message);
                 return ctx.dead_letter(tx, &failure).await;
             }
-            let run_at = DbTime::after(ctx.config().breaker_deferral(open.retry_in));
+            let run_at = DbTime::after(ctx.config().breaker_deferral(retry_in));
             let mut tx = ctx.db().begin().await?;
             job_store::mark_first_attempt(&mut tx, job.key(), job.lease_token).await?;
             let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
@@ -88,30 +96,41 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             let result = if matches!(verdict, Verdict::Returned(_)) { Outcome::Returned } else { Outcome::Paid };
             let to = WithdrawalStatus::Completed;
             decide(&mut tx, ctx, key, from, to, "reconciliation found it paid", None, Some(evidence)).await?;
-            record(&mut tx, ctx, key, result, Some(&t.id), None, &format!("provider reports {name}"), None).await?;
+            record(&mut tx, ctx, provider, key, result, Some(&t.id), None, &format!("provider reports {name}"), None)
+                .await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Failed(t) => {
             let code = t.failure_code.as_deref().unwrap_or("provider_failed");
             let to = WithdrawalStatus::Failed;
             decide(&mut tx, ctx, key, from, to, "reconciliation found it failed", Some(code), Some(evidence)).await?;
-            record(&mut tx, ctx, key, Outcome::Failed, Some(&t.id), Some(code), "provider reports failed", None)
-                .await?;
+            record(
+                &mut tx,
+                ctx,
+                provider,
+                key,
+                Outcome::Failed,
+                Some(&t.id),
+                Some(code),
+                "provider reports failed",
+                None,
+            )
+            .await?;
             return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
         }
         Verdict::Mismatch(t, m) => {
             let failure = super::submit::mismatch_failure(&withdrawal, t, m);
-            record(&mut tx, ctx, key, Outcome::Mismatch, Some(&t.id), None, &failure.message, None).await?;
+            record(&mut tx, ctx, provider, key, Outcome::Mismatch, Some(&t.id), None, &failure.message, None).await?;
             return ctx.dead_letter(tx, &failure).await;
         }
         Verdict::InFlight => {
             let settled = in_flight.unwrap_or_else(DbTime::now);
             let detail = "no transfer yet, but an attempt may still be in flight: asking again after it settles";
-            record(&mut tx, ctx, key, Outcome::NotFound, None, None, detail, None).await?;
+            record(&mut tx, ctx, provider, key, Outcome::NotFound, None, None, detail, None).await?;
             let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
-        Verdict::NoTransfer => return controlled_retry(tx, ctx, key, from).await,
+        Verdict::NoTransfer => return controlled_retry(tx, ctx, provider, key, from).await,
         Verdict::Pending(t) => (Outcome::Pending, format!("transfer {} still pending at the provider", t.id)),
         Verdict::Unavailable(why) => (Outcome::Unavailable, why.clone()),
     };
@@ -142,14 +161,14 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     };
     match decision {
         RetryDecision::RetryAfter(delay) => {
-            record(&mut tx, ctx, key, result, None, None, &detail, None).await?;
+            record(&mut tx, ctx, provider, key, result, None, None, &detail, None).await?;
             let run_at = DbTime::after(delay);
             ctx.finish_or_rollback(tx, &Finish::Reschedule { run_at, consumed_attempt: true, error: result.as_str() })
                 .await
         }
         RetryDecision::Exhausted(_) => {
             let message = format!("reconciliation could not decide within its window; last answer: {detail}");
-            record(&mut tx, ctx, key, Outcome::WindowExpired, None, None, &message, None).await?;
+            record(&mut tx, ctx, provider, key, Outcome::WindowExpired, None, None, &message, None).await?;
             let failure = Failure::side_effect_unknown(format!("reconciliation_{result}"), message);
             ctx.dead_letter(tx, &failure).await
         }
@@ -192,12 +211,13 @@ pub async fn in_flight_until(
 async fn controlled_retry(
     mut tx: Tx,
     ctx: &JobContext,
+    provider: &str,
     key: WithdrawalKey,
     from: WithdrawalStatus,
 ) -> anyhow::Result<()> {
     let job = &ctx.job;
     let id = key.id;
-    attempts::resolve_unfinished_as_not_executed(&mut tx, key).await?;
+    attempts::resolve_unfinished_as_not_executed(&mut tx, key, provider).await?;
     let (attempts_made, first) = attempts::budget(&mut tx, key).await?;
     let elapsed = first.map(|f| (DbTime::now().0 - f.0).to_std().unwrap_or_default()).unwrap_or_default();
     let policy = &ctx.config().submit_policy;
@@ -213,7 +233,7 @@ async fn controlled_retry(
             let detail = format!(
                 "provider has no transfer under this key; retry budget spent ({by:?}) after {attempts_made} attempts"
             );
-            record(&mut tx, ctx, key, Outcome::NotFound, None, None, &detail, None).await?;
+            record(&mut tx, ctx, provider, key, Outcome::NotFound, None, None, &detail, None).await?;
             let last_code =
                 attempts::latest(&mut tx, key).await?.and_then(|a| a.error_code).unwrap_or_else(|| "not_found".into());
             let failure = Failure::retries_exhausted(last_code, detail);
@@ -234,7 +254,7 @@ async fn controlled_retry(
         Some(job_store::enqueue(&mut tx, &retry).await?.id)
     };
     let detail = "provider has no transfer under this key: controlled retry with the same key";
-    insert_result(&mut tx, ctx, key, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;
+    insert_result(&mut tx, ctx, provider, key, result_id, Outcome::NotFound, None, None, detail, follow_up).await?;
     ctx.finish_or_rollback(tx, &Finish::Succeeded).await
 }
 
@@ -271,6 +291,7 @@ async fn decide(
 async fn record(
     tx: &mut Tx,
     ctx: &JobContext,
+    provider: &str,
     key: WithdrawalKey,
     result: Outcome,
     transfer: Option<&str>,
@@ -278,13 +299,15 @@ async fn record(
     detail: &str,
     follow_up: Option<JobId>,
 ) -> anyhow::Result<()> {
-    insert_result(tx, ctx, key, ReconciliationId::new(), result, transfer, failure_code, detail, follow_up).await
+    insert_result(tx, ctx, provider, key, ReconciliationId::new(), result, transfer, failure_code, detail, follow_up)
+        .await
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn insert_result(
     tx: &mut Tx,
     ctx: &JobContext,
+    provider: &str,
     key: WithdrawalKey,
     id: ReconciliationId,
     result: Outcome,
@@ -302,7 +325,7 @@ async fn insert_result(
             account_id: key.account,
             withdrawal_id: key.id,
             job_id: ctx.job.id,
-            provider: ctx.gateway().name.clone(),
+            provider: provider.to_owned(),
             result,
             provider_transfer_id: transfer.map(str::to_owned),
             failure_code: failure_code.map(str::to_owned),

@@ -9,10 +9,11 @@
 
 use super::context::JobContext;
 use super::retry::{Exhausted, RetryDecision};
+use super::routing::Route;
 use super::{enqueue_reconciliation, SubmitPayout};
 use crate::dead_letter::{Category, Failure};
 use crate::domain::{format_minor, Actor, AttemptResult, Withdrawal, WithdrawalStatus};
-use crate::provider::{Mismatch, SubmitOutcome, TransferRequest, TransferStatus, Verdict};
+use crate::provider::{Gateway, Mismatch, SubmitOutcome, TransferRequest, TransferStatus, Verdict};
 use crate::storage::attempts::{self, AttemptOutcome, SideEffect};
 use crate::storage::batch::Writes;
 use crate::storage::jobs::Finish;
@@ -21,27 +22,29 @@ use crate::storage::DbTime;
 
 pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<()> {
     let actor = Actor::Worker(ctx.worker_id().to_owned());
-    let Ready { withdrawal, permit, attempt_no, attempt, attempts_in_budget, first_attempt_at } =
+    let Ready { withdrawal, gateway, permit, attempt_no, attempt, attempts_in_budget, first_attempt_at } =
         match prepare(ctx, payload.withdrawal_id, &actor).await? {
             Prepared::Call(ready) => *ready,
             Prepared::Done => return Ok(()),
         };
-    let outcome = call(ctx, &withdrawal, permit, attempt_no).await;
+    let outcome = call(ctx, gateway, &withdrawal, permit, attempt_no).await;
     let decision = AfterCall::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
     record(ctx, &withdrawal, &actor, attempt, &decision).await
 }
 
 /// What the writes before the call left: a call to make, or a job already finished (skipped,
 /// dead-lettered, handed to reconciliation, deferred, or its lease lost).
-enum Prepared {
-    Call(Box<Ready>),
+enum Prepared<'g> {
+    Call(Box<Ready<'g>>),
     Done,
 }
 
 /// A call the provider may receive: its permit, its attempt row (committed, side effect
 /// unknown), and the withdrawal's retry budget so far.
-struct Ready {
+struct Ready<'g> {
     withdrawal: Withdrawal,
+    /// The provider the call goes to (SPEC §16).
+    gateway: &'g Gateway,
     permit: crate::provider::breaker::Permit,
     attempt_no: i64,
     attempt: crate::domain::AttemptId,
@@ -50,14 +53,18 @@ struct Ready {
 }
 
 /// A finished job, whatever finished it.
-fn done(finished: anyhow::Result<()>) -> anyhow::Result<Prepared> {
+fn done<'g>(finished: anyhow::Result<()>) -> anyhow::Result<Prepared<'g>> {
     finished.map(|()| Prepared::Done)
 }
 
 /// The transaction before the call: skip what no longer awaits payout, refuse a sandbox
 /// mismatch, claim `pending → processing`, and either start the attempt row (committed before
 /// the call) or hand over to reconciliation or defer while the breaker is open.
-async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Actor) -> anyhow::Result<Prepared> {
+async fn prepare<'g>(
+    ctx: &'g JobContext,
+    id: crate::domain::WithdrawalId,
+    actor: &Actor,
+) -> anyhow::Result<Prepared<'g>> {
     let job = &ctx.job;
     let mut tx = ctx.db().begin().await?;
     let named = crate::domain::WithdrawalKey { account: job.account_id, id };
@@ -116,22 +123,29 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
         // A previous call may have happened: ask the provider, never resubmit blindly.
         Step::Reconcile
     } else {
-        match ctx.gateway().breaker.try_acquire() {
-            Ok(permit) => {
+        match super::routing::choose(ctx, &mut tx, &withdrawal, last.is_some()).await? {
+            Route::Call { gateway, permit, moved } => {
                 let attempt_no = last.map_or(1, |a| a.attempt_no + 1);
                 let batch = if claim.is_some() { &mut after_claim } else { &mut writes };
+                if let Some(moved) = &moved {
+                    // The move is recorded with the attempt it leads to, in the same batch.
+                    let status = WithdrawalStatus::Processing;
+                    let cid = &job.correlation_id;
+                    store::failover_in(batch, key, status, actor, &moved.reason, cid, &moved.evidence);
+                }
                 let start = attempts::Start {
                     withdrawal: key,
                     job: job.id,
                     attempt_no,
                     worker: ctx.worker_id(),
                     correlation_id: &job.correlation_id,
-                    provider: &ctx.gateway().name,
+                    provider: &gateway.name,
                 };
                 let attempt = attempts::start_in(batch, &start);
-                Step::Call { permit, attempt_no, attempt, leased: ctx.lease_for_attempt_in(&mut writes) }
+                let leased = ctx.lease_for_attempt_in(&mut writes);
+                Step::Call { gateway, permit, attempt_no, attempt, leased, moved: moved.map(|m| m.from) }
             }
-            Err(rejected) => Step::Defer(rejected),
+            Route::Wait { retry_in, why } => Step::Defer(retry_in, why),
         }
     };
     let counts = writes.run(&mut tx).await?;
@@ -154,18 +168,18 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
             );
         }
     }
-    let (permit, attempt_no, attempt) = match step {
-        Step::Call { permit, attempt_no, attempt, .. } => (permit, attempt_no, attempt),
+    let (gateway, permit, attempt_no, attempt, moved) = match step {
+        Step::Call { gateway, permit, attempt_no, attempt, moved, .. } => (gateway, permit, attempt_no, attempt, moved),
         Step::Reconcile => {
             enqueue_reconciliation(&mut tx, key, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
             return done(ctx.finish_or_rollback(tx, &Finish::Succeeded).await);
         }
-        Step::Defer(rejected) => {
+        Step::Defer(retry_in, why) => {
             // The breaker is open: wait for the next probe, plus jitter, without using an attempt.
-            let wait = ctx.config().breaker_deferral(rejected.retry_in);
-            tracing::info!(retry_in_ms = wait.as_millis() as u64, "breaker open: submit deferred");
+            let wait = ctx.config().breaker_deferral(retry_in);
+            tracing::info!(retry_in_ms = wait.as_millis() as u64, why, "submit deferred");
             let run_at = DbTime::after(wait);
-            let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
+            let how = Finish::Reschedule { run_at, consumed_attempt: false, error: why };
             return done(ctx.finish_or_rollback(tx, &how).await);
         }
     };
@@ -176,8 +190,13 @@ async fn prepare(ctx: &JobContext, id: crate::domain::WithdrawalId, actor: &Acto
     };
     let first_attempt_at = first.unwrap_or_else(DbTime::now);
     tx.commit().await?;
+    if let Some(from) = moved {
+        tracing::warn!(event = "failover", from = %from, to = %gateway.name, "withdrawal moved to the next provider");
+        crate::metrics::failover(&from, &gateway.name);
+    }
     Ok(Prepared::Call(Box::new(Ready {
         withdrawal,
+        gateway,
         permit,
         attempt_no,
         attempt,
@@ -232,16 +251,17 @@ async fn record(
 /// records the outcome with the breaker and the metrics.
 pub(super) async fn call(
     ctx: &JobContext,
+    gateway: &Gateway,
     withdrawal: &Withdrawal,
     permit: crate::provider::breaker::Permit,
     attempt_no: i64,
 ) -> SubmitOutcome {
     let request = transfer_request(withdrawal);
     let started = std::time::Instant::now();
-    let outcome = ctx.gateway().provider.submit(&withdrawal.id.to_string(), &ctx.job.correlation_id, &request).await;
-    ctx.gateway().breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
-    crate::metrics::provider_request(&ctx.gateway().name, outcome_class(&outcome), started.elapsed());
-    tracing::info!(attempt_no, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
+    let outcome = gateway.provider.submit(&withdrawal.id.to_string(), &ctx.job.correlation_id, &request).await;
+    gateway.breaker.record(permit, outcome.breaker_outcome(), started.elapsed());
+    crate::metrics::provider_request(&gateway.name, outcome_class(&outcome), started.elapsed());
+    tracing::info!(attempt_no, provider = %gateway.name, outcome = ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "provider called");
     outcome
 }
 
@@ -320,18 +340,21 @@ impl<'a> AfterCall<'a> {
 }
 
 /// What the run does after its pre-call writes.
-enum Step {
+enum Step<'g> {
     /// The last attempt has no outcome: reconcile instead of calling.
     Reconcile,
-    /// The breaker is open: reschedule.
-    Defer(crate::provider::breaker::Rejected),
-    /// Call the provider as attempt `attempt_no` (row `attempt`), if the lease (the count at
-    /// `leased`) still held.
+    /// No provider can be called now (its breaker is open and the withdrawal must wait for it,
+    /// or none is configured): reschedule after the delay, saying why.
+    Defer(std::time::Duration, &'static str),
+    /// Call `gateway` as attempt `attempt_no` (row `attempt`), if the lease (the count at
+    /// `leased`) still held; `moved`: the provider it moved from (recorded in the same batch).
     Call {
+        gateway: &'g Gateway,
         permit: crate::provider::breaker::Permit,
         attempt_no: i64,
         attempt: crate::domain::AttemptId,
         leased: crate::storage::batch::Written,
+        moved: Option<String>,
     },
 }
 

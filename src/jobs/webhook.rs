@@ -83,17 +83,21 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
         Some(key) => store::get(ctx.db(), key).await?,
         None => None,
     };
-    let asked = match &withdrawal {
-        Some(w) => ctx.gateway().lookup(&w.id.to_string(), &ctx.job.correlation_id).await,
-        None => match &event.transfer_id {
-            Some(transfer) => ctx.gateway().get(transfer, &ctx.job.correlation_id).await,
+    // The provider that sent the event is the one asked (SPEC §16): its record decides.
+    let gateways = ctx.gateways();
+    let gateway = if gateways.is_single() { Some(gateways.primary()) } else { gateways.get(&event.provider) };
+    let asked = match (gateway, &withdrawal) {
+        (None, _) => Err(super::routing::NO_PROVIDER_WAIT),
+        (Some(g), Some(w)) => g.lookup(&w.id.to_string(), &ctx.job.correlation_id).await.map_err(|o| o.retry_in),
+        (Some(g), None) => match &event.transfer_id {
+            Some(transfer) => g.get(transfer, &ctx.job.correlation_id).await.map_err(|o| o.retry_in),
             None => Ok(LookupOutcome::NotFound),
         },
     };
     let answer = match asked {
         Ok(answer) => answer,
-        Err(open) => {
-            let deferral = ctx.config().breaker_deferral(open.retry_in);
+        Err(retry_in) => {
+            let deferral = ctx.config().breaker_deferral(retry_in);
             return ask_later(ctx, &event, kind, Some((deferral, false))).await;
         }
     };

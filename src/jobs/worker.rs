@@ -26,13 +26,14 @@ use super::{
     ReconcilePayout, SubmitPayout,
 };
 use crate::dead_letter::{self, Category, Failure};
-use crate::provider::Gateway;
+use crate::provider::Gateways;
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::{Db, DbTime};
 
 impl Worker {
-    pub fn new(db: Db, gateway: Gateway, config: WorkerConfig) -> Self {
-        Self { db, gateway, config: Arc::new(config), extra: Arc::new(Vec::new()), finisher: None }
+    /// A worker paying through `gateways` (one [`Gateway`] converts: the one-provider case).
+    pub fn new(db: Db, gateways: impl Into<Gateways>, config: WorkerConfig) -> Self {
+        Self { db, gateways: gateways.into(), config: Arc::new(config), extra: Arc::new(Vec::new()), finisher: None }
     }
 
     /// Registers a handler for another job kind and payload version (the built-in kinds are

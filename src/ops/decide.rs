@@ -143,7 +143,8 @@ pub(super) async fn check_with_provider(
     action: ReviewAction,
     reference: Option<&str>,
 ) -> OpsResult<Evidence> {
-    let gateway = ops.gateway.ok_or_else(|| unavailable("this process cannot reach the provider"))?;
+    // The provider the latest attempt went to (SPEC §16): the one whose record decides.
+    let gateway = ops.provider_for(w).await?;
     let answer = gateway
         .lookup(&w.id.to_string(), &format!("ops-check-{}", w.id))
         .await

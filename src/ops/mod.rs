@@ -36,7 +36,7 @@ pub use error::{OpsError, OpsResult, Refusal, RefusalKind};
 
 use crate::config::AppConfig;
 use crate::domain::input_text;
-use crate::provider::Gateway;
+use crate::provider::{Gateway, Gateways};
 use crate::storage::audit::{self as audit_store, AuditRow};
 use crate::storage::{Db, DbTime, Tx};
 
@@ -46,7 +46,8 @@ use crate::storage::{Db, DbTime, Tx};
 pub struct Ops<'a> {
     pub db: &'a Db,
     pub config: &'a AppConfig,
-    pub gateway: Option<&'a Gateway>,
+    /// Every provider this process can reach (none in a process without one).
+    pub gateways: Option<&'a Gateways>,
 }
 
 /// One kind of operator action: the role it needs and how its audit rows name it.
@@ -136,8 +137,17 @@ pub fn name_of(names: &Names, id: uuid::Uuid) -> String {
 }
 
 impl<'a> Ops<'a> {
-    pub fn new(db: &'a Db, config: &'a AppConfig, gateway: Option<&'a Gateway>) -> Self {
-        Ops { db, config, gateway }
+    pub fn new(db: &'a Db, config: &'a AppConfig, gateways: Option<&'a Gateways>) -> Self {
+        Ops { db, config, gateways }
+    }
+
+    /// The provider whose record decides about `w` (SPEC §16): the one its latest attempt went
+    /// to, or the first for its currency. 503 when this process reaches none, or that provider is
+    /// no longer configured (no other may answer in its place).
+    pub async fn provider_for(&self, w: &crate::domain::Withdrawal) -> OpsResult<&'a Gateway> {
+        let unreachable = || OpsError::unavailable("provider_unavailable", "this process cannot reach the provider");
+        let gateways = self.gateways.ok_or_else(unreachable)?;
+        crate::jobs::routing::asked_of(gateways, self.db, w).await?.ok_or_else(unreachable)
     }
 
     /// SPEC §8: the role comes first. A caller whose role is below `act`'s is refused (403) and

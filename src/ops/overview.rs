@@ -54,7 +54,8 @@ async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
     let fresh_since = DbTime::now().plus(-TimeDelta::from_std(stale).unwrap_or(TimeDelta::seconds(15)));
     let reports = breaker_store::reports(ops.db, fresh_since).await?;
     let overrides = breaker_store::overrides(ops.db).await?;
-    let mut names: Vec<String> = ops.gateway.map(|g| g.breaker.name().to_owned()).into_iter().collect();
+    let mut names: Vec<String> =
+        ops.gateways.into_iter().flat_map(|gs| gs.all().map(|g| g.breaker.name().to_owned())).collect();
     names.extend(reports.iter().map(|r| r.breaker.clone()));
     names.extend(overrides.iter().map(|o| o.breaker.clone()));
     names.sort();
@@ -71,7 +72,7 @@ async fn breaker_list(ops: &Ops<'_>) -> OpsResult<Vec<BreakerView>> {
                 set_by_name: o.set_by_name.clone(),
                 set_at: o.set_at.0,
             });
-            let own = ops.gateway.filter(|g| g.breaker.name() == name).map(|g| g.breaker.state());
+            let own = ops.gateways.and_then(|gs| gs.by_breaker(&name)).map(|g| g.breaker.state());
             let state =
                 BreakerState::of_cluster(forced.as_ref().map(|o| o.mode), processes.iter().map(|p| p.state), own);
             BreakerView { name, state, forced, processes }
@@ -113,7 +114,7 @@ pub async fn force_breaker(
         audited.record_ok(&mut tx, operator).await?;
         tx.commit().await?;
         // This process at once; the others at their next sync.
-        if let Some(g) = ops.gateway.filter(|g| g.breaker.name() == name) {
+        if let Some(g) = ops.gateways.and_then(|gs| gs.by_breaker(name)) {
             let overrides = breaker_store::overrides(ops.db).await?;
             cluster::obey(&g.breaker, overrides.iter().find(|o| o.breaker == name));
         }

@@ -44,7 +44,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         let (bytes, origin) = match (req.csv, req.date) {
             (Some(csv), _) => (csv.into_bytes(), ReportSource::File),
             (None, Some(date)) => {
-                let gateway = ops.gateway.ok_or_else(|| {
+                let gateway = ops.gateways.map(|gs| gs.primary()).ok_or_else(|| {
                     OpsError::unavailable("provider_unavailable", "this process cannot reach the provider")
                 })?;
                 let bytes = settlement::fetch(gateway, date).await.map_err(|e| match e {
@@ -271,9 +271,7 @@ pub async fn credit_return(
             .ok_or_else(|| OpsError::conflict("no_withdrawal", "this return names no withdrawal of ours"))?;
         let key = crate::domain::WithdrawalKey { account: row.account_id, id: withdrawal_id };
         let w = withdrawals::get(ops.db, key).await?.ok_or_else(OpsError::not_found)?;
-        let gateway = ops
-            .gateway
-            .ok_or_else(|| OpsError::unavailable("provider_unavailable", "this process cannot reach the provider"))?;
+        let gateway = ops.provider_for(&w).await?;
         let answer = gateway
             .lookup(&w.id.to_string(), &format!("ops-credit-return-{id}"))
             .await

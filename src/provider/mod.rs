@@ -162,6 +162,76 @@ pub struct Gateway {
     pub breaker: Arc<CircuitBreaker>,
 }
 
+/// Every configured provider's gateway, with what routing needs (SPEC §16): the currencies each
+/// pays and its priority. One provider (a lone `PROVIDER_URL`, the sandbox, a test's mock) is the
+/// simple case: it pays every currency. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateways(Arc<Vec<Routed>>);
+
+#[derive(Clone)]
+struct Routed {
+    gateway: Gateway,
+    currencies: crate::config::providers::Currencies,
+    priority: u32,
+}
+
+impl From<Gateway> for Gateways {
+    fn from(gateway: Gateway) -> Self {
+        Gateways::new(vec![(gateway, crate::config::providers::Currencies::Any, 1)])
+    }
+}
+
+impl Gateways {
+    /// The gateways with the currencies each pays and its priority (lower first; ties by name).
+    pub fn new(list: Vec<(Gateway, crate::config::providers::Currencies, u32)>) -> Self {
+        let mut list: Vec<Routed> =
+            list.into_iter().map(|(gateway, currencies, priority)| Routed { gateway, currencies, priority }).collect();
+        list.sort_by(|a, b| a.priority.cmp(&b.priority).then_with(|| a.gateway.name.cmp(&b.gateway.name)));
+        Gateways(Arc::new(list))
+    }
+
+    /// The first provider by priority: the one a question that names no provider goes to (the
+    /// only one, in the simple case).
+    pub fn primary(&self) -> &Gateway {
+        &self.0[0].gateway
+    }
+
+    /// The provider called `name`, if it is configured.
+    pub fn get(&self, name: &str) -> Option<&Gateway> {
+        self.0.iter().map(|r| &r.gateway).find(|g| g.name == name)
+    }
+
+    /// The providers that pay `currency`, first choice first.
+    pub fn route(&self, currency: &str) -> Vec<&Gateway> {
+        self.0.iter().filter(|r| r.currencies.pays_code(currency)).map(|r| &r.gateway).collect()
+    }
+
+    /// The provider whose breaker is called `breaker`.
+    pub fn by_breaker(&self, breaker: &str) -> Option<&Gateway> {
+        self.all().find(|g| g.breaker.name() == breaker)
+    }
+
+    /// Every provider, by priority.
+    pub fn all(&self) -> impl Iterator<Item = &Gateway> {
+        self.0.iter().map(|r| &r.gateway)
+    }
+
+    /// Whether one provider pays everything (no routing to do).
+    pub fn is_single(&self) -> bool {
+        self.0.len() == 1
+    }
+
+    /// The provider a withdrawal's questions go to: the one its latest attempt went to (`None`
+    /// when that provider is no longer configured: nobody else may be asked in its place), or,
+    /// before any attempt, the first that pays its currency.
+    pub fn for_withdrawal(&self, latest_attempt_at: Option<&str>, currency: &str) -> Option<&Gateway> {
+        match latest_attempt_at {
+            Some(name) => self.get(name),
+            None => self.route(currency).into_iter().next(),
+        }
+    }
+}
+
 /// The breaker refused the call; try again after `retry_in` (plus jitter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerOpen {

@@ -76,6 +76,19 @@ pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<At
     }))
 }
 
+/// [`for_withdrawal`] inside `tx` (the payout handler's routing, SPEC §16).
+pub async fn for_withdrawal_in(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<Vec<AttemptRow>> {
+    Ok(with_conn!(tx, |conn| {
+        sqlx::query_as::<_, AttemptRow>(&format!(
+            "SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY attempt_no"
+        ))
+        .bind(withdrawal.account.0)
+        .bind(withdrawal.id.0)
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
 /// An attempt about to call `provider`.
 #[derive(Debug, Clone, Copy)]
 pub struct Start<'a> {
@@ -168,18 +181,19 @@ pub fn record_outcome_in(
 /// Once reconciliation proved the provider has no transfer under the operation key (and no call
 /// can still be in flight), every attempt whose side effect was unknown is known not executed:
 /// recorded so, so a controlled or deliberate retry may call again.
-pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<u64> {
+pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalKey, provider: &str) -> Result<u64> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE provider_attempts
              SET finished_at = COALESCE(finished_at, $1), outcome = COALESCE(outcome, 'unknown'),
                  side_effect = 'not_started', error_code = COALESCE(error_code, 'reconciled_not_found'),
                  error_message = COALESCE(error_message, 'reconciliation found no transfer for this operation key')
-             WHERE account_id = $2 AND withdrawal_id = $3 AND side_effect = 'unknown'",
+             WHERE account_id = $2 AND withdrawal_id = $3 AND side_effect = 'unknown' AND provider = $4",
         )
         .bind(DbTime::now())
         .bind(withdrawal.account.0)
         .bind(withdrawal.id.0)
+        .bind(provider)
         .execute(&mut *conn)
         .await?
         .rows_affected()

@@ -226,9 +226,12 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
     serve.kill().unwrap();
     let _ = serve.wait();
 
+    // A move between providers needs two of them: its series are checked where a process has
+    // two (`a_providers_file_is_checked_at_start_and_refused_in_one_line`).
     let missing: Vec<&str> = withdrawals::metrics::CATALOGUE
         .iter()
         .map(|(name, _, _)| *name)
+        .filter(|name| *name != withdrawals::metrics::PAYOUT_FAILOVERS)
         .filter(|name| {
             !text.lines().any(|l| {
                 l.starts_with(&format!("{name}{{"))
@@ -293,7 +296,8 @@ async fn the_service_role_migrates_only_through_the_owners_url_postgres() {
 }
 
 /// Issue 31 (SPEC §16): `PROVIDERS` is read and checked before anything starts; each refused
-/// configuration exits non-zero with one line saying why, and a one-provider file pays through it.
+/// configuration exits non-zero with one line saying why, and a two-provider file routes each
+/// withdrawal by currency, then priority, in a real process.
 async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestApp) {
     let dir = tempfile::tempdir().unwrap();
     let mock = app.provider.mock.url();
@@ -337,11 +341,6 @@ async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestA
             vec![("PROVIDER_URL", "http://127.0.0.1:9")],
             "PROVIDERS and PROVIDER_URL are both set",
         ),
-        (
-            write("two.json", &[provider("acme", r#"["USD"]"#, 1, ""), provider("bolt", r#"["USD"]"#, 2, "")]),
-            vec![],
-            "PROVIDERS names 2 providers; this version pays through one",
-        ),
     ];
     for (path, env, expected) in cases {
         let refused = serve(&path, &env);
@@ -351,14 +350,28 @@ async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestA
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     }
 
-    // One provider in the file, its key from the variable it names: the service pays through it.
-    let one = write("one.json", &[provider("acme", r#"["USD"]"#, 1, r#", "api_key_env": "ACME_API_KEY""#)]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Two providers in the file, each key from the variable it names: a real process routes each
+    // withdrawal by currency, then priority — USD to bolt (priority 1), EUR to acme, the only one
+    // that pays it — and exports every provider's series from zero.
+    let bolt = crate::harness::provider_mock(2_000).await;
+    let bolt_url = bolt.mock.url();
+    let two = write(
+        "two.json",
+        &[
+            provider("acme", r#"["USD", "EUR"]"#, 2, r#", "api_key_env": "ACME_API_KEY""#),
+            format!(
+                r#"{{"name": "bolt", "url": "{bolt_url}", "currencies": ["USD"], "priority": 1, "api_key_env": "BOLT_API_KEY"}}"#
+            ),
+        ],
+    );
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, metrics_port) = (free(), free());
     let mut process = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--metrics-bind", &format!("127.0.0.1:{metrics_port}")])
         .env("DATABASE_URL", &app.database_url)
-        .env("PROVIDERS", &one)
+        .env("PROVIDERS", &two)
         .env("ACME_API_KEY", "test-provider-key")
+        .env("BOLT_API_KEY", "test-provider-key")
         .env_remove("PROVIDER_URL")
         .env("WORKER_POLL_MS", "100")
         .stdout(std::process::Stdio::null())
@@ -366,30 +379,60 @@ async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestA
         .spawn()
         .unwrap();
     let alice = app.customer("100.00").await;
+    let eur = withdrawals::domain::Currency::parse("EUR").unwrap();
+    let funded = withdrawals::domain::Amount::new(rust_decimal::Decimal::new(10_000, 2), eur).unwrap();
+    let bob = withdrawals::provisioning::create_account(&app.db, "euro customer", Some(funded)).await.unwrap();
     let client = app.client.clone();
-    let id = app
-        .eventually("a withdrawal accepted by the process", std::time::Duration::from_secs(30), || {
-            let (client, key) = (client.clone(), alice.api_key.clone());
-            async move {
-                let response = client
-                    .post(format!("http://127.0.0.1:{port}/v1/withdrawals"))
-                    .bearer_auth(key)
-                    .header("Idempotency-Key", "via-providers-file")
-                    .json(&crate::harness::withdrawal_body("5.00"))
-                    .send()
-                    .await
-                    .ok()?;
-                let view: withdrawals::customer::types::WithdrawalView = response.json().await.ok()?;
-                Some(withdrawals::domain::WithdrawalId(view.id))
-            }
-        })
-        .await;
-    app.wait_for_status(id, withdrawals::domain::WithdrawalStatus::Completed, std::time::Duration::from_secs(30)).await;
+    let mut ids = Vec::new();
+    for (key, currency) in [(alice.api_key.clone(), "USD"), (bob.api_key.clone(), "EUR")] {
+        let mut body = crate::harness::withdrawal_body("5.00");
+        body["currency"] = currency.into();
+        let id = app
+            .eventually("a withdrawal accepted by the process", std::time::Duration::from_secs(30), || {
+                let (client, key, body) = (client.clone(), key.clone(), body.clone());
+                async move {
+                    let response = client
+                        .post(format!("http://127.0.0.1:{port}/v1/withdrawals"))
+                        .bearer_auth(key)
+                        .header("Idempotency-Key", "via-providers-file")
+                        .json(&body)
+                        .send()
+                        .await
+                        .ok()?;
+                    let view: withdrawals::customer::types::WithdrawalView = response.json().await.ok()?;
+                    Some(withdrawals::domain::WithdrawalId(view.id))
+                }
+            })
+            .await;
+        ids.push(id);
+    }
+    for id in &ids {
+        app.wait_for_status(*id, withdrawals::domain::WithdrawalStatus::Completed, std::time::Duration::from_secs(30))
+            .await;
+    }
+    let metrics = client.get(format!("http://127.0.0.1:{metrics_port}/metrics")).send().await.unwrap();
+    let text = metrics.text().await.unwrap();
     process.kill().unwrap();
     let _ = process.wait();
-    assert_eq!(app.provider.mock.transfers().len(), 1, "paid once, at the file's provider");
-    let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, app.key(id).await).await.unwrap();
-    let names: Vec<&str> = attempts.iter().map(|a| a.provider.as_str()).collect();
-    assert_eq!(names, ["acme"], "the attempt names its provider");
+    let paid_at = |mock: &provider_mocks::RunningMock| -> Vec<String> {
+        mock.transfers().into_iter().map(|t| t.idempotency_key).collect()
+    };
+    assert_eq!(paid_at(&bolt.mock), [ids[0].to_string()], "USD: bolt, the first by priority");
+    assert_eq!(paid_at(&app.provider.mock), [ids[1].to_string()], "EUR: acme, the only one paying it");
+    for (id, expected) in ids.iter().zip(["bolt", "acme"]) {
+        let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, app.key(*id).await).await.unwrap();
+        let names: Vec<&str> = attempts.iter().map(|a| a.provider.as_str()).collect();
+        assert_eq!(names, [expected], "the attempt names its provider");
+    }
+    for series in [
+        "circuit_breaker_state{breaker=\"acme\"} 0",
+        "circuit_breaker_state{breaker=\"bolt\"} 0",
+        "payout_failovers_total{from=\"acme\",to=\"bolt\"} 0",
+        "payout_failovers_total{from=\"bolt\",to=\"acme\"} 0",
+        "provider_request_duration_seconds_count{provider=\"acme\",outcome=\"unknown\"} 0",
+        "provider_request_duration_seconds_count{provider=\"bolt\",outcome=\"retryable\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == series), "no `{series}` in a two-provider process:\n{text}");
+    }
     app.assert_ledger_invariant().await;
 }

@@ -417,7 +417,7 @@ impl TestApp {
     /// (and when the test ends).
     pub fn start_worker(
         &self,
-        gateway: withdrawals::provider::Gateway,
+        gateway: impl Into<withdrawals::provider::Gateways>,
         config: withdrawals::jobs::worker::WorkerConfig,
     ) -> CancellationToken {
         let stop = self.shutdown.child_token();
@@ -574,9 +574,18 @@ impl TestApp {
 
 /// Serves a second app (other settings) on the same database; returns its base URL.
 pub async fn serve_extra(app: &TestApp, config: AppConfig) -> String {
+    serve_extra_with(app, config, app.gateway.clone()).await
+}
+
+/// [`serve_extra`] reaching `gateways` (several providers, SPEC §16).
+pub async fn serve_extra_with(
+    app: &TestApp,
+    config: AppConfig,
+    gateways: impl Into<withdrawals::provider::Gateways>,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let state = AppState::with_gateway(app.db.clone(), config, app.gateway.clone());
+    let state = AppState::with_gateway(app.db.clone(), config, gateways);
     tokio::spawn(startup::serve(listener, state, app.shutdown_token()));
     base_url
 }

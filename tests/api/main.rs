@@ -23,6 +23,7 @@ mod ops;
 mod payouts;
 mod provider;
 mod provider_truth;
+mod providers;
 mod queue;
 mod redaction;
 mod replays;

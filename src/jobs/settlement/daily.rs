@@ -81,7 +81,7 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         return handle_stored(ctx, import_id, payload.date).await;
     }
     let settings = &ctx.config().settlement;
-    let bytes = match fetch(ctx.gateway(), payload.date).await {
+    let bytes = match fetch(ctx.gateways().primary(), payload.date).await {
         Ok(bytes) => bytes,
         Err(why) => {
             let policy = &ctx.config().import_policy;
@@ -108,12 +108,21 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         }
     };
     let by = format!("worker:{}", ctx.worker_id());
-    match import(ctx.db(), Some(ctx.gateway()), settings, Some(payload.date), &bytes, ReportSource::Provider, &by).await
+    match import(
+        ctx.db(),
+        Some(ctx.gateways().primary()),
+        settings,
+        Some(payload.date),
+        &bytes,
+        ReportSource::Provider,
+        &by,
+    )
+    .await
     {
         Ok(_) => {
             // Lines of earlier days that waited for the provider's confirmation are tried again.
             for day in store::days_awaiting(ctx.db()).await? {
-                let counts = match_day(ctx.db(), Some(ctx.gateway()), &day).await?;
+                let counts = match_day(ctx.db(), Some(ctx.gateways().primary()), &day).await?;
                 tracing::info!(%day, ?counts, "settlement lines awaiting confirmation matched again");
             }
             ctx.finish_in_own_tx(&Finish::Succeeded).await
@@ -147,7 +156,7 @@ async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate)
     let origin = row.source;
     let by = format!("operator:{}", row.requested_by.0);
     let settings = &ctx.config().settlement;
-    let outcome = import(db, Some(ctx.gateway()), settings, Some(date), &bytes, origin, &by).await;
+    let outcome = import(db, Some(ctx.gateways().primary()), settings, Some(date), &bytes, origin, &by).await;
     let (state, summary, error, result) = match outcome {
         Ok(summary) => (ImportState::Done, Some(summary), None, "ok"),
         Err(ImportError::Refused(err)) => {

@@ -281,6 +281,21 @@ fn stale(req: &TransitionRequest<'_>) {
     );
 }
 
+/// A move to another provider (SPEC §16) in the transition log: a row from and to the
+/// withdrawal's current `status`, with the move's evidence. The state does not change and no
+/// money moves; the log says why the next attempt goes elsewhere.
+pub fn failover_in(
+    writes: &mut Writes,
+    key: WithdrawalKey,
+    status: WithdrawalStatus,
+    actor: &Actor,
+    reason: &str,
+    correlation_id: &str,
+    evidence: &crate::domain::StoredEvidence,
+) -> Uuid {
+    transition_in(writes, key, Some(status), status, actor, reason, correlation_id, Some(evidence))
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn transition_in(
     writes: &mut Writes,
