@@ -624,18 +624,32 @@ impl ServeArgs {
             max_report_bytes: self.settlement_max_report_bytes.max(1),
             max_report_lines: self.settlement_max_report_lines.max(1),
         };
+        // Every file read is the app's and the workers' to know (one provider included: its
+        // webhook secrets and settlement schedule); a lone PROVIDER_URL has no file.
+        let file = if self.providers.is_some() { loaded.providers.clone() } else { None };
+        let mut warnings = loaded.warnings;
+        if file.is_some() && self.provider_webhook_secret.is_some() {
+            warnings.push(
+                "PROVIDER_WEBHOOK_SECRET is ignored with PROVIDERS: each provider's webhook secrets come from its \
+                 webhook_secrets_env"
+                    .to_owned(),
+            );
+        }
         config.webhooks = crate::config::WebhookSettings {
             secrets: self.provider_webhook_secret.map(|list| list.0).unwrap_or_default(),
             tolerance: Duration::from_secs(self.webhook_tolerance_s),
             max_body_bytes: self.webhook_max_body_bytes.max(1),
         };
-        config.providers.clone_from(&several);
+        config.providers.clone_from(&file);
         let mut worker = WorkerConfig::new(startup::worker_id());
         worker.settlement = config.settlement;
-        worker.providers.clone_from(&several);
+        worker.providers.clone_from(&file);
         worker.concurrency = self.worker_concurrency.max(1);
         worker.batch_size = self.claim_batch.max(1);
         self.tuning.apply(&mut worker);
+        if let Some(providers) = &loaded.providers {
+            worker.learn_provider_policies(providers).map_err(|e| anyhow::anyhow!("PROVIDERS: {e}"))?;
+        }
         Ok(Settings {
             database_url: database_url.to_owned(),
             migration_database_url,
@@ -652,7 +666,7 @@ impl ServeArgs {
             },
             several,
             breaker,
-            warnings: loaded.warnings,
+            warnings,
             worker,
             bind: self.bind,
             metrics_bind: self.metrics_bind,

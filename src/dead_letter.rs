@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 pub use crate::domain::Category;
-use crate::domain::{Actor, DeadLetterId, SideEffect, Withdrawal, WithdrawalKey};
+use crate::domain::{Actor, DeadLetterId, SideEffect, WithdrawalKey};
 use crate::redact;
 use crate::storage::attempts;
 use crate::storage::dead_letters::{self, DeadLetter};
@@ -124,6 +124,7 @@ pub fn envelope(job: &ClaimedJob, failure: &Failure, side_effect: SideEffect, wo
         side_effect_state: side_effect,
         category: failure.category,
         owner: failure.category.owner().to_owned(),
+        provider: None,
         runbook: failure.category.runbook().to_owned(),
     }
 }
@@ -137,13 +138,12 @@ fn redact_raw(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// What the service knows about the provider side effect from the withdrawal's attempts.
-async fn derived_side_effect(tx: &mut Tx, withdrawal: Option<WithdrawalKey>) -> anyhow::Result<SideEffect> {
-    let Some(key) = withdrawal else { return Ok(SideEffect::NotStarted) };
-    Ok(match attempts::latest(tx, key).await? {
+fn derived_side_effect(latest: Option<&attempts::AttemptRow>) -> SideEffect {
+    match latest {
         None => SideEffect::NotStarted,
         Some(a) if a.outcome.is_none() => SideEffect::Unknown,
         Some(a) => a.side_effect,
-    })
+    }
 }
 
 /// Writes the envelope and parks the withdrawal, in `tx`. The caller marks the job dead in the
@@ -154,11 +154,14 @@ pub async fn bury(tx: &mut Tx, job: &ClaimedJob, failure: &Failure, worker_id: &
         Some(id) => store::get_in_tx(tx, WithdrawalKey { account: job.account_id, id }).await?,
         None => None,
     };
-    let side_effect = match failure.side_effect {
-        Some(known) => known,
-        None => derived_side_effect(tx, withdrawal.as_ref().map(Withdrawal::key)).await?,
+    let latest = match &withdrawal {
+        Some(w) => attempts::latest(tx, w.key()).await?,
+        None => None,
     };
+    let side_effect = failure.side_effect.unwrap_or_else(|| derived_side_effect(latest.as_ref()));
     let mut letter = envelope(job, failure, side_effect, &worker_host());
+    // The provider the latest attempt went to: where its money may be (SPEC §16).
+    letter.provider = latest.map(|a| a.provider);
     // The claimed copy of the job predates this run's mark of its first attempt, so the job row
     // is asked; a job failing on its first run before any provider call has none: this run's time.
     let first_run = job.first_attempt_at.unwrap_or_else(DbTime::now);

@@ -59,8 +59,10 @@ pub struct DatabaseGauges {
     pub replays: Vec<(ReplayStatus, i64, i64)>,
     /// Open exceptions and the oldest one's age in seconds, for every kind (0 and 0 when none).
     pub settlement_exceptions: Vec<(ExceptionKind, i64, f64)>,
-    /// Unix time the newest provider event was received; 0 when none ever was.
-    pub webhook_last_received: f64,
+    /// Unix time the newest event of a handled type was received, for each provider the
+    /// database holds events of (a configured provider with none reads 0 from the start:
+    /// [`crate::metrics::webhook_gauges_known`]).
+    pub webhook_last_received: Vec<(String, f64)>,
 }
 
 impl DatabaseGauges {
@@ -119,8 +121,11 @@ impl DatabaseGauges {
             })
             .collect();
 
-        let last_event = crate::storage::webhooks::last_received_at(db).await?;
-        let webhook_last_received = last_event.map_or(0.0, |t| t.0.timestamp() as f64);
+        let webhook_last_received = crate::storage::webhooks::last_received_by_provider(db)
+            .await?
+            .into_iter()
+            .map(|(provider, at)| (provider, at.0.timestamp() as f64))
+            .collect();
 
         Ok(DatabaseGauges {
             webhook_last_received,
@@ -141,7 +146,9 @@ impl DatabaseGauges {
             gauge!(OLDEST_IN_STATE_SECONDS, "state" => status.as_str()).set(*age);
         }
         gauge!(DEAD_LETTERS_OPEN).set(self.dead_letters_open as f64);
-        gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED).set(self.webhook_last_received);
+        for (provider, at) in &self.webhook_last_received {
+            gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED, "provider" => provider.clone()).set(*at);
+        }
         gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(self.dead_letters_oldest_open_seconds);
         for q in &self.queues {
             gauge!(JOBS_LIVE, "queue" => q.queue, "status" => JobStatus::Scheduled.as_str()).set(q.scheduled as f64);
@@ -248,7 +255,6 @@ fn database_gauges_at_zero() {
     }
     gauge!(DEAD_LETTERS_OPEN).set(0.0);
     gauge!(DEAD_LETTERS_OLDEST_OPEN_SECONDS).set(0.0);
-    gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED).set(0.0);
     gauge!(LEDGER_INVARIANT_VIOLATIONS).set(0.0);
     gauge!(LEDGER_CHECK_FAILING).set(0.0);
     for queue in Queue::ALL.map(Queue::as_str) {

@@ -38,12 +38,14 @@
 //! - [`jobs`] — the durable worker (claim, lease, fencing, reaper, sweep, shutdown) and its group
 //!   commit of completions; what a handler is given ([`jobs::context`]); the submit-payout and
 //!   reconciliation handlers, batched first payouts ([`jobs::payout_batch`]), settlement
-//!   reconciliation ([`jobs::settlement`]), provider events ([`jobs::webhook`]), the replay
+//!   reconciliation ([`jobs::settlement`]), provider events ([`jobs::webhook`]), which provider
+//!   a payout goes to and the failover move ([`jobs::routing`], SPEC §16), the replay
 //!   releaser; payload migrations; retry policies.
 //! - [`dead_letter`] — failure categories, owners and runbooks; the redacted dead-letter
 //!   envelope; `bury`, the one way a job dies.
 //! - [`redact`] — the one set of redaction rules for dead letters and logs.
-//! - [`provider`] — the payout provider: HTTP client, outcome classification, circuit breaker;
+//! - [`provider`] — the payout providers: HTTP client, outcome classification, circuit breaker,
+//!   one [`provider::Gateway`] per provider and the set routing reads ([`provider::Gateways`]);
 //!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all;
 //!   [`provider::cluster`]: each process obeys the stored breaker override and reports its breaker.
 //! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).

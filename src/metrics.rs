@@ -65,7 +65,7 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (BREAKER_STATE, "gauge", "circuit breaker state per breaker: 0 closed, 1 half-open, 2 open"),
     (BREAKER_TRANSITIONS, "counter", "circuit breaker transitions, by breaker, from and to"),
     (PROVIDER_REQUEST_SECONDS, "histogram", "provider request latency, by provider and outcome class"),
-    (RECONCILIATIONS, "counter", "reconciliation results, by result"),
+    (RECONCILIATIONS, "counter", "reconciliation results, by provider asked and result"),
     (REPLAY_ITEMS, "counter", "replay items handled, by outcome"),
     (REPLAY_RUNS, "gauge", "replay runs in each status (database)"),
     (REPLAY_ITEMS_PENDING, "gauge", "replay items not yet released, in runs of each status (database)"),
@@ -87,13 +87,14 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
     (
         WEBHOOK_EVENTS,
         "counter",
-        "provider webhook requests, by event type and result (applied, no_op, mismatch, unknown_transfer, unverified, \
-         duplicate, bad_signature, stale, malformed)",
+        "provider webhook requests, by provider (the route's), event type and result (applied, no_op, mismatch, \
+         unknown_transfer, unverified, duplicate, bad_signature, stale, malformed)",
     ),
     (
         WEBHOOK_LAST_RECEIVED,
         "gauge",
-        "unix time the newest provider event was received, 0 when none ever was (database, SPEC §15)",
+        "unix time the newest event of a handled type was received, by provider, 0 when none ever was (database, \
+         SPEC §15)",
     ),
     (
         RECONCILIATION_DECISIONS,
@@ -113,6 +114,10 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
 /// for a valid event of a type the service does not handle.
 pub const WEBHOOK_TYPE_UNKNOWN: &str = "unknown";
 pub const WEBHOOK_TYPE_OTHER: &str = "other";
+
+/// The `result` labels of [`WEBHOOK_EVENTS`] for a request refused before its event was read
+/// (type [`WEBHOOK_TYPE_UNKNOWN`]).
+pub const WEBHOOK_REFUSALS: [&str; 3] = ["bad_signature", "stale", "malformed"];
 
 /// The `source` label of [`RECONCILIATION_DECISIONS`] for a decision's actor, if it is one.
 pub fn decision_source(actor: &crate::domain::Actor) -> Option<&'static str> {
@@ -171,10 +176,11 @@ pub const PROVIDER_OUTCOMES: [&str; 6] = ["success", "final_failed", "retryable"
 /// reads "0", not "no data", on a process that has seen no traffic yet. The families whose
 /// labels come from elsewhere register there: a breaker when it is built ([`breaker_created`]), a
 /// provider's latency when its gateway is ([`provider_created`]),
-/// a currency when the API starts ([`currencies_known`]), the database gauges where they are
-/// refreshed ([`crate::gauges::refresh_loop`]).
+/// a currency when the API starts ([`currencies_known`]), a provider's webhook series when the
+/// routes are built from the settings, or its gateway is ([`webhook_providers_known`]), the
+/// database gauges where they are refreshed ([`crate::gauges::refresh_loop`]).
 fn register_known_series() {
-    use crate::domain::{check_transition, Category, ReconciliationResult, ReplayItemStatus};
+    use crate::domain::{check_transition, Category, ReplayItemStatus};
     for (queue, kind) in queues_and_kinds() {
         let labels = [("queue", queue), ("kind", kind)];
         counter!(JOB_ATTEMPTS, &labels).absolute(0);
@@ -192,23 +198,11 @@ fn register_known_series() {
             counter!(WITHDRAWAL_TRANSITIONS, "from" => from.as_str(), "to" => to.as_str()).absolute(0);
         }
     }
-    for result in ReconciliationResult::ALL {
-        counter!(RECONCILIATIONS, "result" => result.as_str()).absolute(0);
-    }
     for outcome in ReplayItemStatus::ALL.into_iter().filter(|s| *s != ReplayItemStatus::Pending) {
         counter!(REPLAY_ITEMS, "outcome" => outcome.as_str()).absolute(0);
     }
     for surface in AuthSurface::ALL {
         counter!(AUTH_FAILURES, "surface" => surface.as_str()).absolute(0);
-    }
-    use crate::domain::webhook::{EventType, WebhookResult};
-    for kind in EventType::ALL.map(EventType::as_str).into_iter().chain([WEBHOOK_TYPE_OTHER]) {
-        for result in WebhookResult::ALL.map(WebhookResult::as_str).into_iter().chain(["duplicate"]) {
-            counter!(WEBHOOK_EVENTS, "type" => kind, "result" => result).absolute(0);
-        }
-    }
-    for refusal in ["bad_signature", "stale", "malformed"] {
-        counter!(WEBHOOK_EVENTS, "type" => WEBHOOK_TYPE_UNKNOWN, "result" => refusal).absolute(0);
     }
     for source in DECISION_SOURCES {
         counter!(RECONCILIATION_DECISIONS, "source" => source).absolute(0);
@@ -224,11 +218,12 @@ const BREAKER_MOVES: [(BreakerState, BreakerState); 4] = [
 ];
 
 /// A breaker was built: its state gauge reads closed (0) and its transitions 0 until they happen.
-pub fn breaker_created(name: &str) {
+pub fn breaker_created(name: &str, provider: &str) {
     install();
-    gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(0.0);
+    gauge!(BREAKER_STATE, "breaker" => name.to_owned(), "provider" => provider.to_owned()).set(0.0);
     for (from, to) in BREAKER_MOVES {
-        counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.as_str(), "to" => to.as_str())
+        let (breaker, provider) = (name.to_owned(), provider.to_owned());
+        counter!(BREAKER_TRANSITIONS, "breaker" => breaker, "provider" => provider, "from" => from.as_str(), "to" => to.as_str())
             .absolute(0);
     }
 }
@@ -271,21 +266,26 @@ pub fn dead_lettered(queue: &str, job_type: &str, category: Category, error_code
 }
 
 /// Breaker state as a number: 0 closed, 1 half-open, 2 open (forced states count as their kind).
-pub fn breaker_transition(name: &str, from: BreakerState, to: BreakerState) {
-    counter!(BREAKER_TRANSITIONS, "breaker" => name.to_owned(), "from" => from.as_str(), "to" => to.as_str())
+pub fn breaker_transition(name: &str, provider: &str, from: BreakerState, to: BreakerState) {
+    let (breaker, provider) = (name.to_owned(), provider.to_owned());
+    counter!(BREAKER_TRANSITIONS, "breaker" => breaker.clone(), "provider" => provider.clone(), "from" => from.as_str(), "to" => to.as_str())
         .increment(1);
     let level = match to {
         BreakerState::Open | BreakerState::ForcedOpen => 2.0,
         BreakerState::HalfOpen => 1.0,
         BreakerState::Closed | BreakerState::ForcedClosed => 0.0,
     };
-    gauge!(BREAKER_STATE, "breaker" => name.to_owned()).set(level);
+    gauge!(BREAKER_STATE, "breaker" => breaker, "provider" => provider).set(level);
 }
 
 /// A provider's gateway was built (SPEC §16): its latency series exist, one per outcome class, from
 /// zero.
 pub fn provider_created(provider: &str) {
     install();
+    webhook_providers_known([provider]);
+    for result in crate::domain::ReconciliationResult::ALL {
+        counter!(RECONCILIATIONS, "provider" => provider.to_owned(), "result" => result.as_str()).absolute(0);
+    }
     for outcome in PROVIDER_OUTCOMES {
         let _registered = histogram!(PROVIDER_REQUEST_SECONDS, "provider" => provider.to_owned(), "outcome" => outcome);
     }
@@ -310,18 +310,56 @@ pub fn provider_request(provider: &str, outcome_class: &str, elapsed: Duration) 
         .record(elapsed.as_secs_f64());
 }
 
-pub fn reconciliation(result: &str) {
-    counter!(RECONCILIATIONS, "result" => result.to_owned()).increment(1);
+/// A reconciliation result of asking `provider` (committed).
+pub fn reconciliation(provider: &str, result: &str) {
+    counter!(RECONCILIATIONS, "provider" => provider.to_owned(), "result" => result.to_owned()).increment(1);
 }
 
 pub fn replay_item(outcome: &str) {
     counter!(REPLAY_ITEMS, "outcome" => outcome.to_owned()).increment(1);
 }
 
-/// A provider webhook request ended: `kind` is the event's type (or [`WEBHOOK_TYPE_UNKNOWN`],
-/// [`WEBHOOK_TYPE_OTHER`]), `result` one of `domain::webhook::METRIC_RESULTS`.
-pub fn webhook_event(kind: &str, result: &str) {
-    counter!(WEBHOOK_EVENTS, "type" => kind.to_owned(), "result" => result.to_owned()).increment(1);
+/// The providers whose webhooks this process serves or decides on (SPEC §16): every series of
+/// [`WEBHOOK_EVENTS`] for each — each handled type or `other` × each result and `duplicate`, and
+/// the refusals — from zero. Called with configured names only (the routes' settings, the
+/// gateways), never a name a request brought: the label stays a closed set. Called again, it
+/// changes no value. ([`WEBHOOK_LAST_RECEIVED`] is a database gauge: [`webhook_gauges_known`].)
+pub fn webhook_providers_known<'a>(providers: impl IntoIterator<Item = &'a str>) {
+    use crate::domain::webhook::{EventType, WebhookResult};
+    install();
+    for provider in providers {
+        let provider = || provider.to_owned();
+        for kind in EventType::ALL.map(EventType::as_str).into_iter().chain([WEBHOOK_TYPE_OTHER]) {
+            for result in WebhookResult::ALL.map(WebhookResult::as_str).into_iter().chain(["duplicate"]) {
+                counter!(WEBHOOK_EVENTS, "provider" => provider(), "type" => kind, "result" => result).absolute(0);
+            }
+        }
+        for refusal in WEBHOOK_REFUSALS {
+            counter!(WEBHOOK_EVENTS, "provider" => provider(), "type" => WEBHOOK_TYPE_UNKNOWN, "result" => refusal)
+                .absolute(0);
+        }
+    }
+}
+
+/// The providers whose webhook routes this API process serves: their
+/// [`WEBHOOK_LAST_RECEIVED`] reads 0 until a database refresh ([`crate::gauges`], which does not
+/// know the configured providers) reads their first event. Added to, not set, so a value a
+/// refresh already wrote stays. Only where the refresh runs (the API), so no other process exports
+/// a database gauge it never reads.
+pub fn webhook_gauges_known<'a>(providers: impl IntoIterator<Item = &'a str>) {
+    install();
+    for provider in providers {
+        gauge!(WEBHOOK_LAST_RECEIVED, "provider" => provider.to_owned()).increment(0.0);
+    }
+}
+
+/// A provider webhook request at `provider`'s route ended, or its event was decided: `kind` is the
+/// event's type (or [`WEBHOOK_TYPE_UNKNOWN`], [`WEBHOOK_TYPE_OTHER`]), `result` one of
+/// `domain::webhook::METRIC_RESULTS`. `provider` is always a configured name (the route's, or
+/// the stored event's, which was one).
+pub fn webhook_event(provider: &str, kind: &str, result: &str) {
+    counter!(WEBHOOK_EVENTS, "provider" => provider.to_owned(), "type" => kind.to_owned(), "result" => result.to_owned())
+        .increment(1);
 }
 
 /// A withdrawal whose outcome was open was decided completed or failed by `source`.

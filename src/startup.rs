@@ -151,11 +151,12 @@ pub fn gateway_with(provider: Arc<dyn Provider>, config: BreakerConfig) -> Gatew
 pub fn gateway_named(name: &str, provider: Arc<dyn Provider>, config: BreakerConfig) -> Gateway {
     crate::metrics::provider_created(name);
     let breaker_name = breaker_name(name);
-    crate::metrics::breaker_created(&breaker_name);
+    crate::metrics::breaker_created(&breaker_name, name);
+    let named = name.to_owned();
     let breaker = CircuitBreaker::new(breaker_name, config, Arc::new(SystemClock)).with_listener(
-        |name: &str, from: BreakerState, to: BreakerState| {
-            tracing::warn!(event = "breaker_transition", breaker = name, from = %from, to = %to, "circuit breaker changed state");
-            crate::metrics::breaker_transition(name, from, to);
+        move |breaker: &str, from: BreakerState, to: BreakerState| {
+            tracing::warn!(event = "breaker_transition", breaker, provider = named, from = %from, to = %to, "circuit breaker changed state");
+            crate::metrics::breaker_transition(breaker, &named, from, to);
         },
     );
     Gateway { name: name.to_owned(), provider, breaker: Arc::new(breaker) }

@@ -40,6 +40,36 @@ struct Entry {
     webhook_secrets_env: Option<String>,
     #[serde(default)]
     settlement: Option<SettlementEntry>,
+    #[serde(default)]
+    retry: Option<RetryOverrides>,
+}
+
+/// A provider's retry policy for payouts, as far as the file changes the single-provider one
+/// (`SUBMIT_*`): each key absent keeps that setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryOverrides {
+    pub base_delay_ms: Option<u64>,
+    pub max_delay_ms: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub max_elapsed_ms: Option<u64>,
+    pub max_retry_after_ms: Option<u64>,
+}
+
+impl RetryOverrides {
+    /// `base` with these changes, checked as any retry policy is.
+    pub fn over(&self, base: &super::RetryPolicy) -> Result<super::RetryPolicy, String> {
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        let policy = super::RetryPolicy {
+            base_delay: ms(self.base_delay_ms, base.base_delay),
+            max_delay: ms(self.max_delay_ms, base.max_delay),
+            max_attempts: self.max_attempts.unwrap_or(base.max_attempts),
+            max_elapsed: ms(self.max_elapsed_ms, base.max_elapsed),
+            max_retry_after: ms(self.max_retry_after_ms, base.max_retry_after),
+        };
+        policy.validate().map_err(|e| format!("retry: {e}"))?;
+        Ok(policy)
+    }
 }
 
 /// A provider's breaker, in the file's terms: a failure ratio over a time window, the calls it
@@ -92,6 +122,8 @@ pub struct ProviderSettings {
     pub webhook_secrets: Vec<SecretString>,
     /// `Some((daily_import, hour))` when the file says; `None` takes the single-provider settings.
     pub settlement: Option<(bool, Option<u32>)>,
+    /// Its payout retry policy's changes to the single-provider one (`None`: that one).
+    pub retry: Option<RetryOverrides>,
 }
 
 impl ProviderSettings {
@@ -176,6 +208,7 @@ impl Providers {
                 breaker: None,
                 webhook_secrets: Vec::new(),
                 settlement: None,
+                retry: None,
             }],
         })
     }
@@ -273,6 +306,10 @@ impl Entry {
             .map(|list| super::WebhookSettings::secrets_from(&list))
             .unwrap_or_default();
         let breaker = self.breaker.map(BreakerEntry::config).transpose()?;
+        if let Some(retry) = &self.retry {
+            // Checked against the defaults here; against the process's own settings at start.
+            retry.over(&super::RetryPolicy::payout_submit())?;
+        }
         let settlement = match self.settlement {
             Some(SettlementEntry { import_hour: Some(hour), .. }) if hour > 23 => {
                 return Err(format!("settlement import_hour {hour} is not 0 to 23"))
@@ -289,6 +326,7 @@ impl Entry {
             breaker,
             webhook_secrets,
             settlement,
+            retry: self.retry,
         })
     }
 }
@@ -369,6 +407,27 @@ mod tests {
         let bolt = providers.get("bolt").unwrap();
         assert!(bolt.api_key.is_none() && bolt.breaker.is_none() && bolt.webhook_secrets.is_empty());
         assert!(!format!("{providers:?}").contains("acme-key"), "credentials never print");
+    }
+
+    /// A provider's retry keys change only themselves; a policy that breaks the rules is refused.
+    #[test]
+    fn a_providers_retry_keys_change_only_what_they_name() {
+        let file = |retry: &str| {
+            format!(
+                r#"{{"providers": [{{"name": "acme", "url": "https://a.example", "currencies": ["USD"],
+                    "priority": 1, "retry": {retry}}}]}}"#
+            )
+        };
+        let providers = Providers::parse(&file(r#"{"max_attempts": 2, "base_delay_ms": 5}"#), false, &env).unwrap();
+        let retry = providers.get("acme").unwrap().retry.unwrap();
+        let base = crate::config::RetryPolicy::payout_submit();
+        let policy = retry.over(&base).unwrap();
+        assert_eq!((policy.max_attempts, policy.base_delay), (2, Duration::from_millis(5)));
+        assert_eq!((policy.max_delay, policy.max_elapsed), (base.max_delay, base.max_elapsed));
+        let refused = Providers::parse(&file(r#"{"max_attempts": 0}"#), false, &env).unwrap_err();
+        assert!(refused.starts_with("provider `acme`: retry: "), "{refused}");
+        let unknown = Providers::parse(&file(r#"{"tries": 3}"#), false, &env).unwrap_err();
+        assert!(unknown.contains("tries"), "{unknown}");
     }
 
     #[test]

@@ -1,18 +1,22 @@
-//! The provider webhook's settings (SPEC §15): the signing secrets (`PROVIDER_WEBHOOK_SECRET`, a
-//! comma-separated list so a rotation can accept the old and the new secret at once), the
-//! timestamp tolerance (`WEBHOOK_TOLERANCE_S`) and the body limit (`WEBHOOK_MAX_BODY_BYTES`). The
-//! worker's side — when webhooks count as healthy and how slowly a pending transfer is polled
-//! then — is in [`super::WorkerConfig`].
+//! The provider webhooks' settings (SPEC §15, §16): the lone provider's signing secrets
+//! (`PROVIDER_WEBHOOK_SECRET`, a comma-separated list so a rotation can accept the old and the new
+//! secret at once), and the timestamp tolerance (`WEBHOOK_TOLERANCE_S`) and body limit
+//! (`WEBHOOK_MAX_BODY_BYTES`) every provider's route shares. With a providers file each provider
+//! has its own secrets instead ([`super::providers::ProviderSettings::webhook_secrets`]); which
+//! route is whose, with which secrets, is [`crate::webhooks::endpoint`]'s. The worker's side —
+//! when webhooks count as healthy and how slowly a pending transfer is polled then — is in
+//! [`super::WorkerConfig`].
 
 use std::time::Duration;
 
 use secrecy::SecretString;
 
-/// What `POST /webhooks/provider` accepts. With no secret the route does not exist (404).
+/// What the webhook routes accept. A provider with no secret has no route (404).
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
-    /// Every secret a signature may be made with; one valid `v1` under any of them is enough.
-    /// Secret types: never printed, never stored.
+    /// The lone provider's (`default`, without a providers file): every secret a signature may be
+    /// made with; one valid `v1` under any of them is enough. Secret types: never printed, never
+    /// stored.
     pub secrets: Vec<SecretString>,
     /// How far a signature's timestamp may be from now, either way.
     pub tolerance: Duration,
@@ -41,7 +45,7 @@ impl WebhookSettings {
         list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(SecretString::from).collect()
     }
 
-    /// Whether the route is served at all.
+    /// Whether the lone provider's route is served at all.
     pub fn enabled(&self) -> bool {
         !self.secrets.is_empty()
     }

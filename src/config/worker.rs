@@ -63,9 +63,29 @@ pub struct WorkerConfig {
     pub settlement: crate::config::SettlementSettings,
     /// The providers file, validated (SPEC §16); `None` with a lone `PROVIDER_URL` or none.
     pub providers: Option<crate::config::providers::Providers>,
+    /// Each provider's payout retry policy where the providers file changes `submit_policy`.
+    pub provider_submit_policies: std::collections::BTreeMap<String, RetryPolicy>,
 }
 
 impl WorkerConfig {
+    /// Each provider's retry keys applied over this process's `submit_policy` (SPEC §16); call it
+    /// once the process's own settings are in.
+    pub fn learn_provider_policies(&mut self, providers: &crate::config::providers::Providers) -> Result<(), String> {
+        for provider in providers.all() {
+            if let Some(retry) = &provider.retry {
+                let policy =
+                    retry.over(&self.submit_policy).map_err(|e| format!("provider `{}`: {e}", provider.name))?;
+                self.provider_submit_policies.insert(provider.name.clone(), policy);
+            }
+        }
+        Ok(())
+    }
+
+    /// The payout retry policy of provider `name` (SPEC §16): its own, or `submit_policy`.
+    pub fn submit_policy_for(&self, name: &str) -> &RetryPolicy {
+        self.provider_submit_policies.get(name).unwrap_or(&self.submit_policy)
+    }
+
     /// How long a job waits when the breaker is open (SPEC §5): until the breaker's next probe
     /// (`retry_in`), at least `breaker_min_defer`, plus up to `breaker_jitter` at random so the
     /// deferred jobs do not stampede the probe. The one deferral of submit and reconcile.
@@ -92,6 +112,9 @@ impl WorkerConfig {
         anyhow::ensure!(self.max_receives > 0, "limits must be positive");
         self.handler_error_policy.validate().map_err(|e| anyhow::anyhow!("handler error policy: {e}"))?;
         self.submit_policy.validate().map_err(|e| anyhow::anyhow!("submit policy: {e}"))?;
+        for (name, policy) in &self.provider_submit_policies {
+            policy.validate().map_err(|e| anyhow::anyhow!("provider {name}'s retry policy: {e}"))?;
+        }
         self.reconcile_policy.validate().map_err(|e| anyhow::anyhow!("reconcile policy: {e}"))?;
         self.import_policy.validate().map_err(|e| anyhow::anyhow!("settlement import policy: {e}"))?;
         Ok(())
@@ -123,6 +146,7 @@ impl WorkerConfig {
             sandbox: false,
             settlement: crate::config::SettlementSettings::default(),
             providers: None,
+            provider_submit_policies: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -203,6 +203,7 @@ async fn render(state_: &AppState, session: &Session, id: &str, banner: Option<B
                 (field("Queue", &d.queue)) (field("Job type", &d.job_type)) (field("Payload version", &d.payload_version))
                 (field("Job", &d.job_id)) (field("Attempts", &d.attempts)) (field("Correlation id", &d.correlation_id))
                 (field("Idempotency key", &opt(&d.idempotency_key))) (field("Worker", &d.worker_host)) (field("Worker version", &d.worker_version))
+                (field("Provider", &opt(&d.provider)))
                 tr { th scope="row" { "Withdrawal" } td { @if let Some(w) = d.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } } @else { "-" } } }
             }
         }

@@ -303,7 +303,7 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
         events.push((
             a.started_at,
             html! {
-                span.kind { "Provider attempt " (a.attempt_no) } " — outcome " (state(opt(&a.outcome)))
+                span.kind { "Provider attempt " (a.attempt_no) } " at " strong { (a.provider) } " — outcome " (state(opt(&a.outcome)))
                 ", side effect " (a.side_effect) ", HTTP " (opt(&a.http_status))
                 @if let Some(transfer) = &a.provider_transfer_id { ", transfer " code { (transfer) } }
                 @if let Some(error) = &a.error_code { ", error " code { (error) } ": " (opt(&a.error_message)) }
@@ -314,7 +314,7 @@ fn timeline(shown: &WithdrawalDetail) -> Markup {
         events.push((
             r.at,
             html! {
-                span.kind { "Reconciliation" } " — the provider says " (state(r.result))
+                span.kind { "Reconciliation" } " — " strong { (r.provider) } " says " (state(r.result))
                 @if let Some(transfer) = &r.provider_transfer_id { ", transfer " code { (transfer) } }
                 ": " (r.detail)
             },

@@ -50,7 +50,7 @@ impl ListQuery {
 pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Query<ListQuery>) -> Response {
     let mut banner = None;
     let mut code = StatusCode::OK;
-    let latest = ReportQuery { date: None, limit: Some(LATEST_REPORTS) };
+    let latest = ReportQuery { date: None, provider: None, limit: Some(LATEST_REPORTS) };
     let reports = match api::settlement_reports(&state_, &session, &latest).await {
         Ok(reports) => reports,
         Err(r) => {
@@ -91,14 +91,15 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
             h2 #h-imports { "Latest imports" }
             table #settlement-imports {
                 thead { tr {
-                    th scope="col" { "Day" } th scope="col" { "Source" } th scope="col" { "State" }
-                    th.num scope="col" { "Lines done" } th.num scope="col" { "Matched" }
+                    th scope="col" { "Day" } th scope="col" { "Provider" } th scope="col" { "Source" }
+                    th scope="col" { "State" } th.num scope="col" { "Lines done" } th.num scope="col" { "Matched" }
                     th.num scope="col" { "Exceptions" } th scope="col" { "Queued" } th scope="col" { "Import" }
                 } }
                 tbody {
                     @for i in &imports.data {
                         tr {
                             td { (i.date) }
+                            td { (i.provider) }
                             td { (i.source) }
                             td { (i.state) @if let Some(e) = &i.error { " — " (e) } }
                             td.num { (i.lines_done) " / " (i.lines) }
@@ -109,7 +110,7 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
                         }
                     }
                     @if imports.data.is_empty() {
-                        tr { td colspan="8" { "No import yet." } }
+                        tr { td colspan="9" { "No import yet." } }
                     }
                 }
             }
@@ -118,8 +119,8 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
             h2 #h-reports { "Latest reports" }
             table #settlement-reports {
                 thead { tr {
-                    th scope="col" { "Day" } th.num scope="col" { "Version" } th scope="col" { "Digest" }
-                    th scope="col" { "Source" } th.num scope="col" { "Lines" }
+                    th scope="col" { "Day" } th scope="col" { "Provider" } th.num scope="col" { "Version" }
+                    th scope="col" { "Digest" } th scope="col" { "Source" } th.num scope="col" { "Lines" }
                     th scope="col" { "Added / removed / changed" } th scope="col" { "Imported" } th scope="col" { "By" }
                 } }
                 tbody {
@@ -127,6 +128,7 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
                         @let count = |field: &str| r.differences.get(field).and_then(|v| v.as_u64()).unwrap_or(0);
                         tr {
                             td { (r.date) }
+                            td { (r.provider) }
                             td.num { (r.version) }
                             td { code { (r.digest.get(..12).unwrap_or(&r.digest)) } }
                             td { (r.source) }
@@ -137,7 +139,7 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
                         }
                     }
                     @if reports.data.is_empty() {
-                        tr { td colspan="8" { "No report imported yet (" code { "withdrawals settlement import --date D" } ")." } }
+                        tr { td colspan="9" { "No report imported yet (" code { "withdrawals settlement import --date D" } ")." } }
                     }
                 }
             }
@@ -167,15 +169,16 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
             p #list-count { (rows.len()) " shown, oldest first." }
             table #settlement-exceptions {
                 thead { tr {
-                    th scope="col" { "Exception" } th scope="col" { "Kind" } th scope="col" { "Status" }
-                    th scope="col" { "Opened" } th scope="col" { "Withdrawal" } th scope="col" { "Transfer" }
-                    th scope="col" { "Detail" }
+                    th scope="col" { "Exception" } th scope="col" { "Kind" } th scope="col" { "Provider" }
+                    th scope="col" { "Status" } th scope="col" { "Opened" } th scope="col" { "Withdrawal" }
+                    th scope="col" { "Transfer" } th scope="col" { "Detail" }
                 } }
                 tbody {
                     @for e in rows {
                         tr {
                             td { a href={ "/ops/settlement/exceptions/" (e.id) } { code { (e.id) } } }
                             td.kind { (e.kind) }
+                            td { (e.provider) }
                             td { (state(e.status)) }
                             td { (when(e.opened_at)) }
                             td { @if let Some(w) = e.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } } @else { "-" } }
@@ -183,7 +186,7 @@ pub async fn index(State(state_): State<AppState>, session: Session, Query(q): Q
                             td { (e.detail) }
                         }
                     }
-                    @if rows.is_empty() { tr { td colspan="7" { "No settlement exception matches." } } }
+                    @if rows.is_empty() { tr { td colspan="8" { "No settlement exception matches." } } }
                 }
             }
             @if let Some(next) = listed.next_cursor.as_deref() {
@@ -230,7 +233,7 @@ async fn render(
         p { "Status: " span #exception-status { (state(e.status)) } " · opened " (when(e.opened_at)) }
         table #exception {
             tbody {
-                (field("Kind", &e.kind)) (field("Detail", &e.detail))
+                (field("Kind", &e.kind)) (field("Provider", &e.provider)) (field("Detail", &e.detail))
                 tr { th scope="row" { "Withdrawal" } td { @if let Some(w) = e.withdrawal_id { a href={ "/ops/withdrawals/" (w) } { code { (w) } } " (its review page)" } @else { "-" } } }
                 (field("Report day", &opt(&e.report_date))) (field("Transfer", &opt(&e.transfer_id)))
                 tr { th scope="row" { "Opened" } td { (when(e.opened_at)) } }

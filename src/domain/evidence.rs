@@ -138,6 +138,10 @@ pub struct Evidence {
     /// A move to another provider and what it rested on (SPEC §16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<super::failover::MoveRecord>,
+    /// The provider that answered (SPEC §16); absent in evidence stored before providers were
+    /// named, which the one provider there was, `default`, gave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// Who requested and who approved a two-person decision.
@@ -177,6 +181,7 @@ impl Evidence {
             exception_id: None,
             event: None,
             failover: None,
+            provider: None,
         }
     }
 
@@ -212,6 +217,12 @@ impl Evidence {
     pub fn crediting_return(mut self, exception_id: Uuid) -> Evidence {
         self.source = EvidenceSource::OperatorCreditReturn;
         self.exception_id = Some(exception_id);
+        self
+    }
+
+    /// The answer of provider `name`.
+    pub fn from_provider(mut self, name: &str) -> Evidence {
+        self.provider = Some(name.to_owned());
         self
     }
 

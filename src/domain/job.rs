@@ -175,6 +175,12 @@ pub struct ImportSettlement {
     /// none for the daily job, which fetches the day's report from the provider.
     #[serde(default)]
     pub import_id: Option<uuid::Uuid>,
+    /// The provider whose report the daily job fetches (SPEC §16); none for `default` (the
+    /// one-provider case, whose payloads stay as they were) and in payloads stored before
+    /// providers were named, which fetch from `default`, else the primary provider. A stored
+    /// import's row names its own provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 impl ImportSettlement {

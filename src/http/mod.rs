@@ -120,6 +120,7 @@ pub fn router() -> Router<AppState> {
 pub fn layered(routes: Router<AppState>, state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
     let max_body = state.config().max_body_bytes;
     crate::metrics::install();
+    webhooks::series_from_zero(&state);
     let router = metrics
         .route(routes)
         .fallback(|| async { error::ApiError::not_found() })

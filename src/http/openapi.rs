@@ -19,6 +19,7 @@ use super::AppState;
         super::health::healthz,
         super::health::readyz,
         super::webhooks::receive,
+        super::webhooks::receive_from,
     ),
     components(schemas(super::error::Problem, super::webhooks::WebhookAck)),
     modifiers(&BearerAuth)

@@ -132,7 +132,7 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
         let ctx = &batch[call.row].ctx;
         async move {
             let outcome = submit::call(ctx, call.gateway, &call.withdrawal, call.permit, 1).await;
-            (call.row, call.withdrawal, call.attempt, outcome)
+            (call.row, call.withdrawal, call.attempt, outcome, call.gateway)
         }
         .instrument(ctx.span())
     }))
@@ -142,8 +142,8 @@ async fn pipeline(batch: &[Submit]) -> anyhow::Result<HashSet<usize>> {
     // transaction of its own, so one row's error leaves the others' decisions committed.
     let decisions: Vec<Row> = answers
         .iter()
-        .map(|(row, w, attempt, outcome)| {
-            (*row, w, *attempt, AfterCall::of(&batch[*row].ctx, outcome, w, 1, first_attempt_at))
+        .map(|(row, w, attempt, outcome, gateway)| {
+            (*row, w, *attempt, AfterCall::of(&batch[*row].ctx, gateway, outcome, w, 1, first_attempt_at))
         })
         .collect();
     let mut alone = alone;

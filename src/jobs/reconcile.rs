@@ -87,7 +87,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     };
     // Every transfer the provider shows is checked against the withdrawal first (SPEC §7).
     let verdict = Verdict::of_lookup(&withdrawal, &answer, in_flight.is_some());
-    let evidence = verdict.evidence(&withdrawal, chrono::Utc::now());
+    let evidence = verdict.evidence(&withdrawal, chrono::Utc::now()).from_provider(provider);
     let (result, detail) = match &verdict {
         Verdict::Paid(t) | Verdict::Returned(t) => {
             // A returned transfer was paid first: the withdrawal completes; the return's
@@ -153,7 +153,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     // is asked about no more often than `pending_poll_with_webhooks` — but still once more before
     // the window closes — and when they stop, the pace returns to the policy's by itself.
     let decision = match decision {
-        RetryDecision::RetryAfter(delay) if result == Outcome::Pending && webhooks_healthy(ctx).await? => {
+        RetryDecision::RetryAfter(delay) if result == Outcome::Pending && webhooks_healthy(ctx, provider).await? => {
             let left = policy.max_elapsed.saturating_sub(elapsed);
             RetryDecision::RetryAfter(delay.max(ctx.config().pending_poll_with_webhooks.min(left)))
         }
@@ -175,11 +175,12 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
     }
 }
 
-/// Whether the provider's events are arriving: the newest event of a type the service decides on
-/// was received within `webhook_healthy_within`.
-async fn webhooks_healthy(ctx: &JobContext) -> anyhow::Result<bool> {
+/// Whether `provider`'s events are arriving: the newest event of a type the service decides on
+/// it sent was received within `webhook_healthy_within` (another provider's events say nothing
+/// about this one's, SPEC §16).
+async fn webhooks_healthy(ctx: &JobContext, provider: &str) -> anyhow::Result<bool> {
     let within = TimeDelta::from_std(ctx.config().webhook_healthy_within).unwrap_or(TimeDelta::zero());
-    let last = crate::storage::webhooks::last_received_at(ctx.db()).await?;
+    let last = crate::storage::webhooks::last_received_from(ctx.db(), provider).await?;
     Ok(last.is_some_and(|at| at.plus(within) > DbTime::now()))
 }
 
@@ -220,7 +221,7 @@ async fn controlled_retry(
     attempts::resolve_unfinished_as_not_executed(&mut tx, key, provider).await?;
     let (attempts_made, first) = attempts::budget(&mut tx, key).await?;
     let elapsed = first.map(|f| (DbTime::now().0 - f.0).to_std().unwrap_or_default()).unwrap_or_default();
-    let policy = &ctx.config().submit_policy;
+    let policy = ctx.config().submit_policy_for(provider);
     let decision = policy.next_delay(
         u32::try_from(attempts_made.max(1)).unwrap_or(u32::MAX),
         elapsed,
@@ -242,7 +243,8 @@ async fn controlled_retry(
     };
     if from == WithdrawalStatus::RequiresReview {
         let reason = "controlled retry after reconciliation";
-        let evidence = Evidence::of(EvidenceSource::ProviderLookup, VerdictKind::NoTransfer, chrono::Utc::now());
+        let evidence = Evidence::of(EvidenceSource::ProviderLookup, VerdictKind::NoTransfer, chrono::Utc::now())
+            .from_provider(provider);
         decide(&mut tx, ctx, key, from, WithdrawalStatus::Processing, reason, None, Some(evidence)).await?;
     }
     let result_id = ReconciliationId::new();
@@ -317,7 +319,8 @@ async fn insert_result(
     follow_up: Option<JobId>,
 ) -> anyhow::Result<()> {
     tracing::info!(result = result.as_str(), detail, "reconciliation result");
-    tx.after_commit(move || crate::metrics::reconciliation(result.as_str()));
+    let asked = provider.to_owned();
+    tx.after_commit(move || crate::metrics::reconciliation(&asked, result.as_str()));
     reconciliations::insert(
         tx,
         &ReconciliationRecord {

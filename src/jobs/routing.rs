@@ -92,7 +92,8 @@ pub(super) async fn choose<'a>(
                     not_found_after_last_attempt: not_found,
                 };
                 let reason = format!("failover from {} to {}: {}", current.name, next.name, decision.as_str());
-                let mut evidence = Evidence::of(EvidenceSource::Failover, VerdictKind::NoTransfer, chrono::Utc::now());
+                let mut evidence = Evidence::of(EvidenceSource::Failover, VerdictKind::NoTransfer, chrono::Utc::now())
+                    .from_provider(&current.name);
                 evidence.failover = Some(record);
                 let moved = Move { reason, evidence: evidence.into(), from: current.name.clone() };
                 return Ok(Route::Call { gateway: next, permit, moved: Some(moved) });

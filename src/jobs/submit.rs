@@ -28,7 +28,7 @@ pub async fn handle(ctx: &JobContext, payload: SubmitPayout) -> anyhow::Result<(
             Prepared::Done => return Ok(()),
         };
     let outcome = call(ctx, gateway, &withdrawal, permit, attempt_no).await;
-    let decision = AfterCall::of(ctx, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
+    let decision = AfterCall::of(ctx, gateway, &outcome, &withdrawal, attempts_in_budget.max(1), first_attempt_at);
     record(ctx, &withdrawal, &actor, attempt, &decision).await
 }
 
@@ -127,12 +127,6 @@ async fn prepare<'g>(
             Route::Call { gateway, permit, moved } => {
                 let attempt_no = last.map_or(1, |a| a.attempt_no + 1);
                 let batch = if claim.is_some() { &mut after_claim } else { &mut writes };
-                if let Some(moved) = &moved {
-                    // The move is recorded with the attempt it leads to, in the same batch.
-                    let status = WithdrawalStatus::Processing;
-                    let cid = &job.correlation_id;
-                    store::failover_in(batch, key, status, actor, &moved.reason, cid, &moved.evidence);
-                }
                 let start = attempts::Start {
                     withdrawal: key,
                     job: job.id,
@@ -143,7 +137,7 @@ async fn prepare<'g>(
                 };
                 let attempt = attempts::start_in(batch, &start);
                 let leased = ctx.lease_for_attempt_in(&mut writes);
-                Step::Call { gateway, permit, attempt_no, attempt, leased, moved: moved.map(|m| m.from) }
+                Step::Call { gateway, permit, attempt_no, attempt, leased, moved }
             }
             Route::Wait { retry_in, why } => Step::Defer(retry_in, why),
         }
@@ -169,7 +163,17 @@ async fn prepare<'g>(
         }
     }
     let (gateway, permit, attempt_no, attempt, moved) = match step {
-        Step::Call { gateway, permit, attempt_no, attempt, moved, .. } => (gateway, permit, attempt_no, attempt, moved),
+        Step::Call { gateway, permit, attempt_no, attempt, moved, .. } => {
+            if let Some(m) = &moved {
+                // The move is recorded in the transaction of the attempt it leads to, after the
+                // claim (so the log reads claimed, then moved).
+                let mut logged = Writes::new();
+                let (status, cid) = (WithdrawalStatus::Processing, &job.correlation_id);
+                store::failover_in(&mut logged, key, status, actor, &m.reason, cid, &m.evidence);
+                logged.run(&mut tx).await?;
+            }
+            (gateway, permit, attempt_no, attempt, moved.map(|m| m.from))
+        }
         Step::Reconcile => {
             enqueue_reconciliation(&mut tx, key, "unfinished_attempt", &job.correlation_id, DbTime::now()).await?;
             return done(ctx.finish_or_rollback(tx, &Finish::Succeeded).await);
@@ -280,6 +284,7 @@ pub(super) struct AfterCall<'a> {
 impl<'a> AfterCall<'a> {
     pub fn of(
         ctx: &JobContext,
+        gateway: &Gateway,
         outcome: &'a SubmitOutcome,
         withdrawal: &Withdrawal,
         attempts_made: i64,
@@ -291,7 +296,8 @@ impl<'a> AfterCall<'a> {
             SubmitOutcome::Accepted { transfer, .. } => Some(Verdict::of_transfer(withdrawal, transfer)),
             _ => None,
         };
-        let (record, next) = decide(ctx, outcome, verdict.as_ref(), withdrawal, attempts_made, first_attempt_at);
+        let policy = ctx.config().submit_policy_for(&gateway.name);
+        let (record, next) = decide(policy, outcome, verdict.as_ref(), withdrawal, attempts_made, first_attempt_at);
         // A provider that settled the transfer settles the withdrawal.
         let settled = match &verdict {
             Some(Verdict::Paid(_) | Verdict::Returned(_)) => {
@@ -306,7 +312,8 @@ impl<'a> AfterCall<'a> {
         };
         // The provider's answer is the evidence of the move it causes.
         let evidence = verdict.as_ref().map(|v| {
-            v.evidence_from(crate::domain::EvidenceSource::ProviderCreate, withdrawal, chrono::Utc::now()).into()
+            let source = crate::domain::EvidenceSource::ProviderCreate;
+            v.evidence_from(source, withdrawal, chrono::Utc::now()).from_provider(&gateway.name).into()
         });
         let follow_up = match (outcome, &verdict) {
             (_, Some(Verdict::Pending(_))) => Some(("pending_transfer", DbTime::after(ctx.config().pending_poll))),
@@ -347,14 +354,14 @@ enum Step<'g> {
     /// or none is configured): reschedule after the delay, saying why.
     Defer(std::time::Duration, &'static str),
     /// Call `gateway` as attempt `attempt_no` (row `attempt`), if the lease (the count at
-    /// `leased`) still held; `moved`: the provider it moved from (recorded in the same batch).
+    /// `leased`) still held; `moved`: the move to it, recorded in the same transaction.
     Call {
         gateway: &'g Gateway,
         permit: crate::provider::breaker::Permit,
         attempt_no: i64,
         attempt: crate::domain::AttemptId,
         leased: crate::storage::batch::Written,
-        moved: Option<String>,
+        moved: Option<super::routing::Move>,
     },
 }
 
@@ -385,12 +392,13 @@ fn transfer_request(w: &Withdrawal) -> TransferRequest {
     }
 }
 
-/// The attempt row's outcome and how the job ends, from the classified outcome and the policy.
+/// The attempt row's outcome and how the job ends, from the classified outcome and the policy
+/// (the provider's, SPEC §16).
 /// The retry budget is the withdrawal's: `attempts_made` counts its provider attempts (this one
 /// included) and `first_attempt_at` is its first, across controlled retries, since it last left
 /// `requires_review`.
 fn decide<'a>(
-    ctx: &JobContext,
+    policy: &crate::config::RetryPolicy,
     outcome: &'a SubmitOutcome,
     verdict: Option<&Verdict>,
     withdrawal: &Withdrawal,
@@ -425,7 +433,6 @@ fn decide<'a>(
             let record = error_record(AttemptResult::Retryable, SideEffect::NotStarted, error);
             let attempts_made = u32::try_from(attempts_made).unwrap_or(u32::MAX);
             let elapsed = (DbTime::now().0 - first_attempt_at.0).to_std().unwrap_or_default();
-            let policy = &ctx.config().submit_policy;
             let exhausted = |by: &str| {
                 Next::DeadLetter(Failure::retries_exhausted(
                     error.code.clone(),

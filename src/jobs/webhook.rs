@@ -113,9 +113,11 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
         return ask_later(ctx, &event, kind, delay).await;
     }
     let mut tx = ctx.db().begin().await?;
+    // The provider asked (answered above, so there was one).
+    let asked = gateway.map_or(event.provider.as_str(), |g| g.name.as_str());
     let outcome = match withdrawal {
-        Some(w) => decide(&mut tx, ctx, &w, kind, &answer, seen).await?,
-        None => unknown(&mut tx, ctx, &answer, seen).await?,
+        Some(w) => decide(&mut tx, ctx, &w, kind, &answer, seen, asked).await?,
+        None => unknown(&mut tx, ctx, &answer, seen, asked).await?,
     };
     record(tx, ctx, &event, kind, outcome).await
 }
@@ -128,6 +130,7 @@ async fn decide(
     kind: EventType,
     answer: &LookupOutcome,
     seen: EventRecord,
+    provider: &str,
 ) -> anyhow::Result<Outcome> {
     let key = Some(w.key());
     let verdict = Verdict::of_lookup(w, answer, false);
@@ -137,7 +140,7 @@ async fn decide(
             return Ok(Outcome::of(WebhookResult::Mismatch, format!("the event's transfer cannot be read: {err}"), key))
         }
     };
-    let evidence = verdict.evidence(w, chrono::Utc::now()).after_event(seen);
+    let evidence = verdict.evidence(w, chrono::Utc::now()).from_provider(provider).after_event(seen);
     let outcome = match truth::on_event(kind.status(), &claimed, &verdict, w.status) {
         // Answered above: an unavailable provider never reaches a decision.
         EventAction::Ask => Outcome::of(WebhookResult::Unverified, "the provider could not answer", key),
@@ -264,12 +267,19 @@ async fn contradiction(
 
 /// An event whose key names no withdrawal of ours: a transfer the provider shows is an
 /// `unknown_transfer` exception; one the provider does not show moves nothing (`mismatch`).
-async fn unknown(tx: &mut Tx, ctx: &JobContext, answer: &LookupOutcome, seen: EventRecord) -> anyhow::Result<Outcome> {
+async fn unknown(
+    tx: &mut Tx,
+    ctx: &JobContext,
+    answer: &LookupOutcome,
+    seen: EventRecord,
+    provider: &str,
+) -> anyhow::Result<Outcome> {
     let mut evidence = Evidence::of(
         crate::domain::EvidenceSource::ProviderWebhook,
         crate::domain::VerdictKind::NoTransfer,
         chrono::Utc::now(),
     )
+    .from_provider(provider)
     .after_event(seen);
     let transfers = match answer {
         LookupOutcome::Found(transfers) if !transfers.is_empty() => transfers,
@@ -305,7 +315,8 @@ async fn unknown(tx: &mut Tx, ctx: &JobContext, answer: &LookupOutcome, seen: Ev
         detail: &why,
         evidence: &evidence.to_json(),
     };
-    exceptions::open_exception(tx, &exception).await?;
+    // Names no withdrawal: the provider that shows the transfer is the exception's (SPEC §16).
+    exceptions::open_exception_at(tx, provider, &exception).await?;
     Ok(Outcome::of(WebhookResult::UnknownTransfer, why, None).resting_on(&evidence))
 }
 
@@ -356,7 +367,7 @@ async fn record(
         return ctx.finish_in_own_tx(&Finish::Succeeded).await;
     }
     tracing::info!(event_id = %event.event_id, result = outcome.result.as_str(), detail = %outcome.detail, "webhook event decided");
-    let result = outcome.result;
-    tx.after_commit(move || crate::metrics::webhook_event(kind.as_str(), result.as_str()));
+    let (result, provider) = (outcome.result, event.provider.clone());
+    tx.after_commit(move || crate::metrics::webhook_event(&provider, kind.as_str(), result.as_str()));
     ctx.finish_or_rollback(tx, &Finish::Succeeded).await
 }

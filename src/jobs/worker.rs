@@ -382,7 +382,10 @@ impl Worker {
                 tracing::warn!(error = format!("{err:#}"), "stuck-processing sweep failed");
             }
             if !self.config.sandbox {
-                if let Err(err) = super::settlement::schedule_daily(&self.db, &self.config.settlement).await {
+                let providers = self.config.providers.as_ref();
+                let scheduled =
+                    super::settlement::schedule_daily(&self.db, &self.config.settlement, &self.gateways, providers);
+                if let Err(err) = scheduled.await {
                     tracing::warn!(error = format!("{err:#}"), "could not schedule the settlement import");
                 }
             }

@@ -43,6 +43,7 @@ pub fn view(d: &DeadLetter, closed_at: Option<DbTime>) -> DeadLetterView {
         category: d.category,
         owner: d.owner.clone(),
         runbook: d.runbook.clone(),
+        provider: d.provider.clone(),
         state: if closed_at.is_some() { LetterState::Closed } else { LetterState::Open },
         closed_at: closed_at.map(|t| t.0),
         age_seconds: (Utc::now() - d.failed_at.0).num_seconds(),

@@ -157,7 +157,7 @@ pub(super) async fn check_with_provider(
         LookupOutcome::Found(_) | LookupOutcome::Unavailable(_) => false,
     };
     let verdict = Verdict::of_lookup(w, &answer, in_flight);
-    let evidence = verdict.evidence(w, Utc::now()).for_action(action);
+    let evidence = verdict.evidence(w, Utc::now()).from_provider(&gateway.name).for_action(action);
     let refused_complete =
         |detail: String| OpsError::invalid("provider_reference_mismatch", "provider_reference", detail);
     let conflict = |code: &str, detail: String| OpsError::conflict(code, detail);

@@ -1,8 +1,8 @@
-//! Settlement reconciliation for operators (SPEC §14): import a day's report (fetched from the
-//! provider, or a file's CSV) as a job and follow its progress, list the imported versions, list
-//! and show settlement exceptions, resolve one with a reason and a note, and credit a refused
-//! return once the provider's record shows it (checked live). Importing, resolving and crediting
-//! are audited; resolving records a finding and moves no money.
+//! Settlement reconciliation for operators (SPEC §14): import a provider's report of a day
+//! (fetched from that provider, or a file's CSV; SPEC §16) as a job and follow its progress, list
+//! the imported versions, list and show settlement exceptions, resolve one with a reason and a
+//! note, and credit a refused return once the provider's record shows it (checked live).
+//! Importing, resolving and crediting are audited; resolving records a finding and moves no money.
 
 use chrono::{NaiveDate, Utc};
 
@@ -14,6 +14,7 @@ use super::types::{
 use super::{
     decode_cursor, encode_cursor, page, page_limit, Action, Audited, Operator, Ops, OpsError, OpsResult, Role,
 };
+use crate::config::providers::DEFAULT_PROVIDER;
 use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
 use crate::domain::{Amount, Currency, SettlementExceptionId, StoredEvidence};
 use crate::jobs::settlement::{self as settlement, ImportError, ReportSource};
@@ -28,30 +29,62 @@ pub fn parse_day(raw: &str, field: &str) -> OpsResult<NaiveDate> {
         .map_err(|_| OpsError::invalid("invalid_date", field, "a day is YYYY-MM-DD"))
 }
 
+/// The provider an import names (SPEC §16), checked against those this process knows: its
+/// gateways, else its providers file, else the lone `default`. None named is the primary
+/// provider. An unknown name is 422 `unknown_provider`, naming the known ones.
+fn provider_named(ops: &Ops<'_>, asked: Option<&str>) -> OpsResult<String> {
+    let known: Vec<String> = match (ops.gateways, ops.config.providers.as_ref()) {
+        (Some(gateways), _) => gateways.all().map(|g| g.name.clone()).collect(),
+        (None, Some(providers)) => providers.all().iter().map(|p| p.name.clone()).collect(),
+        (None, None) => vec![DEFAULT_PROVIDER.to_owned()],
+    };
+    match asked.map(str::trim) {
+        None | Some("") => Ok(known.first().cloned().unwrap_or_else(|| DEFAULT_PROVIDER.to_owned())),
+        Some(name) if known.iter().any(|k| k == name) => Ok(name.to_owned()),
+        Some(name) => Err(OpsError::invalid(
+            "unknown_provider",
+            "provider",
+            format!("no provider {:?} is configured (known: {})", as_typed(name), known.join(", ")),
+        )),
+    }
+}
+
+/// A provider name as an operator typed it, for a message or the audit: at most 40 characters,
+/// redacted (a name is `[a-z0-9_-]{1,32}`, so anything longer is a mistake, or worse).
+fn as_typed(name: &str) -> String {
+    crate::redact::text(&name.chars().take(40).collect::<String>())
+}
+
 /// Accepts a report for import: the CSV given, or the day's report fetched from the provider. The
-/// report is checked whole first (size, lines, form, day; a refusal is 422 `report_refused` and
-/// stores nothing), then stored with its job in one transaction: the answer is the queued import
-/// (202), and the settlement job imports and matches it (`jobs::settlement`). Every import goes
-/// this one way, small or large. The `settlement.import` audit row is prepared here and inserted
-/// by the job's final transaction, with the import's outcome; a refused request is audited here.
+/// report is `provider`'s (the primary one unless the request names another; an unknown name is
+/// 422 `unknown_provider`): fetched from it, stored as its report and matched only to its
+/// withdrawals. The report is checked whole first (size, lines, form, day; a refusal is 422
+/// `report_refused` and stores nothing), then stored with its job in one transaction: the answer
+/// is the queued import (202), and the settlement job imports and matches it
+/// (`jobs::settlement`). Every import goes this one way, small or large. The `settlement.import`
+/// audit row is prepared here and inserted by the job's final transaction, with the import's
+/// outcome; a refused request is audited here.
 pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> OpsResult<ImportView> {
     let target = req.date.map(|d| d.to_string()).unwrap_or_else(|| "file".to_owned());
     let parameters = serde_json::json!({
         "date": req.date, "source": if req.csv.is_some() { "file" } else { "provider" },
         "bytes": req.csv.as_ref().map(String::len),
+        "provider": req.provider.as_deref().map(as_typed),
     });
     ops.perform(operator, &SettlementImport::ACT, target, "", parameters, async |audited| {
+        let provider = provider_named(ops, req.provider.as_deref())?;
+        audited.parameters["provider"] = serde_json::json!(provider);
         let (bytes, origin) = match (req.csv, req.date) {
             (Some(csv), _) => (csv.into_bytes(), ReportSource::File),
             (None, Some(date)) => {
-                let gateway = ops.gateways.map(|gs| gs.primary()).ok_or_else(|| {
+                let gateway = ops.gateways.and_then(|gs| gs.get(&provider)).ok_or_else(|| {
                     OpsError::unavailable("provider_unavailable", "this process cannot reach the provider")
                 })?;
                 let bytes = settlement::fetch(gateway, date).await.map_err(|e| match e {
                     ReportFetch::NotPublished => OpsError::refused(
                         super::RefusalKind::NotFound,
                         "report_not_published",
-                        format!("the provider has not published the report of {date}"),
+                        format!("provider {provider} has not published the report of {date}"),
                     ),
                     other => OpsError::unavailable("provider_unavailable", other.to_string()),
                 })?;
@@ -64,6 +97,7 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         let (date, report) = settlement::check(&ops.config.settlement, req.date, &bytes).map_err(refusal)?;
         let row = store::ImportRow {
             id: uuid::Uuid::now_v7(),
+            provider,
             state: crate::domain::settlement::ImportState::Queued,
             report_date: date.to_string(),
             source: origin,
@@ -81,7 +115,8 @@ pub async fn import(ops: &Ops<'_>, operator: &Operator, req: ImportRequest) -> O
         store::insert_import(&mut tx, &row, &bytes).await?;
         settlement::enqueue_stored_import(&mut tx, row.id, date).await?;
         tx.commit().await?;
-        tracing::info!(import_id = %row.id, %date, lines = row.line_count, "settlement import queued");
+        let (provider, lines) = (row.provider.as_str(), row.line_count);
+        tracing::info!(import_id = %row.id, provider, %date, lines, "settlement import queued");
         import_view(ops.db, row).await
     })
     .await
@@ -96,9 +131,10 @@ fn refusal(e: ImportError) -> OpsError {
 }
 
 async fn import_view(db: &crate::storage::Db, row: store::ImportRow) -> OpsResult<ImportView> {
-    let (_, done, exceptions) = store::import_progress(db, &row.digest).await?;
+    let (_, done, exceptions) = store::import_progress(db, &row.provider, &row.report_date, &row.digest).await?;
     Ok(ImportView {
         id: row.id,
+        provider: row.provider,
         state: row.state,
         date: row.report_date,
         source: row.source,
@@ -137,11 +173,13 @@ pub async fn imports(ops: &Ops<'_>, operator: &Operator, q: ImportListQuery) -> 
 pub async fn reports(ops: &Ops<'_>, operator: &Operator, q: ReportQuery) -> OpsResult<List<ReportView>> {
     operator.require(Role::Viewer)?;
     let date = q.date.as_deref().map(|d| parse_day(d, "date")).transpose()?.map(|d| d.to_string());
-    let rows = store::list_reports(ops.db, date.as_deref(), page_limit(q.limit)?).await?;
+    let provider = q.provider.as_deref().filter(|p| !p.is_empty());
+    let rows = store::list_reports(ops.db, provider, date.as_deref(), page_limit(q.limit)?).await?;
     let data = rows
         .into_iter()
         .map(|r| ReportView {
             id: r.id.0,
+            provider: r.provider,
             date: r.report_date,
             version: r.version,
             digest: r.digest,
@@ -158,6 +196,7 @@ pub async fn reports(ops: &Ops<'_>, operator: &Operator, q: ReportQuery) -> OpsR
 fn view(e: &ExceptionRow) -> ExceptionView {
     ExceptionView {
         id: e.id.0,
+        provider: e.provider.clone(),
         kind: e.kind,
         status: e.status,
         withdrawal_id: e.withdrawal_id.map(|w| w.0),
@@ -193,7 +232,9 @@ pub async fn exceptions(ops: &Ops<'_>, operator: &Operator, q: ExceptionQuery) -
     };
     let limit = page_limit(q.limit)?;
     let after = q.cursor.as_deref().map(decode_cursor).transpose()?.map(|(at, id)| (at, SettlementExceptionId(id)));
-    let rows = store::list_exceptions(ops.db, &ExceptionFilter { kind, status, after, limit: limit + 1 }).await?;
+    let provider = q.provider.filter(|p| !p.is_empty());
+    let filter = ExceptionFilter { kind, provider, status, after, limit: limit + 1 };
+    let rows = store::list_exceptions(ops.db, &filter).await?;
     Ok(page(rows, limit, |e| encode_cursor(e.opened_at, e.id.0), view))
 }
 
@@ -277,7 +318,8 @@ pub async fn credit_return(
             .await
             .map_err(|_| OpsError::unavailable("provider_unavailable", "the provider breaker is open; try later"))?;
         let live = Verdict::of_lookup(&w, &answer, false);
-        let evidence = StoredEvidence::from(live.evidence(&w, chrono::Utc::now()).crediting_return(id.0));
+        let evidence = live.evidence(&w, chrono::Utc::now()).from_provider(&gateway.name).crediting_return(id.0);
+        let evidence = StoredEvidence::from(evidence);
         let transfer = match &live {
             Verdict::Returned(t) => t.clone(),
             Verdict::Unavailable(_) => {

@@ -1,5 +1,5 @@
-//! The provider's events for operators (SPEC §15): list them by result and type, and show one
-//! with its body (redacted for display), the headers kept, and the provider's record its decision
+//! The providers' events for operators (SPEC §15, §16): list them by result, type and provider,
+//! and show one with its body (redacted for display), the headers kept, and the provider's record its decision
 //! rested on.
 //! Viewer role; reading changes nothing, so nothing is audited.
 
@@ -33,7 +33,9 @@ fn view(row: &EventRow) -> WebhookEventView {
     }
 }
 
-/// Events newest first, by result (`pending`: not decided yet) and type.
+/// Events newest first, by result (`pending`: not decided yet), type and provider. **Choice:** a
+/// provider is any name, not only a configured one: a provider taken out of the file keeps its
+/// stored events, and they stay readable.
 pub async fn list(ops: &Ops<'_>, operator: &Operator, q: WebhookEventQuery) -> OpsResult<Page<WebhookEventView>> {
     operator.require(Role::Viewer)?;
     let result = match q.result.as_deref().filter(|r| !r.is_empty()) {
@@ -46,7 +48,13 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: WebhookEventQuery) -> O
     };
     let limit = page_limit(q.limit)?;
     let before = q.cursor.as_deref().map(decode_cursor).transpose()?.map(|(at, id)| (at, WebhookEventId(id)));
-    let filter = EventFilter { result, event_type: q.kind.filter(|k| !k.is_empty()), before, limit: limit + 1 };
+    let filter = EventFilter {
+        result,
+        event_type: q.kind.filter(|k| !k.is_empty()),
+        provider: q.provider.filter(|p| !p.is_empty()),
+        before,
+        limit: limit + 1,
+    };
     let rows = store::list(ops.db, &filter).await?;
     Ok(page(rows, limit, |e| encode_cursor(e.received_at, e.id.0), view))
 }

@@ -185,7 +185,20 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
         println!("  transition  {} → {}  by {}: {}  ({})", o(&t.from), t.to, t.actor, t.reason, at(t.at));
         let said = |e: &Evidence| {
             let transfer = e.transfer().map_or("none", |t| t.id.as_str());
-            format!("{} (transfer {transfer}) at {}", e.verdict, at(e.asked_at))
+            let by = e.provider.as_deref().map(|p| format!(" [{p}]")).unwrap_or_default();
+            match &e.failover {
+                // A move between providers rests on what was known at the first (SPEC §16).
+                Some(m) => format!(
+                    "{} → {}: {} (breaker {}, {} attempt(s) there) at {}",
+                    m.from,
+                    m.to,
+                    m.rule,
+                    m.breaker,
+                    m.attempts.len(),
+                    at(e.asked_at)
+                ),
+                None => format!("{}{by} (transfer {transfer}) at {}", e.verdict, at(e.asked_at)),
+            }
         };
         match t.evidence.as_ref().map(StoredEvidence::read) {
             None => {}
@@ -201,8 +214,9 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
     }
     for a in &shown.provider_attempts {
         println!(
-            "  attempt #{} {} side effect {} {} ({})",
+            "  attempt #{} at {} {} side effect {} {} ({})",
             a.attempt_no,
+            a.provider,
             o(&a.outcome),
             a.side_effect,
             o(&a.error_code),
@@ -210,7 +224,7 @@ fn print_withdrawal(shown: &WithdrawalDetail) {
         );
     }
     for r in &shown.reconciliation_results {
-        println!("  reconciliation {}: {} ({})", r.result, r.detail, at(r.at));
+        println!("  reconciliation at {} {}: {} ({})", r.provider, r.result, r.detail, at(r.at));
     }
     for d in &shown.dead_letters {
         println!("  dead letter {} {} {} — owner {}, see {}", d.id, d.category, d.error_code, d.owner, d.runbook);

@@ -1,6 +1,8 @@
 //! `withdrawals settlement import|import-status|reports|exceptions|show|resolve|credit-return`
 //! (SPEC §14): thin clients of `/ops/v1/settlement`, like the other operator commands. An import
-//! sends either only the day (the API fetches the report from the provider) or a file's text; the
+//! sends either only the day (the API fetches the report from the provider) or a file's text,
+//! and `--provider NAME` for whose report it is (SPEC §16; the API's primary provider without it,
+//! and an unknown name is the API's 422 `unknown_provider`, one line and a non-zero exit); the
 //! API answers 202 with the queued import, and the command follows its progress until the job has
 //! finished it (`--no-wait` prints the id instead; `import-status ID` reads it later). A refused
 //! report is the API's `report_refused` naming the line, and the command exits non-zero.
@@ -46,10 +48,16 @@ impl ValueEnum for ExceptionKind {
 pub enum SettlementCommand {
     /// Import a day's settlement report: `--date D` asks the API to fetch it from the provider;
     /// `--file PATH` sends a report file's text (with `--date D`, the day its lines must be).
-    /// The same report twice changes nothing; a malformed one is refused whole, naming its line.
+    /// `--provider NAME` says whose report it is (the primary provider without it): its lines
+    /// match only that provider's withdrawals. The same report twice changes nothing; a malformed
+    /// one is refused whole, naming its line.
     Import {
         #[command(flatten)]
         source: ImportArgs,
+        /// The provider whose report it is (SPEC §16): fetched from it, matched only to the
+        /// withdrawals sent to it. Without it, the primary provider (`default` with one).
+        #[arg(long)]
+        provider: Option<String>,
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -60,6 +68,9 @@ pub enum SettlementCommand {
         /// Only this day's versions (YYYY-MM-DD).
         #[arg(long)]
         date: Option<NaiveDate>,
+        /// Only this provider's reports.
+        #[arg(long)]
+        provider: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
     },
@@ -67,6 +78,9 @@ pub enum SettlementCommand {
     Exceptions {
         #[arg(long, value_enum)]
         kind: Option<ExceptionKind>,
+        /// Only this provider's exceptions.
+        #[arg(long)]
+        provider: Option<String>,
         #[arg(long, value_parser = ["open", "resolved", "all"])]
         status: Option<String>,
         #[arg(long)]
@@ -121,22 +135,22 @@ pub struct WaitArgs {
 }
 
 impl ImportArgs {
-    fn request(&self) -> anyhow::Result<ImportRequest> {
+    fn request(&self, provider: Option<String>) -> anyhow::Result<ImportRequest> {
         let csv = match &self.file {
             Some(path) => {
                 Some(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?)
             }
             None => None,
         };
-        Ok(ImportRequest { date: self.date, csv })
+        Ok(ImportRequest { date: self.date, csv, provider })
     }
 }
 
 pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     match command {
-        SettlementCommand::Import { source, wait: args } => {
-            let request = source.request()?;
+        SettlementCommand::Import { source, provider, wait: args } => {
+            let request = source.request(provider)?;
             let queued = client.post::<_, ImportView>(&routes::SETTLEMENT_IMPORTS.path(&[]), &request).await?;
             if args.no_wait {
                 if let Some(view) = queued.unless_json(conn.json) {
@@ -196,19 +210,20 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
                 println!("return credited; exception {} resolved as {}", e.id, o(&e.resolution));
             }
         }
-        SettlementCommand::Reports { date, limit } => {
-            let query = ReportQuery { date: date.map(|d| d.to_string()), limit: limit.map(i64::from) };
+        SettlementCommand::Reports { date, provider, limit } => {
+            let query = ReportQuery { date: date.map(|d| d.to_string()), provider, limit: limit.map(i64::from) };
             let answer = client.get::<List<ReportView>>(&routes::SETTLEMENT_REPORTS.path(&[]), &query).await?;
             let Some(reports) = answer.unless_json(conn.json) else { return Ok(()) };
             println!(
-                "{:<10} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  imported by",
-                "date", "ver", "digest", "source", "lines", "added/removed/changed", "imported at"
+                "{:<10} {:<12} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  imported by",
+                "date", "provider", "ver", "digest", "source", "lines", "added/removed/changed", "imported at"
             );
             for r in reports.data {
                 let count = |field: &str| r.differences.get(field).and_then(|v| v.as_u64()).unwrap_or(0);
                 println!(
-                    "{:<10} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  {}",
+                    "{:<10} {:<12} {:>3} {:<12} {:<8} {:>6} {:<24} {:<27}  {}",
                     r.date,
+                    r.provider,
                     r.version,
                     short(&r.digest),
                     r.source,
@@ -219,9 +234,10 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
                 );
             }
         }
-        SettlementCommand::Exceptions { kind, status, limit, cursor } => {
+        SettlementCommand::Exceptions { kind, provider, status, limit, cursor } => {
             let query = ExceptionQuery {
                 kind: kind.map(|k| k.as_str().to_owned()),
+                provider,
                 status,
                 limit: limit.map(i64::from),
                 cursor,
@@ -229,14 +245,15 @@ pub async fn settlement(conn: &Connection, command: SettlementCommand) -> anyhow
             let answer = client.get::<Page<ExceptionView>>(&routes::SETTLEMENT_EXCEPTIONS.path(&[]), &query).await?;
             let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
             println!(
-                "{:<36} {:<19} {:<8} {:>5} {:<36} {:<24}  detail",
-                "id", "kind", "status", "age", "withdrawal", "transfer"
+                "{:<36} {:<19} {:<12} {:<8} {:>5} {:<36} {:<24}  detail",
+                "id", "kind", "provider", "status", "age", "withdrawal", "transfer"
             );
             for e in &page.data {
                 println!(
-                    "{:<36} {:<19} {:<8} {:>5} {:<36} {:<24}  {}",
+                    "{:<36} {:<19} {:<12} {:<8} {:>5} {:<36} {:<24}  {}",
                     e.id.to_string(),
                     e.kind.as_str(),
+                    e.provider,
                     e.status.as_str(),
                     age(e.age_seconds),
                     o(&e.withdrawal_id),
@@ -272,8 +289,8 @@ fn short(digest: &str) -> &str {
 
 fn print_import(v: &ImportView) {
     println!(
-        "import {} of {} ({}): {} — {} of {} lines done, {} matched, {} exceptions",
-        v.id, v.date, v.source, v.state, v.lines_done, v.lines, v.matched, v.exceptions
+        "import {} of {} ({}, provider {}): {} — {} of {} lines done, {} matched, {} exceptions",
+        v.id, v.date, v.source, v.provider, v.state, v.lines_done, v.lines, v.matched, v.exceptions
     );
     if let Some(error) = &v.error {
         println!("error: {error}");
@@ -301,6 +318,7 @@ fn print_summary(s: &ImportSummary) {
             s.source
         );
     }
+    println!("provider: {}", s.provider);
     println!("lines: {} ({} seen before)", s.lines, s.seen_before);
     let d = &s.differences;
     println!("differences from the previous version: {} added, {} removed, {} changed", d.added, d.removed, d.changed);
@@ -317,13 +335,17 @@ fn print_summary(s: &ImportSummary) {
     );
     println!("missing from reports: exceptions opened {}", s.missing_opened);
     if m.exceptions_opened + s.missing_opened > 0 {
-        println!("see them with: withdrawals settlement exceptions");
+        match s.provider.as_str() {
+            crate::config::providers::DEFAULT_PROVIDER => println!("see them with: withdrawals settlement exceptions"),
+            named => println!("see them with: withdrawals settlement exceptions --provider {named}"),
+        }
     }
 }
 
 fn print_exception(e: &ExceptionView) -> anyhow::Result<()> {
     println!("id:          {}", e.id);
     println!("kind:        {}", e.kind);
+    println!("provider:    {}", e.provider);
     println!("status:      {}", e.status);
     println!("withdrawal:  {}", o(&e.withdrawal_id));
     println!("report date: {}", o(&e.report_date));

@@ -1,5 +1,5 @@
-//! `withdrawals webhooks list|show` (SPEC §15): the provider's events and what each came to,
-//! thin clients of `/ops/v1/webhook-events` (viewer).
+//! `withdrawals webhooks list|show` (SPEC §15, §16): the providers' events and what each came
+//! to, thin clients of `/ops/v1/webhook-events` (viewer).
 
 use clap::Subcommand;
 
@@ -19,6 +19,10 @@ pub enum WebhooksCommand {
         /// Only this event type, e.g. `transfer.paid`.
         #[arg(long = "type")]
         kind: Option<String>,
+        /// Only the events this provider sent (its name in the providers file; `default` for a
+        /// lone PROVIDER_URL).
+        #[arg(long)]
+        provider: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
         /// Where the previous page ended (printed under it).
@@ -32,16 +36,20 @@ pub enum WebhooksCommand {
 pub async fn webhooks(conn: &Connection, command: WebhooksCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     match command {
-        WebhooksCommand::List { result, kind, limit, cursor } => {
-            let query = WebhookEventQuery { result, kind, limit: limit.map(i64::from), cursor };
+        WebhooksCommand::List { result, kind, provider, limit, cursor } => {
+            let query = WebhookEventQuery { result, kind, provider, limit: limit.map(i64::from), cursor };
             let answer = client.get::<Page<WebhookEventView>>(&routes::WEBHOOK_EVENTS.path(&[]), &query).await?;
             let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
-            println!("{:<36} {:<27} {:<18} {:<16} {:<36}  detail", "id", "received", "type", "result", "withdrawal");
+            println!(
+                "{:<36} {:<27} {:<12} {:<18} {:<16} {:<36}  detail",
+                "id", "received", "provider", "type", "result", "withdrawal"
+            );
             for e in &page.data {
                 println!(
-                    "{:<36} {:<27} {:<18} {:<16} {:<36}  {}",
+                    "{:<36} {:<27} {:<12} {:<18} {:<16} {:<36}  {}",
                     e.id.to_string(),
                     at(e.received_at),
+                    e.provider,
                     e.kind,
                     e.result,
                     o(&e.withdrawal_id),
@@ -56,6 +64,7 @@ pub async fn webhooks(conn: &Connection, command: WebhooksCommand) -> anyhow::Re
             let answer = client.get::<WebhookEventView>(&routes::WEBHOOK_EVENT.path(&[&id]), &()).await?;
             if let Some(e) = answer.unless_json(conn.json) {
                 println!("id:          {}", e.id);
+                println!("provider:    {}", e.provider);
                 println!("event id:    {}", e.event_id);
                 println!("type:        {}", e.kind);
                 println!("transfer:    {}", o(&e.transfer_id));

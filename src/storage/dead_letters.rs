@@ -62,18 +62,22 @@ pub struct DeadLetter {
     pub category: Category,
     pub owner: String,
     pub runbook: String,
+    /// The provider the withdrawal's latest attempt went to (SPEC §16); none for a job that never
+    /// reached one, and for letters written before providers were named.
+    pub provider: Option<String>,
 }
 
 const COLUMNS: &str =
     "id, account_id, job_id, queue, job_type, payload_version, payload, raw_payload, attempts, first_attempt_at, \
                        failed_at, error_code, error_class, error_message, stack, worker_host, worker_version, \
-                       correlation_id, idempotency_key, withdrawal_id, side_effect_state, category, owner, runbook";
+                       correlation_id, idempotency_key, withdrawal_id, side_effect_state, category, owner, runbook, \
+                       provider";
 
 pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO dead_letters ({COLUMNS})
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
         ))
         .bind(d.id)
         .bind(d.account_id)
@@ -99,6 +103,7 @@ pub async fn insert(tx: &mut Tx, d: &DeadLetter) -> Result<()> {
         .bind(d.category)
         .bind(&d.owner)
         .bind(&d.runbook)
+        .bind(&d.provider)
         .execute(&mut *conn)
         .await?;
         // A new dead letter is open.

@@ -1,6 +1,7 @@
-//! The provider's events as received (SPEC §15): stored once per provider event id, with the raw
-//! body and headers, in the transaction that enqueues the job deciding on it; then what the event
-//! came to ([`decide`]), written once.
+//! The providers' events as received (SPEC §15, §16): stored once per provider and provider event
+//! id (ids are each provider's own: two providers may send one), with the raw body and headers, in
+//! the transaction that enqueues the job deciding on it; then what the event came to
+//! ([`decide`]), written once.
 
 use serde_json::Value;
 use sqlx::types::Json;
@@ -44,14 +45,14 @@ const COLUMNS: &str =
     "id, provider, event_id, event_type, transfer_id, operation_key, signed_at, received_at, headers, \
                        account_id, withdrawal_id, job_id, result, detail, provider_record, decided_at, correlation_id";
 
-/// Stores a received event with its raw body, unless its provider event id is stored already:
+/// Stores a received event with its raw body, unless its provider stored that event id already:
 /// true when this call stored it.
 pub async fn insert(tx: &mut Tx, row: &EventRow, body: &[u8]) -> Result<bool> {
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO webhook_events ({COLUMNS}, body)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-             ON CONFLICT (event_id) DO NOTHING"
+             ON CONFLICT (provider, event_id) DO NOTHING"
         ))
         .bind(row.id)
         .bind(&row.provider)
@@ -88,13 +89,16 @@ pub async fn get(db: &Db, id: WebhookEventId) -> Result<Option<EventRow>> {
     }))
 }
 
-/// The event stored under the provider's event id.
-pub async fn by_event_id(db: &Db, event_id: &str) -> Result<Option<EventRow>> {
+/// The event `provider` sent under its event id `event_id`.
+pub async fn by_event_id(db: &Db, provider: &str, event_id: &str) -> Result<Option<EventRow>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, EventRow>(&format!("SELECT {COLUMNS} FROM webhook_events WHERE event_id = $1"))
-            .bind(event_id)
-            .fetch_optional(&mut *conn)
-            .await?
+        sqlx::query_as::<_, EventRow>(&format!(
+            "SELECT {COLUMNS} FROM webhook_events WHERE provider = $1 AND event_id = $2"
+        ))
+        .bind(provider)
+        .bind(event_id)
+        .fetch_optional(&mut *conn)
+        .await?
     }))
 }
 
@@ -148,6 +152,8 @@ pub struct EventFilter {
     /// `Some(None)`: events not decided yet.
     pub result: Option<Option<WebhookResult>>,
     pub event_type: Option<String>,
+    /// Only this provider's.
+    pub provider: Option<String>,
     /// Events received before this one (the cursor).
     pub before: Option<(DbTime, WebhookEventId)>,
     pub limit: i64,
@@ -164,6 +170,7 @@ pub async fn list(db: &Db, f: &EventFilter) -> Result<Vec<EventRow>> {
     }
     conditions.push(if f.event_type.is_some() { "event_type = $2" } else { "$2 IS NULL" });
     conditions.push(if f.before.is_some() { "(received_at, id) < ($3, $4)" } else { "$3 IS NULL AND $4 IS NULL" });
+    conditions.push(if f.provider.is_some() { "provider = $6" } else { "$6 IS NULL" });
     let result = f.result.flatten();
     let (before_at, before_id) = f.before.map_or((None, None), |(at, id)| (Some(at), Some(id)));
     Ok(with_read_conn!(db, |conn| {
@@ -176,17 +183,55 @@ pub async fn list(db: &Db, f: &EventFilter) -> Result<Vec<EventRow>> {
         .bind(before_at)
         .bind(before_id)
         .bind(f.limit)
+        .bind(&f.provider)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-/// When the newest event of a type the service decides on (one with a job) arrived: webhooks are
-/// healthy while it is recent (SPEC §15). A provider sending only types we ignore is not.
+/// When the newest event of a type the service decides on (one with a job) arrived, from any
+/// provider: webhooks are healthy while it is recent (SPEC §15). A provider sending only types we
+/// ignore is not.
 pub async fn last_received_at(db: &Db) -> Result<Option<DbTime>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_scalar::<_, Option<DbTime>>("SELECT MAX(received_at) FROM webhook_events WHERE job_id IS NOT NULL")
             .fetch_one(&mut *conn)
             .await?
+    }))
+}
+
+/// When the newest event of a type the service decides on arrived from `provider` (whether that
+/// provider's events are arriving: reconciliation's pace, SPEC §15, §16).
+pub async fn last_received_from(db: &Db, provider: &str) -> Result<Option<DbTime>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_scalar::<_, Option<DbTime>>(
+            "SELECT MAX(received_at) FROM webhook_events WHERE job_id IS NOT NULL AND provider = $1",
+        )
+        .bind(provider)
+        .fetch_one(&mut *conn)
+        .await?
+    }))
+}
+
+/// When the newest event of a type the service decides on arrived, for each provider that sent
+/// one (the `webhook_last_received_timestamp_seconds{provider}` gauge, read every refresh). A
+/// skip scan of `webhook_events_handled_by_provider`: one index probe for each provider and one for
+/// its newest event, however many events are stored — a `GROUP BY` would read them all.
+pub async fn last_received_by_provider(db: &Db) -> Result<Vec<(String, DbTime)>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, (String, DbTime)>(
+            "WITH RECURSIVE senders (provider) AS (
+                 SELECT MIN(provider) FROM webhook_events WHERE job_id IS NOT NULL
+                 UNION ALL
+                 SELECT (SELECT MIN(w.provider) FROM webhook_events w
+                         WHERE w.job_id IS NOT NULL AND w.provider > senders.provider)
+                 FROM senders WHERE senders.provider IS NOT NULL
+             )
+             SELECT provider, (SELECT MAX(w.received_at) FROM webhook_events w
+                               WHERE w.job_id IS NOT NULL AND w.provider = senders.provider)
+             FROM senders WHERE provider IS NOT NULL ORDER BY provider",
+        )
+        .fetch_all(&mut *conn)
+        .await?
     }))
 }

@@ -8,7 +8,10 @@
 //! provider's clock, every injected report discrepancy is found once as an open exception of its
 //! kind, the real return is credited once and the spurious one not at all, the malformed report
 //! stores nothing — and its checks notice a discrepancy that went unfound or a line left unmatched;
-//! with too few completed withdrawals it injects only what needs none.
+//! with too few completed withdrawals it injects only what needs none. And the two-provider run's
+//! checks (`--providers 2`): a withdrawal moved past a provider that refused connections is counted
+//! as moved and paid at the second, and a key the first provider also executed is found at two
+//! providers and as a move away from an execution.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -23,9 +26,10 @@ use withdrawals_tools::chaos::checks::{check, Secrets};
 use withdrawals_tools::chaos::load::Accepted;
 use withdrawals_tools::chaos::operator::{Button, Desk, Limits, Operator};
 use withdrawals_tools::chaos::settlement;
+use withdrawals_tools::chaos::two_providers;
 
 use crate::both_backends;
-use crate::harness::{serve_extra, worker_config, TestApp};
+use crate::harness::{provider_mock, serve_extra, worker_config, TestApp};
 
 both_backends!(
     the_chaos_checks_find_doubled_missing_and_leaked_money,
@@ -33,6 +37,7 @@ both_backends!(
     the_chaos_operators_are_refused_until_the_provider_settles,
     the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_real_return_once,
     the_chaos_settlement_phase_with_few_completions_injects_only_the_unknown_transfer,
+    the_two_provider_checks_count_a_move_and_find_a_key_executed_at_both,
 );
 
 async fn the_chaos_checks_find_doubled_missing_and_leaked_money(app: TestApp) {
@@ -375,4 +380,40 @@ async fn the_chaos_settlement_phase_with_few_completions_injects_only_the_unknow
     let summary = settlement::describe(&serde_json::to_value(&run).unwrap()).join("\n");
     assert!(summary.contains("only 2 completed"), "{summary}");
     assert!(summary.contains("ledger verify 200 clean"), "{summary}");
+}
+
+/// The first provider refuses connections (a closed port), its breaker opens after one call, and
+/// the withdrawal moves to the second, which pays it: the two-provider checks count one move and
+/// find nothing wrong — until the first provider's record shows the same key executed there too.
+async fn the_two_provider_checks_count_a_move_and_find_a_key_executed_at_both(app: TestApp) {
+    let bolt = provider_mock(500).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = serde_json::json!({"providers": [
+        {"name": "acme", "url": format!("http://127.0.0.1:{closed}"), "currencies": ["USD"], "priority": 1,
+         "api_key_env": "KEY", "breaker": {"failure_rate": 0.5, "window_s": 60, "min_calls": 1, "open_s": 3600}},
+        {"name": "bolt", "url": bolt.mock.url(), "currencies": ["USD"], "priority": 2, "api_key_env": "KEY"},
+    ]});
+    let env = |name: &str| (name == "KEY").then(|| "test-provider-key".to_owned());
+    let providers = withdrawals::config::providers::Providers::parse(&file.to_string(), false, &env).unwrap();
+    let default = withdrawals::provider::breaker::BreakerConfig::default();
+    let (connect, request) = (Duration::from_millis(300), Duration::from_millis(500));
+    let gateways = withdrawals::startup::gateways_from(&providers, &default, connect, request).unwrap();
+    app.start_worker(gateways, worker_config("w-chaos-two"));
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-moves", "10.00").await;
+    app.wait_for_status(id, WithdrawalStatus::Completed, Duration::from_secs(30)).await;
+
+    let at_bolt = bolt.mock.transfers();
+    let clean = two_providers::check(&app.db, &[("acme", &[]), ("bolt", &at_bolt)], None).await.unwrap();
+    assert_eq!(clean.violations, Vec::<String>::new());
+    assert_eq!((clean.moved, clean.attempted_at_two_providers, clean.keys_at_two_providers), (1, 1, 0));
+    assert_eq!(clean.moves_by_rule.get("move: every attempt not_started"), Some(&1), "{:?}", clean.moves_by_rule);
+    assert_eq!(clean.paid_at.get("bolt"), Some(&1));
+    assert_eq!(clean.completed_at.get("bolt"), Some(&1));
+
+    // Had acme executed the key as well (its attempt was refused, so it cannot have): paid twice.
+    let both = two_providers::check(&app.db, &[("acme", &at_bolt), ("bolt", &at_bolt)], None).await.unwrap();
+    let found = both.violations.join("\n");
+    assert_eq!((both.keys_at_two_providers, both.moved_away_from_an_execution), (1, 1), "{found}");
+    assert!(found.contains(&format!("key {id} executed at two providers")), "{found}");
 }

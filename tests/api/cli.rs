@@ -242,13 +242,13 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
         .collect();
     assert!(missing.is_empty(), "families missing from a fresh process: {missing:?}\n{text}");
     for series in [
-        "circuit_breaker_state{breaker=\"payout_provider\"} 0",
-        "circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"closed\",to=\"open\"} 0",
+        "circuit_breaker_state{breaker=\"payout_provider\",provider=\"default\"} 0",
+        "circuit_breaker_transitions_total{breaker=\"payout_provider\",provider=\"default\",from=\"closed\",to=\"open\"} 0",
         "job_retries_total{queue=\"payouts\",kind=\"submit_payout\"} 0",
         "job_retries_exhausted_total{queue=\"reconciliation\",kind=\"reconcile_payout\"} 0",
         "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"infrastructure\",error_code=\"\"} 0",
         "withdrawal_transitions_total{from=\"processing\",to=\"requires_review\"} 0",
-        "reconciliation_results_total{result=\"mismatch\"} 0",
+        "reconciliation_results_total{provider=\"default\",result=\"mismatch\"} 0",
         "replay_items_total{outcome=\"released\"} 0",
         "withdrawals_created_total{currency=\"USD\"} 0",
         "provider_request_duration_seconds_count{provider=\"default\",outcome=\"unknown\"} 0",
@@ -425,8 +425,8 @@ async fn a_providers_file_is_checked_at_start_and_refused_in_one_line(app: TestA
         assert_eq!(names, [expected], "the attempt names its provider");
     }
     for series in [
-        "circuit_breaker_state{breaker=\"acme\"} 0",
-        "circuit_breaker_state{breaker=\"bolt\"} 0",
+        "circuit_breaker_state{breaker=\"acme\",provider=\"acme\"} 0",
+        "circuit_breaker_state{breaker=\"bolt\",provider=\"bolt\"} 0",
         "payout_failovers_total{from=\"acme\",to=\"bolt\"} 0",
         "payout_failovers_total{from=\"bolt\",to=\"acme\"} 0",
         "provider_request_duration_seconds_count{provider=\"acme\",outcome=\"unknown\"} 0",

@@ -20,6 +20,7 @@ both_backends!(
     a_timeout_after_commit_is_reconciled_at_its_provider_and_never_sent_to_the_next,
     a_5xx_waits_for_its_provider_until_that_providers_lookup_finds_nothing,
     one_providers_open_breaker_leaves_the_others_withdrawals_alone,
+    each_provider_retries_by_its_own_policy_and_its_dead_letters_name_it,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -40,25 +41,30 @@ fn refusing_url() -> String {
 /// The providers file for `acme` at `acme_url` (USD and EUR, priority 1, opening after one failed
 /// call for `open_s`) and `bolt` (USD, priority 2, never opening), read as `serve` reads it.
 async fn two(acme_url: Option<String>, open_s: u64) -> Two {
+    let acme_breaker = json!({"failure_rate": 0.5, "window_s": 60, "min_calls": 1, "open_s": open_s});
+    two_with(acme_url, json!({ "breaker": acme_breaker })).await.0
+}
+
+/// [`two`] with `acme_extra` merged into acme's entry of the file; also the file, read.
+async fn two_with(acme_url: Option<String>, acme_extra: Value) -> (Two, withdrawals::config::providers::Providers) {
     let (acme, bolt) = (provider_mock(500).await, provider_mock(500).await);
     let acme_url = acme_url.unwrap_or_else(|| acme.mock.url());
+    let mut acme_entry =
+        json!({"name": "acme", "url": acme_url, "currencies": ["USD", "EUR"], "priority": 1, "api_key_env": "KEY"});
+    for (k, v) in acme_extra.as_object().unwrap() {
+        acme_entry[k] = v.clone();
+    }
     let file = json!({"providers": [
-        {"name": "acme", "url": acme_url, "currencies": ["USD", "EUR"], "priority": 1, "api_key_env": "KEY",
-         "breaker": {"failure_rate": 0.5, "window_s": 60, "min_calls": 1, "open_s": open_s}},
+        acme_entry,
         {"name": "bolt", "url": bolt.mock.url(), "currencies": ["USD"], "priority": 2, "api_key_env": "KEY",
          "breaker": {"failure_rate": 1.0, "window_s": 60, "min_calls": 100000, "open_s": 1}},
     ]});
     let env = |name: &str| (name == "KEY").then(|| "test-provider-key".to_owned());
     let providers = withdrawals::config::providers::Providers::parse(&file.to_string(), false, &env).unwrap();
     let default = withdrawals::provider::breaker::BreakerConfig::default();
-    let gateways = withdrawals::startup::gateways_from(
-        &providers,
-        &default,
-        Duration::from_millis(300),
-        Duration::from_millis(500),
-    )
-    .unwrap();
-    Two { acme, bolt, gateways }
+    let (connect, request) = (Duration::from_millis(300), Duration::from_millis(500));
+    let gateways = withdrawals::startup::gateways_from(&providers, &default, connect, request).unwrap();
+    (Two { acme, bolt, gateways }, providers)
 }
 
 impl Two {
@@ -297,5 +303,47 @@ async fn one_providers_open_breaker_leaves_the_others_withdrawals_alone(app: Tes
     assert_eq!(paid_keys(&two.acme.mock), [euro.to_string()]);
     assert_eq!(attempted_at(&app, usd).await, ["bolt"], "USD routed past acme's open breaker, never tried there");
     assert_eq!(moves(&app, usd).await.len(), 1, "routing past an open first choice is a recorded move");
+    // The log reads in order: created, claimed, moved, completed.
+    let log = store::transitions(&app.db, app.key(usd).await).await.unwrap();
+    let steps: Vec<(Option<WithdrawalStatus>, WithdrawalStatus)> =
+        log.iter().map(|t| (t.from_status, t.to_status)).collect();
+    use WithdrawalStatus::{Completed, Pending, Processing};
+    assert_eq!(
+        steps,
+        [(None, Pending), (Some(Pending), Processing), (Some(Processing), Processing), (Some(Processing), Completed)]
+    );
+    app.assert_ledger_invariant().await;
+}
+
+/// A provider's own retry keys decide its retries (SPEC §16): acme allows one attempt, so a 503
+/// there (its breaker not open: nothing moves) is exhausted at once — a `retries_exhausted` dead
+/// letter naming acme — where the process's policy would have retried.
+async fn each_provider_retries_by_its_own_policy_and_its_dead_letters_name_it(app: TestApp) {
+    let never_opens = json!({"failure_rate": 1.0, "window_s": 60, "min_calls": 100000, "open_s": 1});
+    let (two, providers) = two_with(None, json!({"breaker": never_opens, "retry": {"max_attempts": 1}})).await;
+    let busy = FaultRule::new(RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None });
+    two.acme.mock.set_faults(FaultConfig { rules: vec![busy] });
+    let mut config = worker_config("w-policy");
+    assert_eq!(config.submit_policy.max_attempts, 8, "the process would retry");
+    config.learn_provider_policies(&providers).unwrap();
+    assert_eq!(config.submit_policy_for("acme").max_attempts, 1);
+    assert_eq!(config.submit_policy_for("bolt").max_attempts, 8, "bolt keeps the process's policy");
+    app.start_worker(two.gateways.clone(), config);
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-policy", "10.00").await;
+    app.wait_for_status(id, WithdrawalStatus::RequiresReview, WAIT).await;
+    assert_eq!(
+        attempted_at(&app, id).await,
+        ["acme"],
+        "one attempt, at acme; a refusal with acme closed moves nothing"
+    );
+    assert!(two.bolt.mock.requests().is_empty());
+    let letters: Value = read(
+        app.client.get(app.url("/ops/v1/dead-letters")).bearer_auth(app.operator("viewer").await).send().await.unwrap(),
+    )
+    .await;
+    let letter = &letters["data"][0];
+    assert_eq!(letter["category"], "retries_exhausted", "{letters}");
+    assert_eq!(letter["provider"], "acme", "{letters}");
     app.assert_ledger_invariant().await;
 }

@@ -66,6 +66,7 @@ async fn letter(app: &TestApp, n: usize, error_code: &str) -> DeadLetterId {
         category: Category::DependencyRejected,
         owner: Category::DependencyRejected.owner().into(),
         runbook: Category::DependencyRejected.runbook().into(),
+        provider: None,
     };
     dead_letters::insert(&mut tx, &letter).await.unwrap();
     tx.commit().await.unwrap();

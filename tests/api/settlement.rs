@@ -3,7 +3,8 @@
 //! outcomes only once the provider's live record agrees, opens an exception for every other
 //! result, is idempotent, versions a corrected report with its differences, refuses a malformed
 //! one whole; returns are re-credited once; the daily job imports and dead-letters a refused
-//! report; `ledger verify --date` compares a day's totals with the report's.
+//! report; `ledger verify --date` compares a day's totals with the report's. With several
+//! providers ([`providers`]), a report is one provider's and matches only its withdrawals.
 
 use std::time::Duration;
 
@@ -53,6 +54,9 @@ both_backends!(with = app;
     an_interrupted_import_run_again_finishes_exactly_once,
     an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconciliations,
 );
+
+/// Several providers: each report is one provider's, matched only to its withdrawals.
+pub(crate) mod providers;
 
 /// The app with small report limits: 4 KiB and 5 lines.
 async fn limited(backend: Backend) -> TestApp {
@@ -406,7 +410,9 @@ async fn a_paid_line_completes_a_processing_withdrawal_only_once_the_provider_co
     // line again and completes the withdrawal, with the line and the provider's answer as evidence.
     mock.set_faults(FaultConfig::default());
     let mut tx = app.db.begin().await.unwrap();
-    settlement_job::enqueue_import(&mut tx, today.succ_opt().unwrap(), "next-day", DbTime::now()).await.unwrap();
+    settlement_job::enqueue_import(&mut tx, "default", today.succ_opt().unwrap(), "next-day", DbTime::now())
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     let mut config = worker_config("w-settlement-only");
     config.queues = vec![withdrawals::jobs::Queue::Settlement.as_str()];
@@ -571,7 +577,7 @@ async fn a_malformed_report_is_refused_whole_and_applies_nothing(app: TestApp) {
     let (status, answer) = import(&app, &operator, json!({"csv": bad_file})).await;
     assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
     assert!(refusal(&answer).detail.as_str().contains("line 3"), "{answer}");
-    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(store::list_reports(&app.db, None, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
     let (status, answer) = import(&app, &operator, json!({})).await;
     assert_eq!((status, refusal(&answer).code.as_str()), (422, "date_or_csv_required"));
@@ -596,19 +602,19 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     settings.daily_import = true;
     settings.import_hour = 0;
     // Yesterday and the week before it (never fetched) once each; never twice.
-    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 7);
-    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 0);
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings, &app.gateway.clone().into(), None).await.unwrap(), 7);
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings, &app.gateway.clone().into(), None).await.unwrap(), 0);
     settings.daily_import = false;
-    assert_eq!(settlement_job::schedule_daily(&app.db, &settings).await.unwrap(), 0);
+    assert_eq!(settlement_job::schedule_daily(&app.db, &settings, &app.gateway.clone().into(), None).await.unwrap(), 0);
 
     // Today's import, as the job runs it.
     let mut tx = app.db.begin().await.unwrap();
-    settlement_job::enqueue_import(&mut tx, today, "test-import", DbTime::now()).await.unwrap();
+    settlement_job::enqueue_import(&mut tx, "default", today, "test-import", DbTime::now()).await.unwrap();
     tx.commit().await.unwrap();
     let stop = app.start_worker(app.gateway.clone(), config.clone());
     let day = today.format("%Y-%m-%d").to_string();
     app.eventually("today's report imported by the job", WAIT, || async {
-        let reports = store::list_reports(&app.db, Some(&day), 10).await.unwrap();
+        let reports = store::list_reports(&app.db, None, Some(&day), 10).await.unwrap();
         let lines = store::lines_for_withdrawal(&app.db, app.key(id).await).await.unwrap();
         (!reports.is_empty() && result_of(&lines, "paid") == Some(LineResult::Matched)).then_some(())
     })
@@ -620,7 +626,7 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
         rules: vec![ReportFault::MalformedLine { date: tomorrow, amount: "1.2.3".into() }],
     });
     let mut tx = app.db.begin().await.unwrap();
-    settlement_job::enqueue_import(&mut tx, tomorrow, "test-refused", DbTime::now()).await.unwrap();
+    settlement_job::enqueue_import(&mut tx, "default", tomorrow, "test-refused", DbTime::now()).await.unwrap();
     tx.commit().await.unwrap();
     let operator = app.operator("operator").await;
     let letter = first_dead_letter(&app, &operator, "error_code=settlement_report_refused").await;
@@ -628,7 +634,7 @@ async fn the_daily_job_imports_the_report_and_dead_letters_a_refused_one(app: Te
     assert_eq!(letter.category, Category::DependencyRejected, "{letter:#?}");
     assert!(letter.error_message.contains("line 2"), "{letter:#?}");
     let tomorrow_day = tomorrow.format("%Y-%m-%d").to_string();
-    assert!(store::list_reports(&app.db, Some(&tomorrow_day), 10).await.unwrap().is_empty());
+    assert!(store::list_reports(&app.db, None, Some(&tomorrow_day), 10).await.unwrap().is_empty());
     app.assert_ledger_invariant().await;
 }
 
@@ -651,7 +657,7 @@ async fn a_withdrawal_whose_line_awaits_confirmation_is_not_missing_from_the_rep
     stop.cancel();
     let mut settings = AppConfig::default().settlement;
     settings.grace_days = 0;
-    assert_eq!(settlement_job::sweep_missing(&app.db, &settings).await.unwrap(), 0);
+    assert_eq!(settlement_job::sweep_missing(&app.db, &settings, "default").await.unwrap(), 0);
 
     // The next run matches the line against what we hold now: matched, nothing applied twice.
     let again = imported(&app, &operator, json!({"date": today})).await;
@@ -694,7 +700,7 @@ async fn a_report_over_the_byte_or_line_limit_is_refused_and_nothing_is_stored(a
     let (status, answer) = import(&app, &operator, json!({"csv": report_of(today, 6)})).await;
     assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{answer}");
     assert!(refusal(&answer).detail.as_str().contains("more than 5 lines"), "{answer}");
-    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(store::list_reports(&app.db, None, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
 
     // At the limits, the report imports.
@@ -721,7 +727,7 @@ async fn a_report_dated_after_tomorrow_or_holding_a_nul_is_refused_and_nothing_i
         assert_eq!((status, refusal(&answer).code.as_str()), (422, "report_refused"), "{column}: {answer}");
         assert!(refusal(&answer).detail.as_str().contains(column), "{answer}");
     }
-    assert!(store::list_reports(&app.db, None, 10).await.unwrap().is_empty(), "nothing stored");
+    assert!(store::list_reports(&app.db, None, None, 10).await.unwrap().is_empty(), "nothing stored");
     assert!(exceptions(&app, &operator, "status=all").await.is_empty(), "nothing applied");
 
     // Tomorrow's report (a provider ahead of UTC) is accepted.
@@ -854,7 +860,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     let settings = withdrawals::config::SettlementSettings { grace_days: 0, ..Default::default() };
     let partial = settlement_job::import(
         &app.db,
-        None,
+        settlement_job::ReportProvider::unreached("default"),
         &settings,
         Some(today),
         csv.as_bytes(),
@@ -900,7 +906,7 @@ async fn an_interrupted_import_run_again_finishes_exactly_once(app: TestApp) {
     stop.cancel();
     assert_eq!(import_audit_rows(&app).await.len(), 1, "one audit row");
     assert_eq!(app.usd_balance(&alice).await, after, "no money moved twice");
-    let reports = store::list_reports(&app.db, None, 10).await.unwrap();
+    let reports = store::list_reports(&app.db, None, None, 10).await.unwrap();
     assert_eq!(reports.len(), 1, "the report stored once");
     assert_eq!(reports[0].line_count, 203);
     let lines = store::lines_for_withdrawal(&app.db, app.key(returned).await).await.unwrap();
@@ -930,7 +936,7 @@ async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconcil
     };
     let today = app.provider.mock.now().date_naive();
     let mut tx = app.db.begin().await.unwrap();
-    settlement_job::enqueue_import(&mut tx, today, "test-unavailable", DbTime::now()).await.unwrap();
+    settlement_job::enqueue_import(&mut tx, "default", today, "test-unavailable", DbTime::now()).await.unwrap();
     tx.commit().await.unwrap();
 
     let _worker =
@@ -941,5 +947,5 @@ async fn an_unavailable_report_is_retried_by_the_imports_own_policy_not_reconcil
     assert_eq!(letter.category, Category::RetriesExhausted, "{letter:#?}");
     let fetches = provider.received_requests().await.unwrap().len();
     assert_eq!(fetches, 2, "two attempts by the import's policy, not reconciliation's 300");
-    assert!(store::list_reports(&app.db, Some(&today.to_string()), 10).await.unwrap().is_empty());
+    assert!(store::list_reports(&app.db, None, Some(&today.to_string()), 10).await.unwrap().is_empty());
 }

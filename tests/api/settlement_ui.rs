@@ -24,6 +24,7 @@ both_backends!(
     the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_line,
     an_operator_resolves_a_settlement_exception_in_the_console,
     a_viewer_sees_a_settlement_exception_but_no_resolve_form,
+    the_cli_imports_one_providers_report_and_refuses_an_unknown_provider,
 );
 
 /// A completed withdrawal of 12.34 USD, and the provider's report of its day showing 12.00.
@@ -316,4 +317,55 @@ async fn a_viewer_sees_a_settlement_exception_but_no_resolve_form(app: TestApp) 
     .unwrap();
     assert_eq!(rows.len(), 1, "the refusal is audited");
     assert_eq!((rows[0].role.as_str(), rows[0].result.as_str()), ("viewer", "forbidden"));
+}
+
+/// `withdrawals …` as `token` against the API at `url`.
+fn cli_at(url: &str, token: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_withdrawals"))
+        .args(args)
+        .env("WITHDRAWALS_URL", url)
+        .env("WITHDRAWALS_TOKEN", token)
+        .output()
+        .expect("run the withdrawals binary")
+}
+
+/// SPEC §16: `settlement import --provider bolt` fetches bolt's report and matches it to bolt's
+/// withdrawal only, the tables name the provider, and an unknown provider is one line and a
+/// non-zero exit, with nothing imported.
+async fn the_cli_imports_one_providers_report_and_refuses_an_unknown_provider(app: TestApp) {
+    let two = crate::settlement::providers::acme_and_bolt(json!(null), json!(null)).await;
+    let _worker = two.start_worker(&app, "w-cli-providers").drop_guard();
+    let ops = two.serve(&app).await;
+    let alice = app.customer("100.00").await;
+    let at_acme = app.create_withdrawal(&alice, "a1", "10.00").await;
+    app.wait_for_status(at_acme, WithdrawalStatus::Completed, Duration::from_secs(25)).await;
+    two.gateways.get("acme").unwrap().breaker.force_open();
+    let at_bolt = app.create_withdrawal(&alice, "b1", "12.34").await;
+    app.wait_for_status(at_bolt, WithdrawalStatus::Completed, Duration::from_secs(25)).await;
+    let (operator, viewer) = (app.operator("operator").await, app.operator("viewer").await);
+    let day = two.bolt.mock.now().date_naive().to_string();
+
+    let refused = refusal(&cli_at(&ops, &operator, &["settlement", "import", "--date", &day, "--provider", "nope"]));
+    assert!(refused.contains("422 unknown_provider") && refused.contains("known: acme, bolt"), "{refused}");
+    let imported = stdout(&cli_at(&ops, &operator, &["settlement", "import", "--date", &day, "--provider", "bolt"]));
+
+    assert!(imported.contains(&format!("imported the report of {day}: version 1")), "{imported}");
+    assert!(imported.contains("provider: bolt"), "{imported}");
+    assert!(imported.contains("matched 1,") && imported.contains("exceptions opened 0,"), "{imported}");
+    assert!(imported.contains("missing from reports: exceptions opened 0"), "acme's is not bolt's: {imported}");
+    let reports = stdout(&cli_at(&ops, &viewer, &["settlement", "reports", "--provider", "bolt", "--json"]));
+    let reports: List<ReportView> = serde_json::from_str(&reports).unwrap();
+    let listed: Vec<&str> = reports.data.iter().map(|r| r.provider.as_str()).collect();
+    assert_eq!(listed, ["bolt"], "{reports:?}");
+    let table = stdout(&cli_at(&ops, &viewer, &["settlement", "reports"]));
+    assert!(table.lines().any(|l| l.starts_with(&day) && l.contains(" bolt ")), "{table}");
+    let none = stdout(&cli_at(&ops, &viewer, &["settlement", "exceptions", "--status", "all", "--json"]));
+    assert!(exceptions_in(&none).is_empty(), "{none}");
+    let lines = withdrawals::storage::settlement::lines_for_withdrawal(&app.db, app.key(at_bolt).await).await.unwrap();
+    assert_eq!(lines.iter().map(|l| l.provider.as_str()).collect::<Vec<_>>(), ["bolt"]);
+    assert!(withdrawals::storage::settlement::lines_for_withdrawal(&app.db, app.key(at_acme).await)
+        .await
+        .unwrap()
+        .is_empty());
+    app.assert_ledger_invariant().await;
 }

@@ -2,6 +2,8 @@
 //! timestamp and the body, stores the event and answers at once; a job decides on the provider's
 //! own record (the stateful mock, over HTTP), so a forged, replayed, stale or out-of-order event
 //! changes nothing, and a true one moves the withdrawal once, through the guarded transitions.
+//! Several providers (SPEC §16): each has its own route and secrets, its events are stored under
+//! its name and decided by asking it, and its event ids are its own.
 
 use std::time::Duration;
 
@@ -9,13 +11,16 @@ use provider_contract::webhook::{header_value, PROVIDER_SIGNATURE_HEADER};
 use provider_mocks::{Settlement, SettlementMode};
 use serde_json::{json, Value};
 use sqlx::Connection;
-use withdrawals::domain::{WebhookResult, WithdrawalId, WithdrawalStatus};
-use withdrawals::ops::types::WebhookEventView;
-use withdrawals::provider::LookupOutcome;
-use withdrawals::storage::webhooks::{self as store, EventRow};
+use withdrawals::domain::{WebhookEventId, WebhookResult, WithdrawalId, WithdrawalStatus};
+use withdrawals::ops::types::{Page, WebhookEventView};
+use withdrawals::provider::{Gateways, LookupOutcome};
+use withdrawals::storage::webhooks::{self as store, EventFilter, EventRow};
 use withdrawals::storage::withdrawals as withdrawal_store;
 
-use crate::harness::{problem_code, sql_id, test_config, worker_config, Backend, Customer, TestApp};
+use crate::harness::{
+    fresh_database, problem_code, provider_mock, serve_extra_with, sql_id, test_config, worker_config, Backend,
+    Customer, ProviderHarness, TestApp,
+};
 use crate::ops::cli;
 use crate::{both_backends, on_connection};
 
@@ -32,6 +37,8 @@ both_backends!(
     operators_read_each_event_and_what_it_came_to,
     with_webhooks_healthy_the_event_decides_and_polling_waits,
     a_returned_event_for_an_open_withdrawal_completes_and_credits_it_once,
+    each_providers_events_come_to_its_own_route_and_are_decided_by_asking_it,
+    event_ids_are_unique_per_provider_and_operators_filter_by_provider,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -87,7 +94,7 @@ async fn deliver(app: &TestApp, body: Vec<u8>, secret: &str) -> reqwest::Respons
 /// The event stored under `event_id`, once its job has decided it.
 async fn decided(app: &TestApp, event_id: &str) -> EventRow {
     app.eventually("the event decided", WAIT, || async {
-        store::by_event_id(&app.db, event_id).await.unwrap().filter(|e| e.result.is_some())
+        store::by_event_id(&app.db, "default", event_id).await.unwrap().filter(|e| e.result.is_some())
     })
     .await
 }
@@ -418,7 +425,8 @@ async fn an_event_for_a_transfer_we_do_not_know_is_an_exception(app: TestApp) {
     // An event of a type the service does not handle is taken and recorded, nothing more.
     let other = deliver(&app, event("evt_other", "transfer.created", &transfer), SECRET).await;
     assert_eq!(other.status(), 200);
-    assert_eq!(store::by_event_id(&app.db, "evt_other").await.unwrap().unwrap().result, Some(WebhookResult::NoOp));
+    let ignored = store::by_event_id(&app.db, "default", "evt_other").await.unwrap().unwrap();
+    assert_eq!(ignored.result, Some(WebhookResult::NoOp));
 }
 
 async fn operators_read_each_event_and_what_it_came_to(app: TestApp) {
@@ -456,9 +464,11 @@ async fn operators_read_each_event_and_what_it_came_to(app: TestApp) {
     let table = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
     assert!(table.contains(&stored.id.to_string()) && table.contains("mismatch"), "{table}");
+    assert!(table.contains(" default "), "the provider column: {table}");
     let show = cli(&app, &viewer, &["webhooks", "show", &stored.id.to_string()]);
     let text = String::from_utf8_lossy(&show.stdout);
     assert!(text.contains("evt_ops") && text.contains("\"verdict\": \"pending\""), "{text}");
+    assert!(text.contains("provider:    default"), "{text}");
     let refused = cli(&app, &viewer, &["webhooks", "show", "not-an-id"]);
     assert!(!refused.status.success());
     assert_eq!(String::from_utf8_lossy(&refused.stderr).trim().lines().count(), 1, "one line");
@@ -571,4 +581,276 @@ async fn a_returned_event_for_an_open_withdrawal_completes_and_credits_it_once(a
     }
     assert_eq!(app.usd_balance(&alice).await, ("100.00".into(), "0.00".into(), "0.00".into()), "both credited once");
     app.assert_ledger_invariant().await;
+}
+
+const ACME_SECRET: &str = "whsec_acme_0123456789";
+const BOLT_SECRET: &str = "whsec_bolt_0123456789";
+
+/// A second app on the test's database, configured by a providers file as `serve` reads it, each
+/// provider over a mock of its own: `bolt` (USD, first choice) and `acme` (USD after bolt, and
+/// EUR), each with its own webhook secrets, and `cash` (EUR only), which has none. No provider is
+/// called `default`, and `PROVIDER_WEBHOOK_SECRET` is set too: with a file it signs nothing.
+struct Several {
+    base_url: String,
+    acme: ProviderHarness,
+    bolt: ProviderHarness,
+    gateways: Gateways,
+}
+
+impl Several {
+    async fn serve(app: &TestApp) -> Several {
+        let (acme, bolt) = (provider_mock(2_000).await, provider_mock(2_000).await);
+        let file = json!({"providers": [
+            {"name": "acme", "url": acme.mock.url(), "currencies": ["USD", "EUR"], "priority": 2,
+             "api_key_env": "KEY", "webhook_secrets_env": "ACME_WEBHOOK_SECRETS"},
+            {"name": "bolt", "url": bolt.mock.url(), "currencies": ["USD"], "priority": 1,
+             "api_key_env": "KEY", "webhook_secrets_env": "BOLT_WEBHOOK_SECRETS"},
+            {"name": "cash", "url": acme.mock.url(), "currencies": ["EUR"], "priority": 1, "api_key_env": "KEY"},
+        ]});
+        let env = |name: &str| match name {
+            "KEY" => Some("test-provider-key".to_owned()),
+            "ACME_WEBHOOK_SECRETS" => Some(ACME_SECRET.to_owned()),
+            "BOLT_WEBHOOK_SECRETS" => Some(format!("whsec_bolt_retired,{BOLT_SECRET}")),
+            _ => None,
+        };
+        let providers = withdrawals::config::providers::Providers::parse(&file.to_string(), false, &env).unwrap();
+        let breaker = withdrawals::provider::breaker::BreakerConfig::default();
+        let gateways = withdrawals::startup::gateways_from(
+            &providers,
+            &breaker,
+            Duration::from_millis(300),
+            Duration::from_millis(2_000),
+        )
+        .unwrap();
+        let mut config = test_config();
+        config.webhooks.secrets = withdrawals::config::WebhookSettings::secrets_from(SECRET);
+        config.providers = Some(providers);
+        let base_url = serve_extra_with(app, config, gateways.clone()).await;
+        Several { base_url, acme, bolt, gateways }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+}
+
+/// POSTs `body` to `url`, signed now with `secret`.
+async fn deliver_at(app: &TestApp, url: &str, body: Vec<u8>, secret: &str) -> reqwest::Response {
+    let signature = header_value(&[secret], chrono::Utc::now().timestamp(), &body);
+    let request = app.client.post(url).header("content-type", "application/json");
+    request.header(PROVIDER_SIGNATURE_HEADER, signature).body(body).send().await.unwrap()
+}
+
+/// The value of the `webhook_events_total` sample carrying every one of `labels`, if there is one.
+fn webhook_count(metrics: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(withdrawals::metrics::WEBHOOK_EVENTS) && l.contains('{'))
+        .find(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// SPEC §16: bolt's mock sends its own signed event to bolt's route when it pays; the event is
+/// stored under bolt and decided by asking bolt (acme never heard of the transfer), which completes
+/// the withdrawal. bolt's route refuses the same body signed with acme's secret, and acme's route
+/// bolt's. A name that is no provider, a provider without secrets and the bare route of a file
+/// with no `default` are one and the same 404, counted under no provider.
+async fn each_providers_events_come_to_its_own_route_and_are_decided_by_asking_it(app: TestApp) {
+    let several = Several::serve(&app).await;
+    let bolt_route = several.url("/webhooks/provider/bolt");
+    several.bolt.mock.set_settlement(async_settlement(300, 0.0));
+    let sends = provider_mocks::WebhookSettings {
+        url: Some(bolt_route.clone()),
+        secrets: vec![BOLT_SECRET.into()],
+        ..Default::default()
+    };
+    several.bolt.mock.set_webhooks(sends).unwrap();
+    // Only an event decides within the test: the worker's polls are minutes away.
+    let mut config = worker_config("w-several-webhooks");
+    config.pending_poll = Duration::from_secs(600);
+    config.reconcile_policy.base_delay = Duration::from_secs(600);
+    config.reconcile_policy.max_delay = Duration::from_secs(600);
+    let _worker = app.start_worker(several.gateways.clone(), config).drop_guard();
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-bolt", "40.00").await;
+
+    let done = app.wait_for_status(id, WithdrawalStatus::Completed, WAIT).await;
+    let history = withdrawal_store::transitions(&app.db, done.key()).await.unwrap();
+    assert_eq!(history.last().unwrap().actor, "webhook", "completed by bolt's event: {history:?}");
+    let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, done.key()).await.unwrap();
+    assert!(attempts.iter().all(|a| a.provider == "bolt"), "{attempts:?}");
+    assert!(several.acme.mock.transfers().is_empty(), "acme never saw the transfer");
+    let events = store::list(&app.db, &EventFilter { limit: 10, ..EventFilter::default() }).await.unwrap();
+    let paid = events.iter().find(|e| e.event_type == "transfer.paid").expect("bolt's transfer.paid stored");
+    assert!(events.iter().all(|e| e.provider == "bolt"), "stored under the route's provider: {events:?}");
+    assert_eq!(paid.result, Some(WebhookResult::Applied), "bolt's own record confirmed it: {paid:?}");
+    assert_eq!(paid.withdrawal_id, Some(id));
+
+    // The same body signed with the other provider's secret, at each route: not its signature.
+    let body = store::body(&app.db, paid.id).await.unwrap().unwrap();
+    let acme_route = several.url("/webhooks/provider/acme");
+    for (route, secret) in [(&bolt_route, ACME_SECRET), (&acme_route, BOLT_SECRET)] {
+        let (status, code, _) = problem_code(deliver_at(&app, route, body.clone(), secret).await).await;
+        assert_eq!((status, code.as_str()), (400, "webhook_signature_invalid"), "{route} signed with {secret}");
+    }
+    // Signed with bolt's secret at bolt's route, it is what it is: bolt's event, a duplicate.
+    let again = deliver_at(&app, &bolt_route, body.clone(), BOLT_SECRET).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Value>().await.unwrap(), json!({"status": "duplicate"}));
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events").await, events.len() as i64, "nothing more stored");
+
+    // Routes that are not served: the answer of any unknown path, and no hint which names exist.
+    let (_, _, unknown_path) =
+        problem_code(deliver_at(&app, &several.url("/nowhere"), vec![], BOLT_SECRET).await).await;
+    for path in
+        ["/webhooks/provider/nope", "/webhooks/provider/cash", "/webhooks/provider", "/webhooks/provider/default"]
+    {
+        let (status, code, problem) =
+            problem_code(deliver_at(&app, &several.url(path), body.clone(), BOLT_SECRET).await).await;
+        assert_eq!((status, code.as_str()), (404, "not_found"), "{path}");
+        assert_eq!(format!("{problem:?}"), format!("{unknown_path:?}"), "{path}");
+    }
+
+    // Counted under the route's provider; a name that is none makes no series.
+    let metrics = app.metrics().send().await.unwrap().text().await.unwrap();
+    let refused = [("provider", "bolt"), ("type", "unknown"), ("result", "bad_signature")];
+    assert!(webhook_count(&metrics, &refused).is_some_and(|n| n >= 1.0), "{metrics}");
+    let applied = [("provider", "bolt"), ("type", "transfer.paid"), ("result", "applied")];
+    assert!(webhook_count(&metrics, &applied).is_some_and(|n| n >= 1.0), "{metrics}");
+    let from_zero = [("provider", "cash"), ("type", "transfer.returned"), ("result", "mismatch")];
+    assert!(webhook_count(&metrics, &from_zero).is_some(), "every configured provider's series, from zero");
+    assert_eq!(webhook_count(&metrics, &[("provider", "nope")]), None, "no label for a name that is no provider");
+    assert!(!metrics.contains("provider=\"nope\""));
+    app.assert_ledger_invariant().await;
+}
+
+/// Event ids are each provider's own: `evt_shared` from acme and from bolt are two events (202
+/// each); bolt's again is bolt's duplicate. Operators list one provider's events (the ops API and
+/// `withdrawals webhooks list --provider`), and the last-received gauge is per provider.
+async fn event_ids_are_unique_per_provider_and_operators_filter_by_provider(app: TestApp) {
+    let several = Several::serve(&app).await;
+    let transfer = json!({"id": "tr_shared", "reference": uuid::Uuid::new_v4().to_string(), "amount": "5.00",
+                          "currency": "USD", "status": "paid"});
+    let body = event("evt_shared", "transfer.paid", &transfer);
+    let route = |name: &str| several.url(&format!("/webhooks/provider/{name}"));
+    assert_eq!(deliver_at(&app, &route("acme"), body.clone(), ACME_SECRET).await.status(), 202);
+    let at_bolt = deliver_at(&app, &route("bolt"), body.clone(), BOLT_SECRET).await;
+    assert_eq!(at_bolt.status(), 202, "another provider's event, though its id is the same");
+    let again = deliver_at(&app, &route("bolt"), body.clone(), BOLT_SECRET).await;
+    assert_eq!(again.status(), 200);
+    assert_eq!(again.json::<Value>().await.unwrap(), json!({"status": "duplicate"}));
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM webhook_events WHERE event_id = 'evt_shared'").await, 2);
+    let acme = store::by_event_id(&app.db, "acme", "evt_shared").await.unwrap().expect("acme's");
+    let bolt = store::by_event_id(&app.db, "bolt", "evt_shared").await.unwrap().expect("bolt's");
+    assert!(acme.job_id.is_some() && bolt.job_id.is_some() && acme.job_id != bolt.job_id, "each its own job");
+    assert!(store::by_event_id(&app.db, "default", "evt_shared").await.unwrap().is_none());
+
+    // Operators: one provider's events, through the ops API and the CLI.
+    let viewer = app.operator("viewer").await;
+    let ids = |page: Page<WebhookEventView>| -> Vec<(String, WebhookEventId)> {
+        page.data.into_iter().map(|e| (e.provider, WebhookEventId(e.id))).collect()
+    };
+    let bolts = ids(app.ops_get(&viewer, "/ops/v1/webhook-events?provider=bolt").await);
+    assert_eq!(bolts, [("bolt".to_owned(), bolt.id)]);
+    let all = ids(app.ops_get(&viewer, "/ops/v1/webhook-events").await);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(ids(app.ops_get(&viewer, "/ops/v1/webhook-events?provider=default").await).is_empty());
+    let listed = cli(&app, &viewer, &["webhooks", "list", "--provider", "acme"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(table.contains(&acme.id.to_string()) && table.contains(" acme "), "{table}");
+    assert!(!table.contains(&bolt.id.to_string()), "{table}");
+
+    // The last-received gauge, from this database, per provider (exported through a recorder of
+    // this test's own: every test of the binary writes the process-wide one).
+    let gauges = withdrawals::gauges::DatabaseGauges::read(&app.db, false).await.unwrap();
+    let senders: Vec<&str> = gauges.webhook_last_received.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(senders, ["acme", "bolt"]);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    ::metrics::with_local_recorder(&recorder, || gauges.export());
+    let text = handle.render();
+    let at = |provider: &str| {
+        let prefix = format!("{}{{provider=\"{provider}\"}} ", withdrawals::metrics::WEBHOOK_LAST_RECEIVED);
+        text.lines().find_map(|l| l.strip_prefix(&prefix)?.parse::<f64>().ok())
+    };
+    let received = acme.received_at.0.timestamp() as f64;
+    assert_eq!(at("acme"), Some(received), "{text}");
+    assert!(at("bolt").is_some_and(|t| t >= received), "{text}");
+}
+
+mod migration {
+    use super::*;
+
+    /// Applies the migrations numbered below `version` only, as a database deployed before it.
+    async fn migrate_before(url: &str, backend: Backend, version: i64) {
+        let source = match backend {
+            Backend::Sqlite => "migrations/sqlite",
+            Backend::Postgres => "migrations/postgres",
+        };
+        let older = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(source)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if name.split('_').next().unwrap().parse::<i64>().unwrap() < version {
+                std::fs::copy(&path, older.path().join(&name)).unwrap();
+            }
+        }
+        let migrator = sqlx::migrate::Migrator::new(older.path()).await.unwrap();
+        on_connection!(url, |conn| migrator.run(&mut conn).await.unwrap());
+    }
+
+    /// Migration 33 on a database holding events (SQLite rebuilds the table): every event is kept
+    /// as it was, still `default`'s and still a duplicate when it comes again; the same id from
+    /// another provider is then another event.
+    async fn stored_events_are_kept_and_their_ids_become_per_provider(backend: Backend) {
+        let (url, _dir) = fresh_database(backend).await;
+        migrate_before(&url, backend, 33).await;
+        let (id, job) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        let at = withdrawals::storage::DbTime(chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap());
+        let headers = sqlx::types::Json(json!({"provider-signature": "t=1800000000,v1=00"}));
+        on_connection!(&url, |conn| {
+            sqlx::query(
+                "INSERT INTO webhook_events (id, event_id, event_type, transfer_id, signed_at, received_at, headers,
+                                             body, job_id, correlation_id)
+                 VALUES ($1, 'evt_before', 'transfer.paid', 'tr_1', $2, $2, $3, $4, $5, 'c-before')",
+            )
+            .bind(id)
+            .bind(at)
+            .bind(&headers)
+            .bind(b"{\"id\":\"evt_before\"}".to_vec())
+            .bind(job)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        });
+
+        withdrawals::startup::migrate_as_owner(&url).await.unwrap();
+        let db = withdrawals::storage::Db::connect(&url, &withdrawals::storage::PoolSettings::default()).await.unwrap();
+        let kept = store::by_event_id(&db, "default", "evt_before").await.unwrap().expect("the event is kept");
+        assert_eq!((kept.id.0, kept.job_id.map(|j| j.0), kept.received_at), (id, Some(job), at));
+        assert_eq!((kept.event_type.as_str(), kept.transfer_id.as_deref()), ("transfer.paid", Some("tr_1")));
+        assert_eq!((&kept.headers.0, kept.correlation_id.as_str()), (&headers.0, "c-before"));
+        assert_eq!(store::body(&db, kept.id).await.unwrap().unwrap(), b"{\"id\":\"evt_before\"}");
+        assert_eq!(store::last_received_by_provider(&db).await.unwrap(), [("default".to_owned(), at)]);
+
+        let mut tx = db.begin().await.unwrap();
+        assert!(!store::insert(&mut tx, &EventRow { id: WebhookEventId::new(), ..kept.clone() }, b"{}").await.unwrap());
+        let bolts = EventRow { id: WebhookEventId::new(), provider: "bolt".to_owned(), ..kept.clone() };
+        assert!(store::insert(&mut tx, &bolts, b"{}").await.unwrap(), "bolt's evt_before is another event");
+        tx.commit().await.unwrap();
+        let senders = store::last_received_by_provider(&db).await.unwrap();
+        assert_eq!(senders.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(), ["bolt", "default"]);
+        db.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        stored_events_are_kept_and_their_ids_become_per_provider(Backend::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        stored_events_are_kept_and_their_ids_become_per_provider(Backend::Postgres).await
+    }
 }

@@ -206,9 +206,9 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
             "dead_letters_total{queue=\"payouts\",job_type=\"submit_payout\",category=\"dependency_rejected\",error_code=\"invalid_account\"}",
             2.0,
         ),
-        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"closed\",to=\"open\"}", 1.0),
-        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"open\",to=\"half_open\"}", 1.0),
-        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",from=\"half_open\",to=\"closed\"}", 1.0),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",provider=\"default\",from=\"closed\",to=\"open\"}", 1.0),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",provider=\"default\",from=\"open\",to=\"half_open\"}", 1.0),
+        ("circuit_breaker_transitions_total{breaker=\"payout_provider\",provider=\"default\",from=\"half_open\",to=\"closed\"}", 1.0),
         ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"retryable\"}", 2.0),
         ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"success\"}", 1.0),
         ("provider_request_duration_seconds_count{provider=\"default\",outcome=\"permanent\"}", 2.0),
@@ -224,7 +224,7 @@ async fn dead_letters_and_breaker_transitions_show_exact_values_in_metrics(app: 
     }
     // Gauges are the state now, not a difference.
     for (key, want) in [
-        ("circuit_breaker_state{breaker=\"payout_provider\"}", 0.0),
+        ("circuit_breaker_state{breaker=\"payout_provider\",provider=\"default\"}", 0.0),
         ("withdrawals_by_state{state=\"completed\"}", 1.0),
         ("withdrawals_by_state{state=\"requires_review\"}", 2.0),
         ("withdrawals_by_state{state=\"processing\"}", 0.0),

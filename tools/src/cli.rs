@@ -14,6 +14,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// A bounded chaos run: faults, SIGKILLed workers, a database restart; then the invariants.
+    /// `--providers 2`: two providers, the first down for a window; no key paid at both.
     Chaos(crate::chaos::ChaosArgs),
     /// Benchmarks (SPEC §12): pgbench ceiling, end-to-end, latency, queue, dead letters, memory.
     Bench(crate::bench::BenchArgs),

@@ -1,66 +1,110 @@
-//! The daily `import_settlement` job (SPEC §14): scheduling (yesterday's report and a week of
-//! backfill), the job that fetches, imports and matches, and its retries and dead letters.
+//! The daily `import_settlement` job (SPEC §14, §16): scheduling per provider (yesterday's report
+//! and a week of backfill, from each provider's own import hour), the job that fetches a
+//! provider's report, imports and matches it, and its retries and dead letters.
 
 use chrono::{NaiveDate, TimeDelta, Utc};
 use serde_json::json;
 
+use crate::config::providers::{ProviderSettings, Providers, DEFAULT_PROVIDER};
 use crate::config::SettlementSettings;
 use crate::dead_letter::Failure;
 use crate::domain::job::{ImportSettlement, JobKind};
 use crate::domain::settlement::ImportState;
 use crate::jobs::context::JobContext;
 use crate::jobs::retry::RetryDecision;
+use crate::provider::Gateways;
 use crate::storage::jobs::{self as job_store, Finish};
 use crate::storage::settlement::{self as store};
 use crate::storage::{audit, Db, DbTime, Tx};
 
 use super::import::{fetch, import};
 use super::matching::match_day;
-use super::{ImportError, ImportSummary, ReportSource};
+use super::{ImportError, ImportSummary, ReportProvider, ReportSource};
 
 /// How many days back the daily run looks for a report that was never fetched (the worker was
 /// down, the job was never enqueued).
 pub const BACKFILL_DAYS: i64 = 7;
 
-/// Enqueues yesterday's import once it is due (after `import_hour` UTC), and the import of any
-/// of the [`BACKFILL_DAYS`] before it that has no report and never had an import job; a day
-/// whose job was dead-lettered (a refused report) waits for an operator. Called from the
-/// worker's sweep. Returns how many imports were enqueued.
-pub async fn schedule_daily(db: &Db, settings: &SettlementSettings) -> anyhow::Result<usize> {
-    if !settings.daily_import {
-        return Ok(0);
+/// From which hour (UTC) a provider's report of yesterday is fetched daily, or `None` when it is
+/// not imported daily: the provider's own `settlement` entry in the providers file when it has
+/// one (an hour it leaves out is `SETTLEMENT_IMPORT_HOUR`), else the single-provider settings
+/// (`SETTLEMENT_DAILY_IMPORT`, `SETTLEMENT_IMPORT_HOUR`). Pure.
+pub fn daily_schedule(settings: &SettlementSettings, provider: Option<&ProviderSettings>) -> Option<u32> {
+    match provider.and_then(|p| p.settlement) {
+        Some((daily, hour)) => daily.then(|| hour.unwrap_or(settings.import_hour)),
+        None => settings.daily_import.then_some(settings.import_hour),
     }
+}
+
+/// For every provider with a daily import ([`daily_schedule`]): enqueues yesterday's import once
+/// it is due (after the provider's import hour, UTC), and the import of any of the
+/// [`BACKFILL_DAYS`] before it that has no report of that provider and never had an import job; a
+/// day whose job was dead-lettered (a refused report) waits for an operator. Called from the
+/// worker's sweep with its gateways and its providers file (`None` with one provider). Returns
+/// how many imports were enqueued.
+pub async fn schedule_daily(
+    db: &Db,
+    settings: &SettlementSettings,
+    gateways: &Gateways,
+    providers: Option<&Providers>,
+) -> anyhow::Result<usize> {
+    let mut enqueued = 0;
+    for gateway in gateways.all() {
+        let name = gateway.name.as_str();
+        if let Some(hour) = daily_schedule(settings, providers.and_then(|p| p.get(name))) {
+            enqueued += schedule_provider(db, name, hour).await?;
+        }
+    }
+    Ok(enqueued)
+}
+
+/// [`schedule_daily`] for one provider, in one transaction.
+async fn schedule_provider(db: &Db, provider: &str, import_hour: u32) -> anyhow::Result<usize> {
     let now = Utc::now();
-    let due = now.time() >= chrono::NaiveTime::from_hms_opt(settings.import_hour, 0, 0).unwrap_or_default();
+    let due = now.time() >= chrono::NaiveTime::from_hms_opt(import_hour, 0, 0).unwrap_or_default();
     let first_back = if due { 1 } else { 2 };
     let mut tx = db.begin().await?;
     let mut enqueued = Vec::new();
     for back in first_back..=BACKFILL_DAYS {
         let day = now.date_naive() - TimeDelta::days(back);
-        let correlation = format!("settlement-import:{day}");
-        if store::has_report(&mut tx, &day.format("%Y-%m-%d").to_string()).await?
+        let correlation = daily_correlation(provider, day);
+        if store::has_report(&mut tx, provider, &day.format("%Y-%m-%d").to_string()).await?
             || job_store::exists_with_correlation(&mut tx, JobKind::ImportSettlement, &correlation).await?
         {
             continue;
         }
-        enqueue_import(&mut tx, day, &correlation, DbTime::now()).await?;
+        enqueue_import(&mut tx, provider, day, &correlation, DbTime::now()).await?;
         enqueued.push(day);
     }
     tx.commit().await?;
     if !enqueued.is_empty() {
-        tracing::info!(days = ?enqueued, "settlement imports enqueued");
+        tracing::info!(provider, days = ?enqueued, "settlement imports enqueued");
     }
     Ok(enqueued.len())
 }
 
-/// Enqueues an import of `day`'s report (fetched from the provider).
+/// The correlation id of a provider's daily import of `day`, by which it is enqueued once:
+/// `settlement-import:<day>` for `default` (as before providers were named),
+/// `settlement-import:<provider>:<day>` for any other.
+fn daily_correlation(provider: &str, day: NaiveDate) -> String {
+    match provider {
+        DEFAULT_PROVIDER => format!("settlement-import:{day}"),
+        named => format!("settlement-import:{named}:{day}"),
+    }
+}
+
+/// Enqueues an import of `provider`'s report of `day` (fetched from it). The payload names the
+/// provider unless it is `default` (whose payloads stay as they were before providers were named).
 pub async fn enqueue_import(
     tx: &mut Tx,
+    provider: &str,
     day: NaiveDate,
     correlation_id: &str,
     run_at: DbTime,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    Ok(job_store::enqueue(tx, &ImportSettlement { date: day, import_id: None }.job(correlation_id, run_at)).await?.id)
+    let provider = (provider != DEFAULT_PROVIDER).then(|| provider.to_owned());
+    let payload = ImportSettlement { date: day, import_id: None, provider };
+    Ok(job_store::enqueue(tx, &payload.job(correlation_id, run_at)).await?.id)
 }
 
 /// Enqueues the import of an operator's stored report (`settlement_imports` row `import_id`), in
@@ -70,18 +114,31 @@ pub async fn enqueue_stored_import(
     import_id: uuid::Uuid,
     day: NaiveDate,
 ) -> crate::storage::Result<crate::domain::JobId> {
-    let payload = ImportSettlement { date: day, import_id: Some(import_id) };
+    // The import's row names its provider.
+    let payload = ImportSettlement { date: day, import_id: Some(import_id), provider: None };
     Ok(job_store::enqueue(tx, &payload.job(&format!("settlement-import:{import_id}"), DbTime::now())).await?.id)
 }
 
-/// The `import_settlement` job: fetch the day's report (or read the operator's stored one),
-/// import and match it.
+/// The `import_settlement` job: fetch the provider's report of the day (or read the operator's
+/// stored one), import and match it. A payload naming no provider fetches from `default` (else
+/// the primary provider: a job stored before providers were named); one naming a provider this
+/// worker does not have is dead-lettered (`unknown_provider`).
 pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Result<()> {
     if let Some(import_id) = payload.import_id {
         return handle_stored(ctx, import_id, payload.date).await;
     }
+    let gateways = ctx.gateways();
+    let gateway = match payload.provider.as_deref() {
+        Some(name) => gateways.get(name),
+        None => gateways.get(DEFAULT_PROVIDER).or_else(|| Some(gateways.primary())),
+    };
+    let Some(gateway) = gateway else {
+        let name = payload.provider.unwrap_or_default();
+        let failure = Failure::permanent("unknown_provider", format!("no provider `{name}` is configured here"));
+        return ctx.dead_letter(ctx.db().begin().await?, &failure).await;
+    };
     let settings = &ctx.config().settlement;
-    let bytes = match fetch(ctx.gateways().primary(), payload.date).await {
+    let bytes = match fetch(gateway, payload.date).await {
         Ok(bytes) => bytes,
         Err(why) => {
             let policy = &ctx.config().import_policy;
@@ -108,27 +165,21 @@ pub async fn handle(ctx: &JobContext, payload: ImportSettlement) -> anyhow::Resu
         }
     };
     let by = format!("worker:{}", ctx.worker_id());
-    match import(
-        ctx.db(),
-        Some(ctx.gateways().primary()),
-        settings,
-        Some(payload.date),
-        &bytes,
-        ReportSource::Provider,
-        &by,
-    )
-    .await
-    {
+    let from = ReportProvider::reached(gateway);
+    match import(ctx.db(), from, settings, Some(payload.date), &bytes, ReportSource::Provider, &by).await {
         Ok(_) => {
-            // Lines of earlier days that waited for the provider's confirmation are tried again.
-            for day in store::days_awaiting(ctx.db()).await? {
-                let counts = match_day(ctx.db(), Some(ctx.gateways().primary()), &day).await?;
-                tracing::info!(%day, ?counts, "settlement lines awaiting confirmation matched again");
+            // The provider's lines of earlier days that waited for its confirmation are tried
+            // again.
+            for day in store::days_awaiting(ctx.db(), from.name).await? {
+                let counts = match_day(ctx.db(), from, &day).await?;
+                let provider = from.name;
+                tracing::info!(provider, %day, ?counts, "settlement lines awaiting confirmation matched again");
             }
             ctx.finish_in_own_tx(&Finish::Succeeded).await
         }
         Err(ImportError::Refused(err)) => {
-            let failure = Failure::permanent("settlement_report_refused", format!("report of {}: {err}", payload.date));
+            let why = format!("{}'s report of {}: {err}", from.name, payload.date);
+            let failure = Failure::permanent("settlement_report_refused", why);
             ctx.dead_letter(ctx.db().begin().await?, &failure).await
         }
         Err(ImportError::NoDay) => ctx.finish_in_own_tx(&Finish::Succeeded).await,
@@ -156,7 +207,12 @@ async fn handle_stored(ctx: &JobContext, import_id: uuid::Uuid, date: NaiveDate)
     let origin = row.source;
     let by = format!("operator:{}", row.requested_by.0);
     let settings = &ctx.config().settlement;
-    let outcome = import(db, Some(ctx.gateways().primary()), settings, Some(date), &bytes, origin, &by).await;
+    // A provider this worker cannot reach still has its report imported: its safe outcomes wait.
+    let from = ReportProvider { name: &row.provider, gateway: ctx.gateways().get(&row.provider) };
+    if from.gateway.is_none() {
+        tracing::warn!(provider = from.name, %import_id, "settlement import of a provider this worker cannot reach");
+    }
+    let outcome = import(db, from, settings, Some(date), &bytes, origin, &by).await;
     let (state, summary, error, result) = match outcome {
         Ok(summary) => (ImportState::Done, Some(summary), None, "ok"),
         Err(ImportError::Refused(err)) => {
@@ -188,4 +244,44 @@ fn import_audit(row: &store::ImportRow, summary: Option<&ImportSummary>, result:
         parameters["exceptions_opened"] = json!(s.matching.exceptions_opened);
     }
     prepared.finish(row.requested_by, &row.report_date, parameters, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(daily_import: bool, import_hour: u32) -> SettlementSettings {
+        SettlementSettings { daily_import, import_hour, ..Default::default() }
+    }
+
+    fn provider(settlement: Option<(bool, Option<u32>)>) -> ProviderSettings {
+        let single = Providers::single("http://127.0.0.1:1", None).unwrap();
+        ProviderSettings { settlement, ..single.all()[0].clone() }
+    }
+
+    #[test]
+    fn a_providers_own_settlement_entry_decides_its_daily_import_and_hour() {
+        // No file, or no entry: the single-provider settings.
+        assert_eq!(daily_schedule(&settings(true, 6), None), Some(6));
+        assert_eq!(daily_schedule(&settings(false, 6), None), None);
+        assert_eq!(daily_schedule(&settings(true, 6), Some(&provider(None))), Some(6));
+        // An entry decides, whatever the settings say; an hour it leaves out is theirs.
+        assert_eq!(daily_schedule(&settings(false, 6), Some(&provider(Some((true, Some(2)))))), Some(2));
+        assert_eq!(daily_schedule(&settings(false, 6), Some(&provider(Some((true, None))))), Some(6));
+        assert_eq!(daily_schedule(&settings(true, 6), Some(&provider(Some((false, Some(2)))))), None);
+    }
+
+    #[test]
+    fn a_daily_job_names_its_provider_unless_it_is_default_and_stored_payloads_still_decode() {
+        let day = NaiveDate::from_ymd_opt(2026, 12, 4).unwrap();
+        assert_eq!(daily_correlation("default", day), "settlement-import:2026-12-04");
+        assert_eq!(daily_correlation("bolt", day), "settlement-import:bolt:2026-12-04");
+        let stored: ImportSettlement = serde_json::from_str(r#"{"date":"2026-12-04","import_id":null}"#).unwrap();
+        assert_eq!(stored.provider, None, "a payload stored before providers were named");
+        let default = ImportSettlement { date: day, import_id: None, provider: None };
+        assert_eq!(serde_json::to_string(&default).unwrap(), r#"{"date":"2026-12-04","import_id":null}"#);
+        let bolt = ImportSettlement { provider: Some("bolt".into()), ..default };
+        let json = serde_json::to_string(&bolt).unwrap();
+        assert_eq!(serde_json::from_str::<ImportSettlement>(&json).unwrap(), bolt);
+    }
 }

@@ -1,5 +1,6 @@
 //! Importing a report (SPEC §14.1): fetched or uploaded, parsed and checked whole first (a
-//! malformed one stores and applies nothing), stored as a new version with its differences.
+//! malformed one stores and applies nothing), stored as a new version of its provider's report of
+//! the day with its differences.
 
 use std::collections::{HashMap, HashSet};
 
@@ -14,11 +15,11 @@ use crate::storage::{Db, DbTime};
 
 use super::matching::match_day;
 use super::missing::sweep_missing;
-use super::{Differences, ImportError, ImportSummary, ReportSource};
+use super::{Differences, ImportError, ImportSummary, ReportProvider, ReportSource};
 
-/// Fetches a day's report from the provider.
+/// Fetches a day's report from the provider behind `gateway`.
 pub async fn fetch(gateway: &Gateway, date: NaiveDate) -> Result<Vec<u8>, ReportFetch> {
-    gateway.settlement_report(date, &format!("settlement-import:{date}")).await
+    gateway.settlement_report(date, &format!("settlement-import:{}:{date}", gateway.name)).await
 }
 
 /// Checks a report before anything of it is stored: its size and line count within the limits
@@ -63,12 +64,13 @@ pub fn check(
     Ok((date, report))
 }
 
-/// Imports one report: stores it (or finds it stored), matches its lines and sweeps for
-/// completed withdrawals missing from the reports. `date` is the report's day; a file may leave
-/// it to its lines. `gateway` confirms safe outcomes; without one they wait.
+/// Imports one of `from`'s reports: stores it (or finds it stored), matches its lines to that
+/// provider's withdrawals and sweeps for its completed withdrawals missing from its reports.
+/// `date` is the report's day; a file may leave it to its lines. `from`'s gateway confirms safe
+/// outcomes; without one they wait.
 pub async fn import(
     db: &Db,
-    gateway: Option<&Gateway>,
+    from: ReportProvider<'_>,
     settings: &SettlementSettings,
     date: Option<NaiveDate>,
     bytes: &[u8],
@@ -76,23 +78,27 @@ pub async fn import(
     imported_by: &str,
 ) -> Result<ImportSummary, ImportError> {
     let (date, report) = check(settings, date, bytes)?;
-    let (stored, already, seen_before, differences) = match store::report_by_digest(db, &report.digest).await? {
-        Some(existing) => (existing, true, 0, Differences::default()),
-        None => match store_version(db, &report, date, origin, imported_by).await? {
-            Some((row, seen, diff)) => (row, false, seen, diff),
-            // A concurrent import stored the same bytes first.
-            None => {
-                let row = store::report_by_digest(db, &report.digest).await?.ok_or_else(|| {
-                    crate::storage::StorageError::corrupt("a report's digest conflicted but is not stored")
-                })?;
-                (row, true, 0, Differences::default())
-            }
-        },
-    };
-    let matching = match_day(db, gateway, &stored.report_date).await?;
-    let missing_opened = sweep_missing(db, settings).await?;
+    let provider = from.name;
+    let day = date.format("%Y-%m-%d").to_string();
+    let (stored, already, seen_before, differences) =
+        match store::report_by_digest(db, provider, &day, &report.digest).await? {
+            Some(existing) => (existing, true, 0, Differences::default()),
+            None => match store_version(db, provider, &report, date, origin, imported_by).await? {
+                Some((row, seen, diff)) => (row, false, seen, diff),
+                // A concurrent import stored the same bytes first.
+                None => {
+                    let row = store::report_by_digest(db, provider, &day, &report.digest).await?.ok_or_else(|| {
+                        crate::storage::StorageError::corrupt("a report's digest conflicted but is not stored")
+                    })?;
+                    (row, true, 0, Differences::default())
+                }
+            },
+        };
+    let matching = match_day(db, from, &stored.report_date).await?;
+    let missing_opened = sweep_missing(db, settings, provider).await?;
     let summary = ImportSummary {
         report_id: stored.id.0,
+        provider: provider.to_owned(),
         date,
         version: stored.version,
         digest: stored.digest,
@@ -105,16 +111,18 @@ pub async fn import(
         missing_opened,
     };
     tracing::info!(
-        date = %summary.date, version = summary.version, already = summary.already_imported,
+        provider, date = %summary.date, version = summary.version, already = summary.already_imported,
         exceptions = summary.matching.exceptions_opened, missing = summary.missing_opened, "settlement report imported"
     );
     Ok(summary)
 }
 
-/// Stores a new version of the day's report with its lines and differences, in one transaction.
-/// `None` when the same digest was stored meanwhile.
+/// Stores a new version of the provider's report of the day with its lines and differences (from
+/// the provider's previous version), in one transaction. `None` when the same digest was stored
+/// meanwhile.
 async fn store_version(
     db: &Db,
+    provider: &str,
     report: &SettlementReport,
     date: NaiveDate,
     origin: ReportSource,
@@ -135,8 +143,8 @@ async fn store_version(
             .unwrap_or(crate::domain::AccountId::SYSTEM)
     };
     let mut tx = db.begin().await?;
-    let previous = store::latest_report(&mut tx, &day).await?;
-    let earlier = store::line_keys_of_day(&mut tx, &day).await?;
+    let previous = store::latest_report(&mut tx, provider, &day).await?;
+    let earlier = store::line_keys_of_day(&mut tx, provider, &day).await?;
     let seen: HashSet<(&str, &str)> = earlier.iter().map(|(k, d, _)| (k.as_str(), d.as_str())).collect();
     let before: HashMap<&str, &str> = earlier
         .iter()
@@ -173,6 +181,7 @@ async fn store_version(
     });
     let row = ReportRow {
         id: crate::domain::SettlementReportId::new(),
+        provider: provider.to_owned(),
         report_date: day,
         version: previous.as_ref().map_or(1, |p| p.version + 1),
         digest: report.digest.clone(),
@@ -196,7 +205,7 @@ async fn store_version(
             NewLine { line, account: account_of(line), result: again.then_some(LineResult::SeenBefore) }
         })
         .collect();
-    store::insert_lines(&mut tx, row.id, &lines).await?;
+    store::insert_lines(&mut tx, row.id, provider, &lines).await?;
     tx.commit().await?;
     Ok(Some((row, seen_before, diff)))
 }

@@ -1,5 +1,6 @@
-//! Matching a day's lines to their withdrawals (SPEC §14.2): the pure [`plan`], the provider's
-//! live confirmation of a safe outcome, and the recording of matches and exceptions.
+//! Matching a day's lines of one provider's report to its withdrawals (SPEC §14.2, §16): which
+//! withdrawal a line may match ([`owned_by`]), the pure [`plan`], the provider's live confirmation
+//! of a safe outcome, and the recording of matches and exceptions.
 
 use std::collections::HashMap;
 
@@ -16,18 +17,20 @@ use crate::storage::settlement::{self as store, LineDecision, LineRow, NewExcept
 use crate::storage::withdrawals::{self as withdrawals, TransitionOutcome, TransitionRequest};
 use crate::storage::{returns, Db};
 
-use super::MatchCounts;
+use super::{MatchCounts, ReportProvider};
 
 /// Lines recorded per transaction when the report alone decides them.
 const DECIDED_PER_BATCH: usize = 500;
 
-/// Matches every line of the day still undecided (of any version): the withdrawals they name are
-/// read in one query per 500, the lines the report alone decides (matched, exceptions) are
-/// recorded in batches of [`DECIDED_PER_BATCH`] in one transaction each, and only the lines whose
-/// safe outcome needs the provider's confirmation are taken one by one.
-pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::storage::Result<MatchCounts> {
+/// Matches every line of `from`'s report of the day still undecided (of any version): the
+/// withdrawals they name, and where each was sent last, are read in one query each per 500; the
+/// lines the report alone decides (matched, exceptions) are recorded in batches of
+/// [`DECIDED_PER_BATCH`] in one transaction each, and only the lines whose safe outcome needs the
+/// provider's confirmation are taken one by one, asked of `from`'s gateway.
+pub async fn match_day(db: &Db, from: ReportProvider<'_>, day: &str) -> crate::storage::Result<MatchCounts> {
     let mut counts = MatchCounts::default();
-    let lines = store::unmatched_lines_of_day(db, day).await?;
+    let gateway = from.gateway;
+    let lines = store::unmatched_lines_of_day(db, from.name, day).await?;
     // A line names a withdrawal of its own account only (its account was resolved from the key at
     // import; a line on the system account names none of ours): read by (account, id).
     let keys: Vec<WithdrawalKey> = lines
@@ -36,10 +39,11 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
         .collect();
     let held: HashMap<WithdrawalKey, Withdrawal> =
         withdrawals::get_many_keyed(db, &keys).await?.into_iter().map(|w| (w.key(), w)).collect();
+    let sent_to = store::latest_providers(db, &held.keys().copied().collect::<Vec<_>>()).await?;
     let mut decided = Vec::new();
     let mut to_confirm = Vec::new();
     for line in &lines {
-        let w = line
+        let named = line
             .idempotency_key
             .parse::<WithdrawalId>()
             .ok()
@@ -47,10 +51,29 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
         let Some(transfer) = as_transfer(line) else {
             return Err(crate::storage::StorageError::corrupt(format!("settlement line {} is unreadable", line.id)));
         };
+        let w = match named {
+            Some(w) => match owned_by(from.name, sent_to.get(&w.key()).map(String::as_str)) {
+                Owner::Here => Some(w),
+                // Another provider's withdrawal: this report's line is a transfer of none of ours.
+                Owner::Elsewhere(other) => {
+                    let verdict = line_verdict(None, &transfer);
+                    let detail = format!(
+                        "the line names withdrawal {}, which was sent to provider {other}, not {}: not matched",
+                        w.id, from.name
+                    );
+                    let evidence = evidence(line, None, verdict.kind(), None);
+                    decided.push(LineDecided::foreign(line, w.id, detail, evidence));
+                    continue;
+                }
+            },
+            None => None,
+        };
         let verdict = line_verdict(w, &transfer);
         let evidence = evidence(line, w, verdict.kind(), None);
         match plan(w, &verdict) {
-            Plan::Matched => decided.push(LineDecided { line, withdrawal: w.map(|w| w.id), exception: None, evidence }),
+            Plan::Matched => {
+                decided.push(LineDecided { line, withdrawal: w.map(|w| w.id), exception: None, names: None, evidence })
+            }
             Plan::Exception(kind, detail) => {
                 decided.push(LineDecided::exception(line, w.map(|w| w.id), kind, detail, evidence))
             }
@@ -68,6 +91,28 @@ pub async fn match_day(db: &Db, gateway: Option<&Gateway>, day: &str) -> crate::
         confirm(db, gateway, line, w, transfer, verdict, apply, &mut counts).await?;
     }
     Ok(counts)
+}
+
+/// Whose withdrawal a line of `report`'s may match (SPEC §16).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// Its latest attempt went to the report's provider, or it was never attempted (then the
+    /// line is judged as ever: a provider's `paid` line for a withdrawal we never sent is a
+    /// status mismatch, and only a provider that confirms it live can make it more).
+    Here,
+    /// Its latest attempt went to this other provider: the money, if any moved, is there.
+    Elsewhere(&'a str),
+}
+
+/// Whether a withdrawal whose latest attempt went to `sent_to` (none: never attempted) is the
+/// report provider's. A withdrawal moves to another provider only when no attempt at the first
+/// can have moved money (SPEC §16), so the latest attempt's provider is the one that may have
+/// paid it. Pure.
+pub fn owned_by<'a>(report: &str, sent_to: Option<&'a str>) -> Owner<'a> {
+    match sent_to {
+        Some(other) if other != report => Owner::Elsewhere(other),
+        Some(_) | None => Owner::Here,
+    }
 }
 
 /// What a line asks for, judged on the report alone.
@@ -263,7 +308,10 @@ async fn confirm(
         },
         None => Verdict::Unavailable("no provider is configured in this process".into()),
     };
-    let live_evidence = live.evidence(w, Utc::now());
+    let live_evidence = match gateway {
+        Some(g) => live.evidence(w, Utc::now()).from_provider(&g.name),
+        None => live.evidence(w, Utc::now()),
+    };
     if let Verdict::Unavailable(why) = &live {
         tracing::info!(line = line.line_no, why, "settlement line awaits the provider's confirmation");
         counts.awaiting_confirmation += 1;
@@ -369,8 +417,12 @@ async fn confirm(
 /// A line decided without moving anything: matched, or an exception with why.
 struct LineDecided<'a> {
     line: &'a LineRow,
+    /// The withdrawal the line is matched to (the line's own, and its exception's).
     withdrawal: Option<WithdrawalId>,
     exception: Option<(ExceptionKind, String)>,
+    /// The withdrawal the exception names though the line is not matched to it: the other
+    /// provider's withdrawal a line names (shown on that withdrawal's review page).
+    names: Option<WithdrawalId>,
     evidence: LineEvidence,
 }
 
@@ -382,7 +434,19 @@ impl<'a> LineDecided<'a> {
         detail: String,
         evidence: LineEvidence,
     ) -> Self {
-        LineDecided { line, withdrawal, exception: Some((kind, detail)), evidence }
+        LineDecided { line, withdrawal, exception: Some((kind, detail)), names: None, evidence }
+    }
+
+    /// A line naming another provider's withdrawal: matched to nothing (so it never counts as
+    /// that withdrawal reported paid), an `unknown_transfer` exception naming the withdrawal.
+    fn foreign(line: &'a LineRow, named: WithdrawalId, detail: String, evidence: LineEvidence) -> Self {
+        LineDecided {
+            line,
+            withdrawal: None,
+            exception: Some((ExceptionKind::UnknownTransfer, detail)),
+            names: Some(named),
+            evidence,
+        }
     }
 }
 
@@ -422,14 +486,14 @@ async fn record(db: &Db, decided: &[LineDecided<'_>], counts: &mut MatchCounts) 
                 kind: *kind,
                 // A corrected line (same key, other content) that still differs is a new finding.
                 dedupe_key: format!("line:{kind}:{}:{}", d.line.line_key, d.line.content_digest),
-                withdrawal_id: d.withdrawal,
+                withdrawal_id: d.withdrawal.or(d.names),
                 line_id: Some(d.line.id),
                 report_date: Some(&day),
                 transfer_id: Some(&d.line.transfer_id),
                 detail,
                 evidence: &exception_evidence,
             };
-            store::open_exception_in(&mut writes, &exception)
+            store::open_exception_at_in(&mut writes, &d.line.provider, &exception)
         });
         handles.push((line, opened));
     }
@@ -522,6 +586,14 @@ mod tests {
         let off = plan(Some(&w), &line(&w, "40.01", T::Paid));
         assert!(matches!(&off, Plan::Exception(K::AmountMismatch, why) if why.contains("amount")), "{off:?}");
         assert!(matches!(plan(None, &line(&w, "40.00", T::Paid)), Plan::Exception(K::UnknownTransfer, _)));
+    }
+
+    #[test]
+    fn a_withdrawal_is_the_report_providers_only_when_its_latest_attempt_went_there() {
+        assert_eq!(owned_by("bolt", Some("bolt")), Owner::Here);
+        assert_eq!(owned_by("bolt", Some("acme")), Owner::Elsewhere("acme"));
+        assert_eq!(owned_by("default", Some("default")), Owner::Here, "the one-provider case");
+        assert_eq!(owned_by("bolt", None), Owner::Here, "never attempted: judged on the line as ever");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The `missing_from_report` sweep: a withdrawal completed here that no report shows paid within
-//! the grace days.
+//! The `missing_from_report` sweep, per provider: a withdrawal completed here, sent to that
+//! provider, that none of its reports shows paid within the grace days.
 
 use std::collections::HashSet;
 
@@ -11,16 +11,18 @@ use crate::domain::{EvidenceSource, MissingEvidence};
 use crate::storage::settlement::{self as store, NewException};
 use crate::storage::{Db, DbTime};
 
-/// Opens a `missing_from_report` exception for every withdrawal completed more than the grace
-/// days ago (on a day reports cover) that no report line shows paid. Returns how many opened.
-pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::storage::Result<usize> {
+/// Opens a `missing_from_report` exception for every withdrawal of `provider` (its latest attempt
+/// went there) completed more than the grace days ago, on a day the provider's reports cover,
+/// that no report line shows paid; another provider's withdrawals are that provider's reports'
+/// business. Returns how many opened.
+pub async fn sweep_missing(db: &Db, settings: &SettlementSettings, provider: &str) -> crate::storage::Result<usize> {
     let cutoff = DbTime::now().plus(-TimeDelta::days(settings.grace_days));
     // A line that names the withdrawal but waits for the provider's confirmation is not a
     // missing one.
-    let awaiting: HashSet<String> = store::awaiting_keys(db).await?.into_iter().collect();
+    let awaiting: HashSet<String> = store::awaiting_keys(db, provider).await?.into_iter().collect();
     let mut opened = 0;
     loop {
-        let batch = store::missing_from_reports(db, cutoff, 500).await?;
+        let batch = store::missing_from_reports(db, provider, cutoff, 500).await?;
         if batch.is_empty() {
             return Ok(opened);
         }
@@ -37,7 +39,7 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
             }
             .to_json();
             let detail = format!(
-                "completed at {}, but no imported report shows it paid within {} day(s)",
+                "completed at {}, but no imported report of provider {provider} shows it paid within {} day(s)",
                 m.completed_at.0.format("%Y-%m-%d %H:%M:%SZ"),
                 settings.grace_days
             );
@@ -52,7 +54,7 @@ pub async fn sweep_missing(db: &Db, settings: &SettlementSettings) -> crate::sto
                 detail: &detail,
                 evidence: &e,
             };
-            new_here += usize::from(store::open_exception(&mut tx, &new).await?);
+            new_here += usize::from(store::open_exception_at(&mut tx, provider, &new).await?);
         }
         tx.commit().await?;
         opened += new_here;

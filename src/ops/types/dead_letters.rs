@@ -34,6 +34,9 @@ pub struct DeadLetterView {
     pub category: Category,
     pub owner: String,
     pub runbook: String,
+    /// The provider the withdrawal's latest attempt went to (SPEC §16), if any.
+    #[serde(default)]
+    pub provider: Option<String>,
     pub state: LetterState,
     pub closed_at: Option<DateTime<Utc>>,
     pub age_seconds: i64,

@@ -10,8 +10,15 @@ use crate::domain::settlement::ImportState;
 pub use crate::domain::settlement::{ExceptionKind, ExceptionStatus, Resolution};
 pub use crate::jobs::settlement::{Differences, ImportSummary, MatchCounts};
 
+fn default_provider() -> String {
+    crate::config::providers::DEFAULT_PROVIDER.to_owned()
+}
+
 /// `POST /ops/v1/settlement/imports`: fetch the day's report from the provider (`date`), or
-/// import a report's CSV text (`csv`, with `date` optional: its lines name their day).
+/// import a report's CSV text (`csv`, with `date` optional: its lines name their day). `provider`
+/// names whose report it is (SPEC §16): the one fetched from and whose withdrawals its lines
+/// match; the primary provider when absent (`default` with one provider). An unknown name is 422
+/// `unknown_provider`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImportRequest {
@@ -19,6 +26,8 @@ pub struct ImportRequest {
     pub date: Option<chrono::NaiveDate>,
     #[serde(default)]
     pub csv: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// `GET /ops/v1/settlement/reports`: imported report versions, newest first.
@@ -26,6 +35,9 @@ pub struct ImportRequest {
 pub struct ReportQuery {
     /// `YYYY-MM-DD`: one day's versions.
     pub date: Option<String>,
+    /// One provider's reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     pub limit: Option<i64>,
 }
 
@@ -37,6 +49,9 @@ pub struct ReportQuery {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ImportView {
     pub id: Uuid,
+    /// Whose report it is (SPEC §16).
+    #[serde(default = "default_provider")]
+    pub provider: String,
     pub state: ImportState,
     pub date: String,
     pub source: crate::domain::settlement::ReportSource,
@@ -65,10 +80,13 @@ pub struct ImportListQuery {
     pub limit: Option<i64>,
 }
 
-/// One imported version of a day's report.
+/// One imported version of a provider's report of a day.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportView {
     pub id: Uuid,
+    /// The provider whose report it is (SPEC §16).
+    #[serde(default = "default_provider")]
+    pub provider: String,
     pub date: String,
     pub version: i32,
     pub digest: String,
@@ -86,6 +104,9 @@ pub struct ReportView {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ExceptionQuery {
     pub kind: Option<String>,
+    /// One provider's exceptions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     pub status: Option<String>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
@@ -95,6 +116,9 @@ pub struct ExceptionQuery {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExceptionView {
     pub id: Uuid,
+    /// The provider whose report (or withdrawal) it is about (SPEC §16).
+    #[serde(default = "default_provider")]
+    pub provider: String,
     pub kind: ExceptionKind,
     pub status: ExceptionStatus,
     pub withdrawal_id: Option<Uuid>,

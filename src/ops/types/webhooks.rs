@@ -6,12 +6,13 @@ use serde_json::Value;
 use uuid::Uuid;
 
 /// `GET /ops/v1/webhook-events`: newest first; `result` is one of the results, or `pending` for
-/// events not decided yet; `type` an event type.
+/// events not decided yet; `type` an event type; `provider` the provider that sent them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WebhookEventQuery {
     pub result: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    pub provider: Option<String>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
 }
@@ -21,10 +22,10 @@ pub struct WebhookEventQuery {
 pub struct WebhookEventView {
     /// Our id (`withdrawals webhooks show <id>`).
     pub id: Uuid,
-    /// The provider that sent it.
+    /// The provider that sent it (the route it came to).
     #[serde(default)]
     pub provider: String,
-    /// The provider's event id.
+    /// The provider's event id (unique per provider).
     pub event_id: String,
     #[serde(rename = "type")]
     pub kind: String,

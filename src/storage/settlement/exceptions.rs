@@ -1,5 +1,5 @@
-//! Settlement exceptions (SPEC §14.2): opened once per dedupe key, listed, resolved once; and
-//! the completed withdrawals no report shows paid.
+//! Settlement exceptions (SPEC §14.2): opened once per provider and dedupe key, listed, resolved
+//! once; and the completed withdrawals a provider's reports do not show paid.
 
 use serde_json::Value;
 use sqlx::types::Json;
@@ -16,6 +16,8 @@ pub struct ExceptionRow {
     pub id: SettlementExceptionId,
     /// Its withdrawal's account, else its line's.
     pub account_id: AccountId,
+    /// The provider whose report (or whose withdrawal) it is about (SPEC §16).
+    pub provider: String,
     pub kind: ExceptionKind,
     pub status: ExceptionStatus,
     pub dedupe_key: String,
@@ -33,7 +35,7 @@ pub struct ExceptionRow {
 }
 
 const EXCEPTION_COLUMNS: &str =
-    "id, account_id, kind, status, dedupe_key, withdrawal_id, line_id, report_date, transfer_id, \
+    "id, account_id, provider, kind, status, dedupe_key, withdrawal_id, line_id, report_date, transfer_id, \
                                  detail, evidence, opened_at, resolved_at, resolved_by, resolution, resolution_note";
 
 /// An exception to open.
@@ -50,30 +52,53 @@ pub struct NewException<'a> {
     pub evidence: &'a Value,
 }
 
-/// Opens an exception as a write of a larger batch: it touches no row when the same one (by
-/// dedupe key) already exists.
+/// Opens an exception about `provider`'s report as a write of a larger batch: it touches no row
+/// when the same one (by provider and dedupe key) already exists.
+pub fn open_exception_at_in(writes: &mut Writes, provider: &str, e: &NewException<'_>) -> Written {
+    writes.push(inserted(e, Sql::new(INSERT_EXCEPTION).bind(Arg::Text(provider.to_owned())).sql(", ")))
+}
+
+/// [`open_exception_at_in`] on its own: false when the same exception already exists.
+pub async fn open_exception_at(tx: &mut Tx, provider: &str, e: &NewException<'_>) -> Result<bool> {
+    let mut writes = Writes::new();
+    let opened = open_exception_at_in(&mut writes, provider, e);
+    Ok(writes.run(tx).await?.applied(opened))
+}
+
+/// Opens an exception that names no report: its provider is the one the withdrawal's latest
+/// attempt went to (where it may have been paid, SPEC §16), else `default`. A write of a larger
+/// batch; it touches no row when the same one already exists.
 pub fn open_exception_in(writes: &mut Writes, e: &NewException<'_>) -> Written {
-    writes.push(
-        Sql::new(
-            "INSERT INTO settlement_exceptions (id, account_id, kind, dedupe_key, withdrawal_id, line_id, report_date,
-                                                transfer_id, detail, evidence, opened_at, status)
-             VALUES (",
-        )
-        .binds([
-            Arg::Uuid(SettlementExceptionId::new().0),
-            Arg::Uuid(e.account_id.0),
-            e.kind.as_str().into(),
-            e.dedupe_key.as_str().into(),
-            Arg::OptUuid(e.withdrawal_id.map(|w| w.0)),
-            Arg::OptUuid(e.line_id.map(|l| l.0)),
-            Arg::OptText(e.report_date.map(str::to_owned)),
-            Arg::OptText(e.transfer_id.map(str::to_owned)),
-            Arg::Text(crate::redact::text(e.detail)),
-            Arg::Json(e.evidence.clone()),
-            Arg::Time(DbTime::now()),
-        ])
-        .sql(", 'open') ON CONFLICT (account_id, dedupe_key) DO NOTHING"),
-    )
+    let provider = Sql::new(INSERT_EXCEPTION)
+        .sql("COALESCE((SELECT a.provider FROM provider_attempts a WHERE a.account_id = ")
+        .bind(Arg::Uuid(e.account_id.0))
+        .sql(" AND a.withdrawal_id = ")
+        .bind(Arg::OptUuid(e.withdrawal_id.map(|w| w.0)))
+        .sql(" ORDER BY a.attempt_no DESC LIMIT 1), 'default'), ");
+    writes.push(inserted(e, provider))
+}
+
+const INSERT_EXCEPTION: &str =
+    "INSERT INTO settlement_exceptions (provider, id, account_id, kind, dedupe_key, withdrawal_id, line_id, report_date,
+                                        transfer_id, detail, evidence, opened_at, status)
+     VALUES (";
+
+/// The rest of the insert [`INSERT_EXCEPTION`] began, after its provider.
+fn inserted(e: &NewException<'_>, head: Sql) -> Sql {
+    head.binds([
+        Arg::Uuid(SettlementExceptionId::new().0),
+        Arg::Uuid(e.account_id.0),
+        e.kind.as_str().into(),
+        e.dedupe_key.as_str().into(),
+        Arg::OptUuid(e.withdrawal_id.map(|w| w.0)),
+        Arg::OptUuid(e.line_id.map(|l| l.0)),
+        Arg::OptText(e.report_date.map(str::to_owned)),
+        Arg::OptText(e.transfer_id.map(str::to_owned)),
+        Arg::Text(crate::redact::text(e.detail)),
+        Arg::Json(e.evidence.clone()),
+        Arg::Time(DbTime::now()),
+    ])
+    .sql(", 'open') ON CONFLICT (account_id, provider, dedupe_key) DO NOTHING")
 }
 
 /// [`open_exception_in`] on its own: false when the same exception already exists.
@@ -93,15 +118,23 @@ pub struct MissingCandidate {
     pub completed_at: DbTime,
 }
 
-/// Completed withdrawals that no imported line shows `paid` (or `returned`), completed between
-/// the first imported report's day and the end of the last one's, and before `cutoff` (now minus
-/// the grace days), that have no `missing_from_report` exception yet. At most `limit`, oldest
+/// The provider's completed withdrawals — those whose latest attempt went to it (`default` for
+/// one never attempted) — that no imported line shows `paid` (or `returned`), completed between
+/// the provider's first imported report's day and the end of its last one's, and before `cutoff`
+/// (now minus the grace days), that have no `missing_from_report` exception yet. Another
+/// provider's withdrawals are never missing from this one's reports. At most `limit`, oldest
 /// first.
-pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result<Vec<MissingCandidate>> {
+pub async fn missing_from_reports(
+    db: &Db,
+    provider: &str,
+    cutoff: DbTime,
+    limit: i64,
+) -> Result<Vec<MissingCandidate>> {
     let (first_day, last_day) = with_read_conn!(db, |conn| {
         sqlx::query_as::<_, (Option<String>, Option<String>)>(
-            "SELECT MIN(report_date), MAX(report_date) FROM settlement_reports",
+            "SELECT MIN(report_date), MAX(report_date) FROM settlement_reports WHERE provider = $1",
         )
+        .bind(provider)
         .fetch_one(&mut *conn)
         .await?
     });
@@ -118,6 +151,9 @@ pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result
         sqlx::query_as::<_, MissingCandidate>(
             "SELECT w.id, w.account_id, w.amount, w.currency, w.updated_at AS completed_at FROM withdrawals w
              WHERE w.status = 'completed' AND w.updated_at >= $1 AND w.updated_at < $2
+               AND COALESCE((SELECT a.provider FROM provider_attempts a
+                             WHERE a.account_id = w.account_id AND a.withdrawal_id = w.id
+                             ORDER BY a.attempt_no DESC LIMIT 1), 'default') = $4
                AND NOT EXISTS (SELECT 1 FROM settlement_lines l
                                WHERE l.account_id = w.account_id AND l.withdrawal_id = w.id
                                  AND l.status IN ('paid', 'returned'))
@@ -129,18 +165,22 @@ pub async fn missing_from_reports(db: &Db, cutoff: DbTime, limit: i64) -> Result
         .bind(since)
         .bind(until)
         .bind(limit)
+        .bind(provider)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-/// The operation keys of lines still waiting to be matched: a withdrawal one of them names is not
-/// missing from the reports, only not judged yet.
-pub async fn awaiting_keys(db: &Db) -> Result<Vec<String>> {
+/// The operation keys of the provider's lines still waiting to be matched: a withdrawal one of
+/// them names is not missing from the reports, only not judged yet.
+pub async fn awaiting_keys(db: &Db, provider: &str) -> Result<Vec<String>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_scalar::<_, String>("SELECT DISTINCT idempotency_key FROM settlement_lines WHERE result IS NULL")
-            .fetch_all(&mut *conn)
-            .await?
+        sqlx::query_scalar::<_, String>(
+            "SELECT DISTINCT idempotency_key FROM settlement_lines WHERE provider = $1 AND result IS NULL",
+        )
+        .bind(provider)
+        .fetch_all(&mut *conn)
+        .await?
     }))
 }
 
@@ -153,6 +193,8 @@ pub fn missing_key(withdrawal: WithdrawalId) -> String {
 #[derive(Debug, Clone, Default)]
 pub struct ExceptionFilter {
     pub kind: Option<ExceptionKind>,
+    /// One provider's.
+    pub provider: Option<String>,
     pub status: Option<ExceptionStatus>,
     /// Rows after this (opened_at, id), oldest first.
     pub after: Option<(DbTime, SettlementExceptionId)>,
@@ -167,6 +209,7 @@ pub async fn list_exceptions(db: &Db, f: &ExceptionFilter) -> Result<Vec<Excepti
             "SELECT {EXCEPTION_COLUMNS} FROM settlement_exceptions
              WHERE ($1 IS NULL OR kind = $1) AND ($2 IS NULL OR status = $2)
                AND ($3 IS NULL OR opened_at > $3 OR (opened_at = $3 AND id > $4))
+               AND ($6 IS NULL OR provider = $6)
              ORDER BY opened_at, id LIMIT $5"
         ))
         .bind(f.kind)
@@ -174,6 +217,7 @@ pub async fn list_exceptions(db: &Db, f: &ExceptionFilter) -> Result<Vec<Excepti
         .bind(after_at)
         .bind(after_id)
         .bind(f.limit)
+        .bind(f.provider.as_deref())
         .fetch_all(&mut *conn)
         .await?
     }))

@@ -13,6 +13,8 @@ use crate::{with_conn, with_read_conn};
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ImportRow {
     pub id: uuid::Uuid,
+    /// The provider whose report it is (SPEC §16): the one asked for, else the primary.
+    pub provider: String,
     pub state: ImportState,
     pub report_date: String,
     pub source: crate::domain::settlement::ReportSource,
@@ -29,7 +31,8 @@ pub struct ImportRow {
 }
 
 const IMPORT_COLUMNS: &str =
-    "id, state, report_date, source, digest, line_count, requested_by, audit, summary, error, created_at, finished_at";
+    "id, provider, state, report_date, source, digest, line_count, requested_by, audit, summary, \
+                              error, created_at, finished_at";
 
 /// Stores an accepted import, queued, with its report's bytes (in the transaction that enqueues
 /// its job).
@@ -37,9 +40,10 @@ pub async fn insert_import(tx: &mut Tx, row: &ImportRow, report: &[u8]) -> Resul
     with_conn!(tx, |conn| {
         sqlx::query(&format!(
             "INSERT INTO settlement_imports ({IMPORT_COLUMNS}, report)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
         ))
         .bind(row.id)
+        .bind(&row.provider)
         .bind(row.state)
         .bind(&row.report_date)
         .bind(row.source)
@@ -130,19 +134,21 @@ pub async fn finish_import(
     Ok(done == 1)
 }
 
-/// How far matching has got with the report of `digest`: (lines stored, lines decided, lines that
-/// opened an exception). Zeros while the report is not stored yet.
-pub async fn import_progress(db: &Db, digest: &str) -> Result<(i64, i64, i64)> {
+/// How far matching has got with the provider's report of `date` and `digest`: (lines stored,
+/// lines decided, lines that opened an exception). Zeros while the report is not stored yet.
+pub async fn import_progress(db: &Db, provider: &str, date: &str, digest: &str) -> Result<(i64, i64, i64)> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, (i64, i64, i64)>(
             "SELECT COUNT(l.id), COUNT(l.result),
                     (SELECT COUNT(*) FROM settlement_exceptions e
                        JOIN settlement_lines l2 ON l2.account_id = e.account_id AND l2.id = e.line_id
                        JOIN settlement_reports r2 ON r2.id = l2.report_id
-                      WHERE r2.digest = $1)
+                      WHERE r2.provider = $1 AND r2.report_date = $2 AND r2.digest = $3)
                FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
-              WHERE r.digest = $1",
+              WHERE r.provider = $1 AND r.report_date = $2 AND r.digest = $3",
         )
+        .bind(provider)
+        .bind(date)
         .bind(digest)
         .fetch_one(&mut *conn)
         .await?

@@ -1,7 +1,9 @@
 //! Settlement reports, their lines and settlement exceptions (SPEC §14.1–14.2), as stored.
 //!
-//! A report version is stored once per digest (a unique column), with every line and the
-//! differences from the version before; a line's `result` is NULL until matching decides it, and
+//! Reports are per provider (SPEC §16): a report, its lines and its exceptions name the provider
+//! the report came from, and every read of a day's reports or lines is one provider's. A report
+//! version is stored once per (provider, day, digest), with every line and the differences from the
+//! provider's version before; a line's `result` is NULL until matching decides it, and
 //! is set once (`WHERE result IS NULL`), so two importers cannot both act on one line. An
 //! exception is unique by its dedupe key (`line:<kind>:<line key>`, `missing:<withdrawal>`), so
 //! finding the same difference again opens nothing new. Resolving records the operator's finding
@@ -11,6 +13,8 @@
 //! imported (the system account when it names none of ours), and an exception to its
 //! withdrawal's or line's account: every statement about one line or exception names it (README
 //! "Scaling"). A day's lines are read across accounts, by their report.
+
+use std::collections::HashMap;
 
 use serde_json::Value;
 use sqlx::types::Json;
@@ -30,10 +34,13 @@ pub use exceptions::*;
 pub use imports::*;
 pub use totals::*;
 
-/// One imported version of a day's report.
+/// One imported version of a provider's report of a day.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ReportRow {
     pub id: SettlementReportId,
+    /// The provider the report came from (`default` for the lone `PROVIDER_URL` and every report
+    /// imported before providers were named).
+    pub provider: String,
     /// `YYYY-MM-DD` (UTC).
     pub report_date: String,
     pub version: i32,
@@ -47,7 +54,7 @@ pub struct ReportRow {
 }
 
 const REPORT_COLUMNS: &str =
-    "id, report_date, version, digest, source, line_count, differences, imported_by, imported_at";
+    "id, provider, report_date, version, digest, source, line_count, differences, imported_by, imported_at";
 
 /// One stored line.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -56,6 +63,8 @@ pub struct LineRow {
     /// The account of the withdrawal its key names, or the system account.
     pub account_id: AccountId,
     pub report_id: SettlementReportId,
+    /// Its report's provider.
+    pub provider: String,
     pub line_no: i32,
     pub line_key: String,
     pub content_digest: String,
@@ -76,42 +85,51 @@ pub struct LineRow {
 }
 
 const LINE_COLUMNS: &str =
-    "id, account_id, report_id, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
+    "id, account_id, report_id, provider, line_no, line_key, content_digest, transfer_id, idempotency_key, reference, \
                             amount_minor, currency, fee_minor, status, event_at, withdrawal_id, result, applied, \
                             evidence, matched_at";
 
-/// Lines per insert statement: 19 binds each, well under SQLite's and PostgreSQL's limits.
+/// Lines per insert statement: 20 binds each, well under SQLite's and PostgreSQL's limits.
 const LINES_PER_INSERT: usize = 500;
 
-/// The report version with this digest, if it was imported.
-pub async fn report_by_digest(db: &Db, digest: &str) -> Result<Option<ReportRow>> {
+/// The version of the provider's report of `date` with this digest, if it was imported. (Two days'
+/// reports may have the same bytes: a day with no line is the header alone.)
+pub async fn report_by_digest(db: &Db, provider: &str, date: &str, digest: &str) -> Result<Option<ReportRow>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, ReportRow>(&format!("SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE digest = $1"))
-            .bind(digest)
-            .fetch_optional(&mut *conn)
-            .await?
+        sqlx::query_as::<_, ReportRow>(&format!(
+            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE provider = $1 AND report_date = $2 AND digest = $3"
+        ))
+        .bind(provider)
+        .bind(date)
+        .bind(digest)
+        .fetch_optional(&mut *conn)
+        .await?
     }))
 }
 
-/// The latest version of a day's report, read in `tx`.
-pub async fn latest_report(tx: &mut Tx, date: &str) -> Result<Option<ReportRow>> {
+/// The latest version of the provider's report of a day, read in `tx`.
+pub async fn latest_report(tx: &mut Tx, provider: &str, date: &str) -> Result<Option<ReportRow>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, ReportRow>(&format!(
-            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE report_date = $1 ORDER BY version DESC LIMIT 1"
+            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE provider = $1 AND report_date = $2
+             ORDER BY version DESC LIMIT 1"
         ))
+        .bind(provider)
         .bind(date)
         .fetch_optional(&mut *conn)
         .await?
     }))
 }
 
-/// Imported report versions, newest first; one day's when `date` is given.
-pub async fn list_reports(db: &Db, date: Option<&str>, limit: i64) -> Result<Vec<ReportRow>> {
+/// Imported report versions, newest first; one provider's and one day's when they are given.
+pub async fn list_reports(db: &Db, provider: Option<&str>, date: Option<&str>, limit: i64) -> Result<Vec<ReportRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReportRow>(&format!(
-            "SELECT {REPORT_COLUMNS} FROM settlement_reports WHERE ($1 IS NULL OR report_date = $1)
-             ORDER BY report_date DESC, version DESC LIMIT $2"
+            "SELECT {REPORT_COLUMNS} FROM settlement_reports
+             WHERE ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR report_date = $2)
+             ORDER BY report_date DESC, provider, version DESC LIMIT $3"
         ))
+        .bind(provider)
         .bind(date)
         .bind(limit)
         .fetch_all(&mut *conn)
@@ -119,27 +137,35 @@ pub async fn list_reports(db: &Db, date: Option<&str>, limit: i64) -> Result<Vec
     }))
 }
 
-/// `(line key, content digest)` of every line of every version of a day's report, read in `tx`.
-pub async fn line_keys_of_day(tx: &mut Tx, date: &str) -> Result<Vec<(String, String, SettlementReportId)>> {
+/// `(line key, content digest)` of every line of every version of the provider's report of a day,
+/// read in `tx`.
+pub async fn line_keys_of_day(
+    tx: &mut Tx,
+    provider: &str,
+    date: &str,
+) -> Result<Vec<(String, String, SettlementReportId)>> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query_as::<_, (String, String, SettlementReportId)>(
             "SELECT l.line_key, l.content_digest, l.report_id FROM settlement_lines l
-             JOIN settlement_reports r ON r.id = l.report_id WHERE r.report_date = $1",
+             JOIN settlement_reports r ON r.id = l.report_id WHERE r.provider = $1 AND r.report_date = $2",
         )
+        .bind(provider)
         .bind(date)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-/// Stores a report version. False when its digest is already stored (a concurrent import won).
+/// Stores a report version. False when the provider's report of this day and digest is already
+/// stored (a concurrent import won).
 pub async fn insert_report(tx: &mut Tx, r: &ReportRow) -> Result<bool> {
     let inserted = with_conn!(tx, |conn| {
         sqlx::query(&format!(
-            "INSERT INTO settlement_reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT (digest) DO NOTHING"
+            "INSERT INTO settlement_reports ({REPORT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (provider, report_date, digest) DO NOTHING"
         ))
         .bind(r.id)
+        .bind(&r.provider)
         .bind(&r.report_date)
         .bind(r.version)
         .bind(&r.digest)
@@ -163,8 +189,14 @@ pub struct NewLine<'a> {
     pub result: Option<LineResult>,
 }
 
-/// Stores a version's lines, set-based: one statement per [`LINES_PER_INSERT`] lines.
-pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewLine<'_>]) -> Result<()> {
+/// Stores a version's lines (of `provider`'s report), set-based: one statement per
+/// [`LINES_PER_INSERT`] lines.
+pub async fn insert_lines(
+    tx: &mut Tx,
+    report: SettlementReportId,
+    provider: &str,
+    lines: &[NewLine<'_>],
+) -> Result<()> {
     let now = DbTime::now();
     for chunk in lines.chunks(LINES_PER_INSERT) {
         with_conn!(tx, |conn| {
@@ -174,6 +206,7 @@ pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewL
                 row.push_bind(SettlementLineId::new())
                     .push_bind(new.account)
                     .push_bind(report)
+                    .push_bind(provider.to_owned())
                     .push_bind(i32::try_from(l.line).unwrap_or(i32::MAX))
                     .push_bind(l.key())
                     .push_bind(l.content_digest())
@@ -197,41 +230,71 @@ pub async fn insert_lines(tx: &mut Tx, report: SettlementReportId, lines: &[NewL
     Ok(())
 }
 
-/// Lines of any version of a day's report still to be matched (or waiting for the provider's
-/// confirmation), in version and report order.
-pub async fn unmatched_lines_of_day(db: &Db, date: &str) -> Result<Vec<LineRow>> {
+/// Lines of any version of the provider's report of a day still to be matched (or waiting for
+/// the provider's confirmation), in version and report order.
+pub async fn unmatched_lines_of_day(db: &Db, provider: &str, date: &str) -> Result<Vec<LineRow>> {
     let columns = LINE_COLUMNS.split(", ").map(|c| format!("l.{c}")).collect::<Vec<_>>().join(", ");
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, LineRow>(&format!(
             "SELECT {columns} FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
-             WHERE r.report_date = $1 AND l.result IS NULL ORDER BY r.version, l.line_no"
+             WHERE r.provider = $1 AND r.report_date = $2 AND l.result IS NULL ORDER BY r.version, l.line_no"
         ))
+        .bind(provider)
         .bind(date)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-/// Days with lines still undecided (the daily run tries them again), oldest first.
-pub async fn days_awaiting(db: &Db) -> Result<Vec<String>> {
+/// Days of the provider's reports with lines still undecided (its daily run tries them again),
+/// oldest first.
+pub async fn days_awaiting(db: &Db, provider: &str) -> Result<Vec<String>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_scalar::<_, String>(
             "SELECT DISTINCT r.report_date FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
-             WHERE l.result IS NULL ORDER BY r.report_date LIMIT 31",
+             WHERE r.provider = $1 AND l.result IS NULL ORDER BY r.report_date LIMIT 31",
         )
+        .bind(provider)
         .fetch_all(&mut *conn)
         .await?
     }))
 }
 
-/// Whether any version of a day's report is stored, read in `tx`.
-pub async fn has_report(tx: &mut Tx, date: &str) -> Result<bool> {
+/// Whether any version of the provider's report of a day is stored, read in `tx`.
+pub async fn has_report(tx: &mut Tx, provider: &str, date: &str) -> Result<bool> {
     Ok(with_conn!(tx, |conn| {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM settlement_reports WHERE report_date = $1")
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM settlement_reports WHERE provider = $1 AND report_date = $2")
+            .bind(provider)
             .bind(date)
             .fetch_one(&mut *conn)
             .await?
     }) > 0)
+}
+
+/// Withdrawals read per query by [`latest_providers`].
+const KEYS_PER_QUERY: usize = 500;
+
+/// The provider of each withdrawal's latest attempt (`provider_attempts.provider`: where it was
+/// sent last, so where it may have been paid — SPEC §16), for those of `keys` that have one; a
+/// withdrawal never attempted is absent. One query per 500 withdrawals.
+pub async fn latest_providers(db: &Db, keys: &[WithdrawalKey]) -> Result<HashMap<WithdrawalKey, String>> {
+    let mut latest: HashMap<WithdrawalKey, (i64, String)> = HashMap::new();
+    for chunk in keys.chunks(KEYS_PER_QUERY) {
+        let rows: Vec<(AccountId, WithdrawalId, i64, String)> = with_read_conn!(db, |conn| {
+            let mut query = QueryBuilder::new(
+                "SELECT account_id, withdrawal_id, attempt_no, provider FROM provider_attempts WHERE ",
+            );
+            super::push_keys_in(&mut query, "(account_id, withdrawal_id)", chunk.iter().map(|k| (k.account.0, k.id.0)));
+            query.build_query_as().fetch_all(&mut *conn).await?
+        });
+        for (account, id, attempt_no, provider) in rows {
+            let entry = latest.entry(WithdrawalKey { account, id }).or_insert((attempt_no, provider.clone()));
+            if attempt_no > entry.0 {
+                *entry = (attempt_no, provider);
+            }
+        }
+    }
+    Ok(latest.into_iter().map(|(key, (_, provider))| (key, provider)).collect())
 }
 
 /// Every line matched to a withdrawal, oldest event first (its settlement evidence).

@@ -32,9 +32,9 @@ pub(super) fn fault_mix() -> Vec<FaultRule> {
 }
 
 /// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live
-/// job, no review decision waiting, no transfer `pending` at the provider, no webhook delivery
+/// job, no review decision waiting, no transfer `pending` at any provider, no webhook delivery
 /// that could still be accepted being retried. (What is left for the operators, the desk knows.)
-pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bool {
+pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_urls: &[String]) -> bool {
     let Ok(outcomes) = verify::withdrawal_outcomes(db).await else { return false };
     if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
         return false;
@@ -47,12 +47,17 @@ pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_url: &str) -> bo
         Ok(waiting) if waiting.is_empty() => {}
         _ => return false,
     }
-    let Ok(response) = http.get(format!("{mock_url}/__admin/transfers")).send().await else { return false };
-    let Ok(transfers) = response.json::<Value>().await else { return false };
-    if transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending") {
-        return false;
+    for mock_url in mock_urls {
+        let Ok(response) = http.get(format!("{mock_url}/__admin/transfers")).send().await else { return false };
+        let Ok(transfers) = response.json::<Value>().await else { return false };
+        if transfers["data"].as_array().into_iter().flatten().any(|t| t["status"] == "pending") {
+            return false;
+        }
+        if !super::webhooks::quiet(http, mock_url).await {
+            return false;
+        }
     }
-    super::webhooks::quiet(http, mock_url).await
+    true
 }
 
 pub(super) async fn set_faults(
@@ -69,10 +74,13 @@ pub(super) async fn set_faults(
     Ok(())
 }
 
-pub(super) async fn set_settlement(http: &reqwest::Client, mock: &str, settlement: Value) -> anyhow::Result<()> {
-    let response = http.post(format!("{mock}/__admin/settlement")).json(&settlement).send().await?;
-    if !response.status().is_success() {
-        bail!("the mock refused the settlement: {}", response.text().await.unwrap_or_default());
+/// Sets the settlement mode of every mock in `mocks`.
+pub(super) async fn set_settlement(http: &reqwest::Client, mocks: &[String], settlement: Value) -> anyhow::Result<()> {
+    for mock in mocks {
+        let response = http.post(format!("{mock}/__admin/settlement")).json(&settlement).send().await?;
+        if !response.status().is_success() {
+            bail!("the mock refused the settlement: {}", response.text().await.unwrap_or_default());
+        }
     }
     Ok(())
 }

@@ -116,7 +116,8 @@ struct DeskState {
 /// The review desk the operators share: where they work and what they have done.
 pub struct Desk {
     base_url: String,
-    mock_url: String,
+    /// Every provider mock's admin URL (two in a two-provider run): what the providers show.
+    mock_urls: Vec<String>,
     http: reqwest::Client,
     limits: Limits,
     state: Mutex<DeskState>,
@@ -148,10 +149,15 @@ struct PassResult {
 
 impl Desk {
     pub fn new(base_url: &str, mock_url: &str, limits: Limits) -> anyhow::Result<Arc<Desk>> {
+        Desk::watching(base_url, &[mock_url.to_owned()], limits)
+    }
+
+    /// A desk whose operators look at several providers' records (SPEC §16).
+    pub fn watching(base_url: &str, mock_urls: &[String], limits: Limits) -> anyhow::Result<Arc<Desk>> {
         let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
         Ok(Arc::new(Desk {
             base_url: base_url.to_owned(),
-            mock_url: mock_url.to_owned(),
+            mock_urls: mock_urls.to_vec(),
             http,
             limits,
             state: Mutex::new(DeskState::default()),
@@ -441,21 +447,27 @@ impl Desk {
         }
     }
 
-    /// The provider's view by idempotency key (= withdrawal id), from the mock's ground truth.
+    /// The providers' view by idempotency key (= withdrawal id), from the mocks' ground truth.
+    /// Should two providers hold one key (a violation the run reports), the paid one is shown.
     async fn provider_shows(&self) -> Option<HashMap<String, Shown>> {
-        let body: Value =
-            self.http.get(format!("{}/__admin/transfers", self.mock_url)).send().await.ok()?.json().await.ok()?;
-        Some(
-            body["data"]
-                .as_array()?
-                .iter()
-                .filter_map(|t| {
-                    let shown =
-                        Shown { transfer_id: t["id"].as_str()?.to_owned(), status: t["status"].as_str()?.to_owned() };
-                    Some((t["idempotency_key"].as_str()?.to_owned(), shown))
-                })
-                .collect(),
-        )
+        let mut shows: HashMap<String, Shown> = HashMap::new();
+        for mock in &self.mock_urls {
+            let body: Value =
+                self.http.get(format!("{mock}/__admin/transfers")).send().await.ok()?.json().await.ok()?;
+            for t in body["data"].as_array()? {
+                let (Some(key), Some(id), Some(status)) =
+                    (t["idempotency_key"].as_str(), t["id"].as_str(), t["status"].as_str())
+                else {
+                    continue;
+                };
+                let shown = Shown { transfer_id: id.to_owned(), status: status.to_owned() };
+                let paid = |s: &Shown| matches!(s.status.as_str(), "paid" | "returned");
+                if shows.get(key).is_none_or(|held| !paid(held)) {
+                    shows.insert(key.to_owned(), shown);
+                }
+            }
+        }
+        Some(shows)
     }
 
     async fn send(&self, op: &Operator, pacer: &mut Pacer, sent: &mut u64, request: reqwest::RequestBuilder) -> Answer {

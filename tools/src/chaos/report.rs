@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{operator, settlement, webhooks};
+use super::{operator, settlement, two_providers, webhooks};
 
 pub(super) fn print_summary(report: &Value) {
     let f = &report["findings"];
@@ -46,6 +46,11 @@ pub(super) fn print_summary(report: &Value) {
     }
     for line in webhooks::describe(&report["webhooks"]) {
         eprintln!("{line}");
+    }
+    if report["two_providers"].is_object() {
+        for line in two_providers::describe(&report["two_providers"]) {
+            eprintln!("{line}");
+        }
     }
     eprintln!(
         "time: fault phase {:.0} s, convergence {:.1} s, total {:.0} s",

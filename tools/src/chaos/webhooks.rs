@@ -384,6 +384,9 @@ fn tally(deliveries: &[Delivery]) -> Deliveries {
 
 /// The summary's lines about webhooks.
 pub(super) fn describe(w: &Value) -> Vec<String> {
+    if let Some(why) = w["skipped"].as_str() {
+        return vec![format!("webhooks: skipped ({why})")];
+    }
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let d = &w["deliveries"];
     let mut lines = vec![

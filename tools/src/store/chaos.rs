@@ -1,13 +1,14 @@
 //! Statements only `withdrawals-tools chaos` sends, beyond the library's `storage::verify`: what
 //! the provider's webhook events came to (SPEC §15) with the state of the job deciding each, and
-//! which channel took each withdrawal's final decision. Read-only, after (or while waiting for)
+//! which channel took each withdrawal's final decision, and where each attempt went and which
+//! withdrawals moved to another provider (SPEC §16). Read-only, after (or while waiting for)
 //! convergence; nothing here writes.
 
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use withdrawals::domain::{JobStatus, WebhookResult, WithdrawalStatus};
-use withdrawals::storage::{Db, Result};
+use withdrawals::domain::{AttemptResult, JobStatus, SideEffect, WebhookResult, WithdrawalStatus};
+use withdrawals::storage::{Db, DbTime, Result};
 use withdrawals::with_read_conn;
 
 /// Stored events by type and result (`None` while undecided): the report's counts.
@@ -111,6 +112,75 @@ pub async fn final_decisions(db: &Db) -> Result<Vec<Decision>> {
             "SELECT withdrawal_id, to_status, actor FROM withdrawal_transitions \
              WHERE to_status IN ('completed', 'failed') ORDER BY at, id",
         )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One provider attempt, as the two-provider checks read it (SPEC §16): where it went and what
+/// came of it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ProviderAttempt {
+    pub withdrawal_id: Uuid,
+    pub attempt_no: i64,
+    pub provider: String,
+    pub started_at: DbTime,
+    pub outcome: Option<AttemptResult>,
+    pub side_effect: SideEffect,
+}
+
+/// Every attempt, by withdrawal, oldest first.
+pub async fn provider_attempts(db: &Db) -> Result<Vec<ProviderAttempt>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, ProviderAttempt>(
+            "SELECT withdrawal_id, attempt_no, provider, started_at, outcome, side_effect FROM provider_attempts \
+             ORDER BY withdrawal_id, attempt_no",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// A recorded move to the next provider: a `processing` → `processing` entry of the transition
+/// log whose reason names both providers, with its evidence (`source: failover`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FailoverEntry {
+    pub withdrawal_id: Uuid,
+    pub reason: String,
+    pub evidence: Option<Json<serde_json::Value>>,
+    pub at: DbTime,
+}
+
+const MOVE: &str = "from_status = 'processing' AND to_status = 'processing' AND reason LIKE 'failover from %'";
+
+pub async fn failover_entries(db: &Db) -> Result<Vec<FailoverEntry>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, FailoverEntry>(&format!(
+            "SELECT withdrawal_id, reason, evidence, at FROM withdrawal_transitions WHERE {MOVE} ORDER BY at, id"
+        ))
+        .fetch_all(&mut *conn)
+        .await?
+    }))
+}
+
+/// One entry of a transition log, as far as its order goes.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LogEntry {
+    pub withdrawal_id: Uuid,
+    pub from_status: Option<WithdrawalStatus>,
+    pub to_status: WithdrawalStatus,
+    pub reason: String,
+}
+
+/// The whole transition log of every withdrawal that moved, by withdrawal, in the log's order
+/// (`at`, then id).
+pub async fn logs_of_moved(db: &Db) -> Result<Vec<LogEntry>> {
+    Ok(with_read_conn!(db, |conn| {
+        sqlx::query_as::<_, LogEntry>(&format!(
+            "SELECT withdrawal_id, from_status, to_status, reason FROM withdrawal_transitions \
+             WHERE withdrawal_id IN (SELECT withdrawal_id FROM withdrawal_transitions WHERE {MOVE}) \
+             ORDER BY withdrawal_id, at, id"
+        ))
         .fetch_all(&mut *conn)
         .await?
     }))
