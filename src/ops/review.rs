@@ -150,6 +150,7 @@ pub async fn show(ops: &Ops<'_>, operator: &Operator, id: WithdrawalId) -> OpsRe
         .into_iter()
         .map(|l| SettlementLineView {
             report_id: l.report_id.0,
+            provider: l.provider,
             line: l.line_no,
             transfer_id: l.transfer_id,
             status: l.status,

@@ -287,10 +287,25 @@ fn short(digest: &str) -> &str {
     digest.get(..12).unwrap_or(digest)
 }
 
+/// Where a report came from: fetched from its provider, or a file given as that provider's.
+fn origin(source: &str, provider: &str) -> String {
+    match source {
+        "provider" => format!("fetched from provider {provider}"),
+        other => format!("from a {other}, as provider {provider}'s"),
+    }
+}
+
 fn print_import(v: &ImportView) {
     println!(
-        "import {} of {} ({}, provider {}): {} — {} of {} lines done, {} matched, {} exceptions",
-        v.id, v.date, v.source, v.provider, v.state, v.lines_done, v.lines, v.matched, v.exceptions
+        "import {} of {} ({}): {} — {} of {} lines done, {} matched, {} exceptions",
+        v.id,
+        v.date,
+        origin(&v.source.to_string(), &v.provider),
+        v.state,
+        v.lines_done,
+        v.lines,
+        v.matched,
+        v.exceptions
     );
     if let Some(error) = &v.error {
         println!("error: {error}");
@@ -303,19 +318,19 @@ fn print_import(v: &ImportView) {
 fn print_summary(s: &ImportSummary) {
     if s.already_imported {
         println!(
-            "the report of {} is already imported (version {}, digest {}, from {}): nothing new stored",
+            "the report of {} is already imported (version {}, digest {}, {}): nothing new stored",
             s.date,
             s.version,
             short(&s.digest),
-            s.source
+            origin(&s.source.to_string(), &s.provider)
         );
     } else {
         println!(
-            "imported the report of {}: version {}, digest {}, from {}",
+            "imported the report of {}: version {}, digest {}, {}",
             s.date,
             s.version,
             short(&s.digest),
-            s.source
+            origin(&s.source.to_string(), &s.provider)
         );
     }
     println!("provider: {}", s.provider);

@@ -152,7 +152,7 @@ async fn the_cli_imports_a_report_file_and_refuses_a_malformed_one_naming_its_li
     // A file names its day by its lines; --date is optional.
     let imported = stdout(&cli(&app, &operator, &["settlement", "import", "--file", good.to_str().unwrap()]));
     assert!(imported.contains(&format!("imported the report of {day}: version 1")), "{imported}");
-    assert!(imported.contains("from file") && imported.contains("matched 1,"), "{imported}");
+    assert!(imported.contains("from a file, as provider default's") && imported.contains("matched 1,"), "{imported}");
     assert!(imported.contains("exceptions opened 0,"), "{imported}");
     let reports = || stdout(&cli(&app, &operator, &["settlement", "reports", "--json"]));
     let before = reports();

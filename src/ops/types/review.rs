@@ -55,6 +55,9 @@ pub struct WithdrawalDetail {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SettlementLineView {
     pub report_id: Uuid,
+    /// The provider whose report it is (SPEC §16).
+    #[serde(default)]
+    pub provider: String,
     pub line: i32,
     pub transfer_id: String,
     pub status: LineStatus,
