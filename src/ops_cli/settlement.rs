@@ -300,7 +300,7 @@ fn print_import(v: &ImportView) {
         "import {} of {} ({}): {} — {} of {} lines done, {} matched, {} exceptions",
         v.id,
         v.date,
-        origin(&v.source.to_string(), &v.provider),
+        origin(v.source.as_str(), &v.provider),
         v.state,
         v.lines_done,
         v.lines,
@@ -322,7 +322,7 @@ fn print_summary(s: &ImportSummary) {
             s.date,
             s.version,
             short(&s.digest),
-            origin(&s.source.to_string(), &s.provider)
+            origin(s.source.as_str(), &s.provider)
         );
     } else {
         println!(
@@ -330,7 +330,7 @@ fn print_summary(s: &ImportSummary) {
             s.date,
             s.version,
             short(&s.digest),
-            origin(&s.source.to_string(), &s.provider)
+            origin(s.source.as_str(), &s.provider)
         );
     }
     println!("provider: {}", s.provider);

@@ -3,7 +3,10 @@
 //! every dead letter (to prove nothing secret was kept), the open dead letters recomputed
 //! from their events (to prove the maintained open set agrees), and what settlement made of the
 //! run (report versions, every line's result, every exception, every return and its ledger
-//! entries — to prove each discrepancy was found once and each return credited once).
+//! entries — to prove each discrepancy was found once and each return credited once). Reports,
+//! lines and exceptions name their provider (SPEC §16): a report version is one provider's of one
+//! day, so the latest version of a day is per provider, and a check compares each provider's
+//! reports with that provider's own record.
 
 use uuid::Uuid;
 
@@ -111,20 +114,27 @@ pub async fn open_dead_letters_from_events(db: &Db) -> Result<Vec<SummaryRow>> {
     }))
 }
 
-/// One imported report version.
+/// One imported report version: provider `provider`'s report of `report_date`, its `version`th.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ReportVersion {
+    pub provider: String,
     /// `YYYY-MM-DD`.
     pub report_date: String,
     pub version: i32,
     pub line_count: i32,
+    /// No later version of this provider's report of this day is stored.
+    pub latest: bool,
 }
 
-/// Every imported report version, by day and version.
+/// Every imported report version, by provider, day and version.
 pub async fn settlement_reports(db: &Db) -> Result<Vec<ReportVersion>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ReportVersion>(
-            "SELECT report_date, version, line_count FROM settlement_reports ORDER BY report_date, version",
+            "SELECT r.provider, r.report_date, r.version, r.line_count,
+                    CASE WHEN r.version = (SELECT MAX(r2.version) FROM settlement_reports r2
+                                           WHERE r2.provider = r.provider AND r2.report_date = r.report_date)
+                         THEN TRUE ELSE FALSE END AS latest
+             FROM settlement_reports r ORDER BY r.provider, r.report_date, r.version",
         )
         .fetch_all(&mut *conn)
         .await?
@@ -134,6 +144,8 @@ pub async fn settlement_reports(db: &Db) -> Result<Vec<ReportVersion>> {
 /// What matching made of one stored report line.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LineOutcome {
+    /// The provider whose report it is.
+    pub provider: String,
     pub report_date: String,
     pub version: i32,
     pub line_no: i32,
@@ -147,14 +159,14 @@ pub struct LineOutcome {
     pub applied: Option<String>,
 }
 
-/// Every stored line of every report version, in report order.
+/// Every stored line of every report version, by provider, in report order.
 pub async fn settlement_lines(db: &Db) -> Result<Vec<LineOutcome>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, LineOutcome>(
-            "SELECT r.report_date, r.version, l.line_no, l.idempotency_key, l.status, l.withdrawal_id, l.result,
-                    l.applied
+            "SELECT r.provider, r.report_date, r.version, l.line_no, l.idempotency_key, l.status, l.withdrawal_id,
+                    l.result, l.applied
              FROM settlement_lines l JOIN settlement_reports r ON r.id = l.report_id
-             ORDER BY r.report_date, r.version, l.line_no",
+             ORDER BY r.provider, r.report_date, r.version, l.line_no",
         )
         .fetch_all(&mut *conn)
         .await?
@@ -164,6 +176,8 @@ pub async fn settlement_lines(db: &Db) -> Result<Vec<LineOutcome>> {
 /// One settlement exception, as far as a check needs it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ExceptionFact {
+    /// The provider whose report (or record) it is about.
+    pub provider: String,
     pub kind: ExceptionKind,
     pub status: ExceptionStatus,
     pub withdrawal_id: Option<Uuid>,
@@ -175,7 +189,7 @@ pub struct ExceptionFact {
 pub async fn settlement_exceptions(db: &Db) -> Result<Vec<ExceptionFact>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, ExceptionFact>(
-            "SELECT kind, status, withdrawal_id, transfer_id, dedupe_key FROM settlement_exceptions
+            "SELECT provider, kind, status, withdrawal_id, transfer_id, dedupe_key FROM settlement_exceptions
              ORDER BY opened_at, id",
         )
         .fetch_all(&mut *conn)

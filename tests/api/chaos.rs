@@ -8,9 +8,12 @@
 //! provider's clock, every injected report discrepancy is found once as an open exception of its
 //! kind, the real return is credited once and the spurious one not at all, the malformed report
 //! stores nothing — and its checks notice a discrepancy that went unfound or a line left unmatched;
-//! with too few completed withdrawals it injects only what needs none. And the two-provider run's
-//! checks (`--providers 2`): a withdrawal moved past a provider that refused connections is counted
-//! as moved and paid at the second, and a key the first provider also executed is found at two
+//! with too few completed withdrawals it injects only what needs none; with two providers, each
+//! provider's discrepancies are found at that provider, a line for the other's withdrawal is an
+//! `unknown_transfer`, and the checks notice a withdrawal matched in the wrong provider's report or
+//! a report checked against the wrong provider's record. And the two-provider run's checks
+//! (`--providers 2`): a withdrawal moved past a provider that refused connections is counted as
+//! moved and paid at the second, and a key the first provider also executed is found at two
 //! providers and as a move away from an execution.
 
 use std::collections::{HashMap, HashSet};
@@ -37,6 +40,7 @@ both_backends!(
     the_chaos_operators_are_refused_until_the_provider_settles,
     the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_real_return_once,
     the_chaos_settlement_phase_with_few_completions_injects_only_the_unknown_transfer,
+    the_chaos_settlement_phase_with_two_providers_finds_each_ones_discrepancies_at_that_provider,
     the_two_provider_checks_count_a_move_and_find_a_key_executed_at_both,
 );
 
@@ -277,6 +281,18 @@ async fn settlement_ops(app: &TestApp) -> String {
     serve_extra(app, config).await
 }
 
+/// Where the settlement phase works: the ops API at `ops_url` as `token`, and the mock at
+/// `mock_url` (of `provider`; `None`: the one provider).
+fn settlement_api<'a>(
+    app: &'a TestApp,
+    ops_url: &'a str,
+    mock_url: &'a str,
+    token: &'a str,
+    provider: Option<&'a str>,
+) -> settlement::Api<'a> {
+    settlement::Api { http: &app.client, base_url: ops_url, mock_url, operator_token: token, provider }
+}
+
 async fn completed(app: &TestApp, alice: &crate::harness::Customer, keys: std::ops::Range<u32>) -> Vec<String> {
     let mut ids = Vec::new();
     for i in keys {
@@ -300,10 +316,12 @@ async fn the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_
     let _importer = app.settlement_worker();
     let ops_url = settlement_ops(&app).await;
     let token = app.operator("operator").await;
-    let api = settlement::Api { http: &app.client, base_url: &ops_url, mock_url: &mock.url(), operator_token: &token };
+    let mock_url = mock.url();
+    let api = settlement_api(&app, &ops_url, &mock_url, &token, None);
 
     let mut run = settlement::exercise(&app.db, &api, 7, start_day).await;
-    settlement::check(&app.db, &mut run).await.unwrap();
+    let truth = mock.transfers();
+    settlement::check(&app.db, &mut run, &[("default", &truth)]).await.unwrap();
 
     assert_eq!(run.violations, Vec::<String>::new());
     assert_eq!(run.days, vec![start_day, start_day.succ_opt().unwrap()]);
@@ -351,8 +369,12 @@ async fn the_chaos_settlement_phase_finds_each_discrepancy_once_and_credits_the_
     };
     app.execute_raw(&format!("UPDATE settlement_lines SET result = 'status_mismatch' WHERE withdrawal_id = {sql_id}"))
         .await;
-    let mut again = settlement::SettlementRun { injected: run.injected.clone(), ..Default::default() };
-    settlement::check(&app.db, &mut again).await.unwrap();
+    let mut again = settlement::SettlementRun {
+        provider: run.provider.clone(),
+        injected: run.injected.clone(),
+        ..Default::default()
+    };
+    settlement::check(&app.db, &mut again, &[("default", &truth)]).await.unwrap();
     let found = again.violations.join("\n");
     assert!(found.contains(&format!("missing_from_report exception on withdrawal {omitted} is resolved")), "{found}");
     assert!(found.contains(&format!("completed withdrawal {unmatched} has no matched settlement line")), "{found}");
@@ -367,10 +389,10 @@ async fn the_chaos_settlement_phase_with_few_completions_injects_only_the_unknow
     let ops_url = settlement_ops(&app).await;
     let token = app.operator("operator").await;
     let mock_url = app.provider.mock.url();
-    let api = settlement::Api { http: &app.client, base_url: &ops_url, mock_url: &mock_url, operator_token: &token };
+    let api = settlement_api(&app, &ops_url, &mock_url, &token, None);
 
     let mut run = settlement::exercise(&app.db, &api, 7, app.provider.mock.now().date_naive()).await;
-    settlement::check(&app.db, &mut run).await.unwrap();
+    settlement::check(&app.db, &mut run, &[("default", &app.provider.mock.transfers())]).await.unwrap();
 
     assert_eq!(run.violations, Vec::<String>::new());
     assert!(run.injected.skipped.as_deref().is_some_and(|s| s.contains("only 2 completed")), "{:?}", run.injected);
@@ -380,6 +402,99 @@ async fn the_chaos_settlement_phase_with_few_completions_injects_only_the_unknow
     let summary = settlement::describe(&serde_json::to_value(&run).unwrap()).join("\n");
     assert!(summary.contains("only 2 completed"), "{summary}");
     assert!(summary.contains("ledger verify 200 clean"), "{summary}");
+}
+
+/// Six withdrawals paid at `acme` for one customer, six at `bolt` for another (acme's breaker
+/// forced open): the settlement phase
+/// over both providers finds each one's four discrepancies, its made-up transfer and the line for
+/// the other's withdrawal as exceptions of that provider, credits each real return once, and
+/// leaves every other withdrawal matched at the provider that paid it. The checks then notice the
+/// foreign line matched (as a provider-blind matcher would) and a report held against the other
+/// provider's record.
+async fn the_chaos_settlement_phase_with_two_providers_finds_each_ones_discrepancies_at_that_provider(app: TestApp) {
+    let two = crate::settlement::providers::acme_and_bolt(serde_json::Value::Null, serde_json::Value::Null).await;
+    let _worker = two.start_worker(&app, "w-chaos-two-settlement").drop_guard();
+    let ops_url = two.serve(&app).await;
+    let token = app.operator("operator").await;
+    // Two customers: the two bank returns are made on different accounts.
+    let (alice, bob) = (app.customer("1000.00").await, app.customer("1000.00").await);
+    let at_acme = completed(&app, &alice, 0..6).await;
+    two.gateways.get("acme").unwrap().breaker.force_open();
+    let at_bolt = completed(&app, &bob, 6..12).await;
+    two.gateways.get("acme").unwrap().breaker.reset();
+    let (acme_url, bolt_url) = (two.acme.mock.url(), two.bolt.mock.url());
+    let apis = [
+        settlement_api(&app, &ops_url, &acme_url, &token, Some("acme")),
+        settlement_api(&app, &ops_url, &bolt_url, &token, Some("bolt")),
+    ];
+
+    let mut runs = settlement::exercise_each(&app.db, &apis, 7, two.acme.mock.now().date_naive()).await;
+    let (acme, bolt) = (two.acme.mock.transfers(), two.bolt.mock.transfers());
+    let at = [("acme", acme.as_slice()), ("bolt", bolt.as_slice())];
+    for run in &mut runs {
+        settlement::check(&app.db, run, &at).await.unwrap();
+    }
+
+    let kinds = |pairs: &[(&str, u64)]| pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect();
+    for (run, (mine, theirs, other)) in runs.iter().zip([(&at_acme, &at_bolt, "bolt"), (&at_bolt, &at_acme, "acme")]) {
+        assert_eq!(run.violations, Vec::<String>::new(), "{}", run.provider);
+        assert_eq!(run.reports.len(), 1, "{}: {:?}", run.provider, run.reports);
+        assert_eq!(
+            run.exceptions,
+            kinds(&[("amount_mismatch", 1), ("missing_from_report", 1), ("returned", 1), ("unknown_transfer", 2)]),
+            "{}",
+            run.provider
+        );
+        // Six paid lines less the omitted one, the spurious and the real return, two unknown.
+        assert_eq!((run.lines, run.matched, run.returns_credited), (5 + 2 + 2, 4, 1), "{}", run.provider);
+        let d = &run.injected;
+        for t in [&d.omit_paid, &d.wrong_amount, &d.spurious_return, &d.bank_return] {
+            assert!(mine.contains(&t.as_ref().unwrap().withdrawal_id.to_string()), "{}: {t:?}", run.provider);
+        }
+        let foreign = d.foreign_line.as_ref().expect("a line for the other provider's withdrawal");
+        assert_eq!(foreign.paid_at, other);
+        assert!(theirs.contains(&foreign.withdrawal_id.to_string()), "{foreign:?}");
+    }
+    assert_eq!(
+        runs[0].injected.unknown_transfer.as_ref().unwrap().transfer_id,
+        runs[1].injected.unknown_transfer.as_ref().unwrap().transfer_id,
+        "one made-up transfer id, an exception at each provider"
+    );
+    app.assert_ledger_invariant().await;
+
+    // Bolt's line for acme's withdrawal, matched as a provider-blind matcher would match it.
+    let foreign = runs[1].injected.foreign_line.clone().unwrap();
+    let sql_id = if app.database_url.starts_with("sqlite:") {
+        format!("X'{}'", foreign.withdrawal_id.simple())
+    } else {
+        format!("'{}'", foreign.withdrawal_id)
+    };
+    app.execute_raw(&format!(
+        "UPDATE settlement_lines SET result = 'matched', withdrawal_id = {sql_id} WHERE transfer_id = '{}'",
+        foreign.transfer_id
+    ))
+    .await;
+    let mut bolts =
+        settlement::SettlementRun { provider: "bolt".into(), injected: runs[1].injected.clone(), ..Default::default() };
+    settlement::check(&app.db, &mut bolts, &at).await.unwrap();
+    let found = bolts.violations.join("\n");
+    assert!(
+        found.contains(&format!(
+            "withdrawal {}, executed at acme, came out matched in bolt's report",
+            foreign.withdrawal_id
+        )),
+        "{found}"
+    );
+
+    // Acme's report held against bolt's record: acme's withdrawals are matched in no report of bolt.
+    let mut swapped = settlement::SettlementRun { provider: "bolt".into(), ..Default::default() };
+    settlement::check(&app.db, &mut swapped, &[("acme", bolt.as_slice()), ("bolt", acme.as_slice())]).await.unwrap();
+    let found = swapped.violations.join("\n");
+    assert!(
+        found
+            .contains(&format!("completed withdrawal {} has no matched settlement line in bolt's reports", at_acme[5])),
+        "{found}"
+    );
 }
 
 /// The first provider refuses connections (a closed port), its breaker opens after one call, and

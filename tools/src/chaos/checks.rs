@@ -275,11 +275,12 @@ pub async fn check(
 }
 
 /// Money went out: `paid`, or `returned` after it was paid.
-fn paid(t: &TransferRecord) -> bool {
+pub(super) fn paid(t: &TransferRecord) -> bool {
     matches!(t.status, TransferStatus::Paid | TransferStatus::Returned)
 }
 
-fn status_name(status: TransferStatus) -> &'static str {
+/// A transfer's status as the provider writes it.
+pub(super) fn status_name(status: TransferStatus) -> &'static str {
     match status {
         TransferStatus::Pending => "pending",
         TransferStatus::Paid => "paid",

@@ -11,15 +11,9 @@ use withdrawals::storage::{verify, Db};
 
 /// The fault mix of the fault phase; probabilities per matching request, from the seeded RNG.
 pub(super) fn fault_mix() -> Vec<FaultRule> {
-    let p = |probability: f64, route: RouteMatch, effect: FaultEffect| FaultRule {
-        probability,
-        ..FaultRule::new(route, effect)
-    };
+    let p = sometimes;
     vec![
-        FaultRule {
-            account_number_contains: Some("0000".into()),
-            ..FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)
-        },
+        invalid_accounts(),
         p(0.10, RouteMatch::Any, FaultEffect::Latency { ms: 300 }),
         p(0.02, RouteMatch::Any, FaultEffect::Latency { ms: 1_200 }),
         p(0.08, RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None }),
@@ -29,6 +23,21 @@ pub(super) fn fault_mix() -> Vec<FaultRule> {
         p(0.03, RouteMatch::Create, FaultEffect::ResetAfterCommit),
         p(0.03, RouteMatch::Lookup, FaultEffect::Status { code: 503, retry_after_secs: None }),
     ]
+}
+
+/// The invalid-account slice every provider's mix starts with: a destination whose number carries
+/// the magic digits (`0000`, see [`super::load::account_number`]) is refused as invalid, whichever
+/// provider is asked.
+pub(super) fn invalid_accounts() -> FaultRule {
+    FaultRule {
+        account_number_contains: Some("0000".into()),
+        ..FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)
+    }
+}
+
+/// A fault on a share of the matching requests (`probability`, drawn from the mock's seeded RNG).
+pub(super) fn sometimes(probability: f64, route: RouteMatch, effect: FaultEffect) -> FaultRule {
+    FaultRule { probability, ..FaultRule::new(route, effect) }
 }
 
 /// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live

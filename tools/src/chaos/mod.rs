@@ -35,10 +35,13 @@
 //! With `--providers 2` ([`providers`]) the service pays through two provider mocks named in a
 //! `PROVIDERS` file, the first goes down for a window (connections refused, 503s, timeouts after
 //! commit) and comes back, and [`two_providers`] checks that no operation key was executed at two
-//! providers and counts the withdrawals that moved and those that waited. That run sends no
-//! webhooks and imports no settlement report: the service has neither per provider yet (SPEC §16,
-//! `/webhooks/provider/{name}` and `settlement import --provider`), and the bare route and the
-//! import speak for one provider only. Its report says both were skipped and why.
+//! providers and counts the withdrawals that moved and those that waited. Webhooks and settlement
+//! are per provider there (SPEC §16): each mock sends its events, with the same faults, to
+//! `/webhooks/provider/{name}` under its own secret (the file's `webhook_secrets_env`), and the
+//! settlement phase makes each provider's reports disagree with its own record, returns one
+//! payout at each, and imports each provider's days (`"provider": name`,
+//! [`settlement::exercise_each`]). The webhook and settlement checks run once per provider,
+//! against that provider's mock; the report has a section per provider under `providers`.
 
 pub mod checks;
 mod control;
@@ -67,6 +70,7 @@ use operator::{Button, Desk, Operator};
 use procs::{free_port, PgCluster, Proc};
 use providers::{Outage, FIRST, SECOND};
 use report::print_summary;
+use withdrawals::config::providers::DEFAULT_PROVIDER;
 use withdrawals::domain::{Amount, Currency};
 use withdrawals::storage::{Db, PoolSettings};
 
@@ -258,27 +262,22 @@ async fn run_against(
     let mock_url = format!("http://127.0.0.1:{mock_port}");
     let api_port = free_port()?;
     let base_url = format!("http://127.0.0.1:{api_port}");
-    let webhook_secret = webhooks::secret();
     let two = args.providers == 2;
-    let (port, seed, webhook_url) =
-        (mock_port.to_string(), args.seed.to_string(), format!("{base_url}{}", webhooks::PATH));
-    let mut mock_args = vec!["provider-mock", "--port", &port, "--seed", &seed];
-    match two {
-        // The first of two providers: its own key, and no events (see the module doc).
-        true => mock_args.extend(["--api-key", providers::FIRST_KEY]),
-        false => mock_args.extend([
-            "--api-key",
-            PROVIDER_KEY,
-            "--webhook-url",
-            &webhook_url,
-            "--webhook-secret",
-            &webhook_secret,
-        ]),
-    }
+    // Each provider as the service names it in routes, imports and stored rows (the one provider
+    // is `default`, which its operator never names), each with its own webhook secret and route.
+    let named: Vec<Option<&str>> = if two { vec![Some(FIRST), Some(SECOND)] } else { vec![None] };
+    let names: Vec<&str> = named.iter().map(|n| n.unwrap_or(DEFAULT_PROVIDER)).collect();
+    let webhook_secrets: Vec<String> = named.iter().map(|_| webhooks::secret()).collect();
+    let webhook_urls: Vec<String> = named.iter().map(|n| webhooks::url(&base_url, *n)).collect();
+    let key = if two { providers::FIRST_KEY } else { PROVIDER_KEY };
     let mock_name = if two { format!("provider-mock-{FIRST}") } else { "provider-mock".to_owned() };
-    let mut mock = Proc::new(&mock_name, &mock_args, &[], dir);
+    let mut mock =
+        procs::provider_mock(&mock_name, dir, mock_port, args.seed, key, &webhook_urls[0], &webhook_secrets[0]);
     mock.start()?;
-    let mut second = if two { Some(providers::start_second(dir, args.seed)?) } else { None };
+    let mut second = match two {
+        true => Some(providers::start_second(dir, args.seed, &webhook_urls[1], &webhook_secrets[1])?),
+        false => None,
+    };
     // Every mock's own address (the run's admin calls go there, never through the proxy).
     let mock_urls: Vec<String> =
         std::iter::once(mock_url.clone()).chain(second.as_ref().map(|s| s.url.clone())).collect();
@@ -327,7 +326,7 @@ async fn run_against(
         // Webhooks are an extra channel here, not the main one: polling keeps its pace while
         // events arrive, so the two race for the same withdrawals.
         ("PENDING_POLL_WITH_WEBHOOKS_MS", "500"),
-        ("PROVIDER_WEBHOOK_SECRET", webhook_secret.as_str()),
+        ("PROVIDER_WEBHOOK_SECRET", webhook_secrets[0].as_str()),
         ("SUBMIT_BASE_DELAY_MS", "200"),
         ("RECONCILE_BASE_DELAY_MS", "300"),
         ("RECONCILE_MAX_DELAY_MS", "3000"),
@@ -346,7 +345,7 @@ async fn run_against(
     if let (Some(proxy), Some(second)) = (&proxy, &second) {
         let file = providers::write_file(dir, &proxy.url(), &second.url)?;
         env.retain(|(k, _)| !matches!(k.as_str(), "PROVIDER_URL" | "PROVIDER_API_KEY" | "PROVIDER_WEBHOOK_SECRET"));
-        env.extend(providers::service_env(&file));
+        env.extend(providers::service_env(&file, [&webhook_secrets[0], &webhook_secrets[1]]));
     }
     let bind = format!("127.0.0.1:{api_port}");
     // The API's metrics have their own bind, as in production (`/metrics` is not on the API port).
@@ -378,11 +377,11 @@ async fn run_against(
     let customer_keys: Vec<String> = load.customers.iter().map(|c| c.api_key.clone()).collect();
     let slow = json!({"mode": "async", "delay_ms": SLOW_SETTLE_MS, "fail_ratio": SLOW_FAIL_RATIO});
     set_settlement(&http, &mock_urls, slow).await?;
-    if !two {
-        let webhook_faults = webhooks::fault_mix();
-        webhooks::set_faults(&http, &mock_url, &webhook_faults).await?;
-        injected.webhook_faults = Some(webhook_faults);
+    let webhook_faults = webhooks::fault_mix();
+    for url in &mock_urls {
+        webhooks::set_faults(&http, url, &webhook_faults).await?;
     }
+    injected.webhook_faults = Some(webhook_faults);
     let mut load_task = tokio::spawn(load.run());
     let phase_start = Instant::now();
     // The operators work from now until the run has converged (or they hit their own bounds:
@@ -499,10 +498,10 @@ async fn run_against(
     for url in &mock_urls {
         set_faults(&http, url, &[], args.seed).await?;
     }
-    if !two {
-        webhooks::set_faults(&http, &mock_url, &WebhookFaults::default()).await?;
-        injected.webhook_fault_seconds = phase_start.elapsed().as_secs();
+    for url in &mock_urls {
+        webhooks::set_faults(&http, url, &WebhookFaults::default()).await?;
     }
+    injected.webhook_fault_seconds = phase_start.elapsed().as_secs();
     set_settlement(&http, &mock_urls, json!({"mode": "immediate", "delay_ms": 0, "fail_ratio": 0.0})).await?;
     if async_on {
         injected.async_settlement_seconds = (Instant::now() - async_from).as_secs();
@@ -537,23 +536,29 @@ async fn run_against(
     while operator_tasks.join_next().await.is_some() {}
     let desk = desk.report();
 
-    // Settlement, once nothing else moves (a run that did not converge fails anyway).
-    let settlement_run = if converged && !two {
-        let api = settlement::Api {
-            http: &http,
-            base_url: &base_url,
-            mock_url: &mock_url,
-            operator_token: &operator_tokens[0],
-        };
+    // Settlement, once nothing else moves (a run that did not converge fails anyway): each
+    // provider's reports, from its own mock.
+    let settlement_runs = if converged {
+        let apis: Vec<settlement::Api> = mock_urls
+            .iter()
+            .zip(&named)
+            .map(|(mock_url, provider)| settlement::Api {
+                http: &http,
+                base_url: &base_url,
+                mock_url,
+                operator_token: &operator_tokens[0],
+                provider: *provider,
+            })
+            .collect();
         eprintln!("chaos: converged after {convergence:.0?}; settlement: injecting discrepancies, importing");
-        Some(settlement::exercise(&db, &api, args.seed, start_day).await)
+        Some(settlement::exercise_each(&db, &apis, args.seed, start_day).await)
     } else {
         None
     };
 
-    // Deliveries still being retried (the bank return's event among them) land and are decided
+    // Deliveries still being retried (the bank returns' events among them) land and are decided
     // before anything is counted.
-    let drained = webhooks::drain(&db, &http, &mock_url).await;
+    let drained = webhooks::drain(&db, &http, &mock_urls).await;
     let api_scrape = match http.get(format!("http://{api_metrics}/metrics")).send().await {
         Ok(response) => response.text().await.unwrap_or_default(),
         Err(_) => String::new(),
@@ -566,6 +571,10 @@ async fn run_against(
     };
     // Every transfer any provider executed: the money checks hold across providers.
     let transfers: Vec<TransferRecord> = first_transfers.iter().chain(&second_transfers).cloned().collect();
+    // What each provider executed, by the name the service gives it: the per-provider checks'
+    // ground truth.
+    let at: Vec<(&str, &[TransferRecord])> =
+        names.iter().copied().zip([first_transfers.as_slice(), second_transfers.as_slice()]).collect();
     // Every answer of every provider, by kind; with two, also per provider (named as in the file).
     let mut answers = std::collections::BTreeMap::new();
     let first_requests = requests_at(&http, &mock_url).await?;
@@ -590,8 +599,11 @@ async fn run_against(
     for w in &mut worker_procs {
         w.stop(Duration::from_secs(10)).await;
     }
-    // Read once nothing can store an event any more, so every stored event is in it.
-    let deliveries = webhooks::deliveries(&http, &mock_url).await?;
+    // Read once nothing can store an event any more, so every stored event is in them.
+    let mut deliveries = Vec::new();
+    for url in &mock_urls {
+        deliveries.push(webhooks::deliveries(&http, url).await?);
+    }
     mock.stop(Duration::from_secs(5)).await;
     if let Some(s) = second.as_mut() {
         s.proc.stop(Duration::from_secs(5)).await;
@@ -606,7 +618,7 @@ async fn run_against(
     if two {
         strings.extend([providers::FIRST_KEY.to_owned(), providers::SECOND_KEY.to_owned()]);
     }
-    strings.push(webhook_secret.clone());
+    strings.extend(webhook_secrets.iter().cloned());
     strings.extend(operator_tokens);
     let secrets = checks::Secrets { account_numbers, strings };
     let logs: Vec<PathBuf> =
@@ -624,32 +636,41 @@ async fn run_against(
     for a in &desk.anomalies {
         findings.violations.push(format!("operator: {a}"));
     }
+    // Webhooks, per provider: its stored events against its mock's deliveries and record.
+    let mut checked = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let observed = webhooks::Observed {
+            provider: name,
+            deliveries: &deliveries[i],
+            transfers: at[i].1,
+            api_metrics: &api_scrape,
+            secret: &webhook_secrets[i],
+            drained,
+        };
+        let mut webhook_report = webhooks::check(&db, &observed).await?;
+        webhook_report.moved_no_money = match findings.money_violations {
+            0 => format!(
+                "forged, stale and disagreeing events moved no money: the ledger, executions-per-key, final-state and \
+                 paid_out checks found no violation over {} transfers, whichever channel decided",
+                findings.provider_executions_checked
+            ),
+            n => format!("the money checks found {n} violation(s); see the violations"),
+        };
+        let head = if two { format!("webhooks {name}") } else { "webhooks".to_owned() };
+        findings.violations.extend(webhook_report.violations.iter().map(|v| format!("{head}: {v}")));
+        checked.push(webhook_report);
+    }
+    findings.violations.extend(webhooks::unclaimed(&db, &names).await?.into_iter().map(|v| format!("webhooks: {v}")));
+    let checked: Vec<&webhooks::WebhookReport> = checked.iter().collect();
+    findings.violations.extend(webhooks::exercised(&checked).map(|v| format!("webhooks: {v}")));
+    let mut webhook_reports: serde_json::Map<String, Value> =
+        checked.iter().map(|r| (r.provider.clone(), json!(r))).collect();
     let webhook_report = match two {
-        true => json!({"skipped": "no webhooks with two providers: per-provider routes are not built yet (SPEC §16)"}),
-        false => {
-            let observed = webhooks::Observed {
-                deliveries: &deliveries,
-                transfers: &transfers,
-                api_metrics: &api_scrape,
-                secret: &webhook_secret,
-                drained,
-            };
-            let mut webhook_report = webhooks::check(&db, &observed).await?;
-            webhook_report.moved_no_money = match findings.money_violations {
-                0 => format!(
-                    "forged, stale and disagreeing events moved no money: the ledger, executions-per-key, final-state and \
-                     paid_out checks found no violation over {} transfers, whichever channel decided",
-                    findings.provider_executions_checked
-                ),
-                n => format!("the money checks found {n} violation(s); see the violations"),
-            };
-            findings.violations.extend(webhook_report.violations.iter().map(|v| format!("webhooks: {v}")));
-            json!(webhook_report)
-        }
+        true => json!({ "providers": webhook_reports }),
+        false => webhook_reports.remove(DEFAULT_PROVIDER).unwrap_or_default(),
     };
     let two_report = match &first_down {
         Some(o) => {
-            let at = [(FIRST, first_transfers.as_slice()), (SECOND, second_transfers.as_slice())];
             let mut report = two_providers::check(&db, &at, o.window()).await?;
             report.outage = Some(o.report(&first_requests));
             report.answers = answers;
@@ -659,14 +680,19 @@ async fn run_against(
         }
         None => None,
     };
-    let settlement_report = match settlement_run {
-        Some(mut run) => {
-            settlement::check(&db, &mut run).await?;
-            findings.violations.extend(run.violations.iter().map(|v| format!("settlement: {v}")));
-            json!(run)
-        }
-        None if two => {
-            json!({"skipped": "no settlement import with two providers: per-provider import is not built yet (SPEC §16)"})
+    let settlement_report = match settlement_runs {
+        Some(mut runs) => {
+            let mut by_provider = serde_json::Map::new();
+            for run in &mut runs {
+                settlement::check(&db, run, &at).await?;
+                let head = if two { format!("settlement {}", run.provider) } else { "settlement".to_owned() };
+                findings.violations.extend(run.violations.iter().map(|v| format!("{head}: {v}")));
+                by_provider.insert(run.provider.clone(), json!(run));
+            }
+            match two {
+                true => json!({ "providers": by_provider }),
+                false => by_provider.remove(DEFAULT_PROVIDER).unwrap_or_default(),
+            }
         }
         None => json!({"skipped": "the run did not converge"}),
     };

@@ -42,6 +42,34 @@ pub struct Proc {
     child: Option<Child>,
 }
 
+/// A provider mock as its own process (`withdrawals provider-mock`), named `name`: on `port`, with
+/// its own seed and API key, sending its signed events to `webhook_url` under `webhook_secret`.
+pub fn provider_mock(
+    name: &str,
+    dir: &Path,
+    port: u16,
+    seed: u64,
+    api_key: &str,
+    webhook_url: &str,
+    webhook_secret: &str,
+) -> Proc {
+    let (port, seed) = (port.to_string(), seed.to_string());
+    let args = [
+        "provider-mock",
+        "--port",
+        &port,
+        "--seed",
+        &seed,
+        "--api-key",
+        api_key,
+        "--webhook-url",
+        webhook_url,
+        "--webhook-secret",
+        webhook_secret,
+    ];
+    Proc::new(name, &args, &[], dir)
+}
+
 impl Proc {
     pub fn new(name: &str, args: &[&str], env: &[(String, String)], dir: &Path) -> Self {
         Proc {

@@ -5,6 +5,10 @@
 //! request answered 503, then every request held past the service's timeout after the transfer
 //! is executed — after which it comes back.
 //!
+//! Each provider has its own webhook route and secret (`/webhooks/provider/{name}`, the file's
+//! `webhook_secrets_env`) and its own settlement reports, imported by the run (the file turns the
+//! daily import off for each).
+//!
 //! The service sees the first provider through a [`Proxy`], which is how its port refuses
 //! connections while the mock keeps its record. What the run checks afterwards (no key executed at
 //! two providers, …) is [`super::two_providers`].
@@ -18,8 +22,8 @@ use provider_mocks::{FaultEffect, FaultRule, RequestRecord, RouteMatch};
 use serde::Serialize;
 use serde_json::json;
 
-use super::control::set_faults;
-use super::procs::{free_port, Proc};
+use super::control::{invalid_accounts, set_faults, sometimes};
+use super::procs::{free_port, provider_mock, Proc};
 use super::proxy::Proxy;
 
 /// The first provider for USD: the one that goes down.
@@ -30,6 +34,8 @@ pub(super) const FIRST_KEY: &str = "chaos-acme-secret-key";
 pub(super) const SECOND_KEY: &str = "chaos-bolt-secret-key";
 const FIRST_KEY_ENV: &str = "CHAOS_ACME_API_KEY";
 const SECOND_KEY_ENV: &str = "CHAOS_BOLT_API_KEY";
+const FIRST_WEBHOOK_ENV: &str = "CHAOS_ACME_WEBHOOK_SECRETS";
+const SECOND_WEBHOOK_ENV: &str = "CHAOS_BOLT_WEBHOOK_SECRETS";
 
 /// How long the first provider holds a request in its last phase: past the service's
 /// `PROVIDER_TIMEOUT_MS` (1.5 s in the chaos run), so the service never hears the answer.
@@ -40,30 +46,38 @@ const HANG_MS: u64 = 2_500;
 ///
 /// The first provider's breaker judges over 10 s from 5 calls at 50 % failures and stays open 2 s,
 /// so it opens within the first phase of a 20 s run and probes the first provider again during
-/// the outage. The second keeps the single-provider breaker settings.
+/// the outage. The second keeps the single-provider breaker settings. Each names the variable its
+/// webhook secret is in, and neither has a daily settlement import: the run imports every day
+/// itself, at its end.
 pub(super) fn write_file(dir: &Path, first_url: &str, second_url: &str) -> anyhow::Result<PathBuf> {
+    let settlement = json!({"daily_import": false});
     let file = json!({"providers": [
         {"name": FIRST, "url": first_url, "currencies": ["USD"], "priority": 1, "api_key_env": FIRST_KEY_ENV,
-         "breaker": {"failure_rate": 0.5, "window_s": 10, "min_calls": 5, "open_s": 2}},
-        {"name": SECOND, "url": second_url, "currencies": ["USD"], "priority": 2, "api_key_env": SECOND_KEY_ENV},
+         "breaker": {"failure_rate": 0.5, "window_s": 10, "min_calls": 5, "open_s": 2},
+         "webhook_secrets_env": FIRST_WEBHOOK_ENV, "settlement": settlement},
+        {"name": SECOND, "url": second_url, "currencies": ["USD"], "priority": 2, "api_key_env": SECOND_KEY_ENV,
+         "webhook_secrets_env": SECOND_WEBHOOK_ENV, "settlement": settlement},
     ]});
     let path = dir.join("providers.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&file)?)?;
     Ok(path)
 }
 
-/// The service's environment for the two providers, in place of `PROVIDER_URL` and
-/// `PROVIDER_API_KEY`.
-pub(super) fn service_env(file: &Path) -> Vec<(String, String)> {
+/// The service's environment for the two providers, in place of `PROVIDER_URL`,
+/// `PROVIDER_API_KEY` and `PROVIDER_WEBHOOK_SECRET`; `webhook_secrets`: the first's and the
+/// second's.
+pub(super) fn service_env(file: &Path, webhook_secrets: [&str; 2]) -> Vec<(String, String)> {
     vec![
         ("PROVIDERS".to_owned(), file.display().to_string()),
         (FIRST_KEY_ENV.to_owned(), FIRST_KEY.to_owned()),
         (SECOND_KEY_ENV.to_owned(), SECOND_KEY.to_owned()),
+        (FIRST_WEBHOOK_ENV.to_owned(), webhook_secrets[0].to_owned()),
+        (SECOND_WEBHOOK_ENV.to_owned(), webhook_secrets[1].to_owned()),
     ]
 }
 
-/// The second provider's mock: its own process, seed and key; it sends no events (see
-/// [`super`]'s note on webhooks with two providers).
+/// The second provider's mock: its own process, seed and key, sending its events to
+/// `webhook_url` under `webhook_secret`.
 pub(super) struct Second {
     pub proc: Proc,
     /// Its own address, given to the service as is.
@@ -71,11 +85,10 @@ pub(super) struct Second {
     pub rules: Vec<FaultRule>,
 }
 
-pub(super) fn start_second(dir: &Path, seed: u64) -> anyhow::Result<Second> {
-    let port = free_port()?.to_string();
-    let seed = seed.wrapping_add(1).to_string();
-    let args = ["provider-mock", "--port", &port, "--seed", &seed, "--api-key", SECOND_KEY];
-    let mut proc = Proc::new(&format!("provider-mock-{SECOND}"), &args, &[], dir);
+pub(super) fn start_second(dir: &Path, seed: u64, webhook_url: &str, webhook_secret: &str) -> anyhow::Result<Second> {
+    let port = free_port()?;
+    let name = format!("provider-mock-{SECOND}");
+    let mut proc = provider_mock(&name, dir, port, seed.wrapping_add(1), SECOND_KEY, webhook_url, webhook_secret);
     proc.start()?;
     Ok(Second { proc, url: format!("http://127.0.0.1:{port}"), rules: second_fault_mix() })
 }
@@ -83,15 +96,9 @@ pub(super) fn start_second(dir: &Path, seed: u64) -> anyhow::Result<Second> {
 /// The second provider's fault mix: milder than the first's ([`super::control::fault_mix`]), and
 /// with the same invalid-account slice, so a destination is invalid whichever provider is asked.
 pub(super) fn second_fault_mix() -> Vec<FaultRule> {
-    let p = |probability: f64, route: RouteMatch, effect: FaultEffect| FaultRule {
-        probability,
-        ..FaultRule::new(route, effect)
-    };
+    let p = sometimes;
     vec![
-        FaultRule {
-            account_number_contains: Some("0000".into()),
-            ..FaultRule::new(RouteMatch::Create, FaultEffect::InvalidAccount)
-        },
+        invalid_accounts(),
         p(0.05, RouteMatch::Any, FaultEffect::Latency { ms: 200 }),
         p(0.03, RouteMatch::Create, FaultEffect::Status { code: 503, retry_after_secs: None }),
         p(0.02, RouteMatch::Create, FaultEffect::TimeoutBeforeCommit { ms: 2_500 }),

@@ -18,6 +18,16 @@
 //! imported day: importing the first day first would flag the later days' completions before
 //! their reports are in.
 //!
+//! With several providers (SPEC §16, [`exercise_each`]) each provider's mock gets its own
+//! discrepancies and its own bank return, chosen among the withdrawals *that* provider paid, and
+//! its report also shows a `paid` line for a withdrawal the next provider paid (`foreign_line`):
+//! a report is matched only against its own provider's withdrawals, so that line must come out an
+//! `unknown_transfer` of this provider and the withdrawal stay matched at the provider that paid
+//! it. Every provider's discrepancies and return are made before anything is imported; then each
+//! provider's days are imported in turn (`"provider": name`), each ending with a ledger verify.
+//! [`check`] then holds each provider's lines and exceptions against that provider's own record:
+//! a withdrawal paid at one provider is matched in that provider's report and in no other's.
+//!
 //! It must not resolve exceptions or move money itself: everything it changes goes through the
 //! mock's admin routes and the service's ops API; the database is only read.
 
@@ -35,6 +45,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use withdrawals::config::providers::DEFAULT_PROVIDER;
 use withdrawals::domain::settlement::{ExceptionKind, ExceptionStatus, LineResult};
 use withdrawals::domain::{format_minor, AccountId, Currency};
 use withdrawals::ops::routes;
@@ -47,13 +58,24 @@ const RETURN_CODE: &str = "R01";
 /// The made-up transfer's amount.
 const UNKNOWN_AMOUNT: &str = "7.77";
 
-/// Where the settlement phase works: the service's ops API (as an operator) and the mock.
+/// Where the settlement phase works: the service's ops API (as an operator) and one provider's
+/// mock.
 pub struct Api<'a> {
     pub http: &'a reqwest::Client,
     pub base_url: &'a str,
     pub mock_url: &'a str,
     /// An `operator` bearer token (importing needs that role).
     pub operator_token: &'a str,
+    /// The provider the mock is, as the service names it, named in every import and listing;
+    /// `None`: the one provider (`default`), named nowhere, as its operator would.
+    pub provider: Option<&'a str>,
+}
+
+impl Api<'_> {
+    /// The provider's name as the service stores it.
+    fn provider(&self) -> &str {
+        self.provider.unwrap_or(DEFAULT_PROVIDER)
+    }
 }
 
 /// A completed withdrawal a discrepancy was injected on.
@@ -75,6 +97,18 @@ pub struct UnknownLine {
     pub date: NaiveDate,
 }
 
+/// A `paid` line in one provider's report for a withdrawal another provider paid.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForeignLine {
+    pub transfer_id: String,
+    pub withdrawal_id: Uuid,
+    /// The provider that paid it.
+    pub paid_at: String,
+    pub amount: String,
+    pub currency: String,
+    pub date: NaiveDate,
+}
+
 /// What was made to disagree, and on what.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Discrepancies {
@@ -86,6 +120,9 @@ pub struct Discrepancies {
     /// A real bank return at the mock: the one return that must be credited.
     pub bank_return: Option<Target>,
     pub unknown_transfer: Option<UnknownLine>,
+    /// With several providers: a line for a withdrawal the next provider paid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub foreign_line: Option<ForeignLine>,
     /// Why the injections on withdrawals were skipped, when they were.
     pub skipped: Option<String>,
 }
@@ -120,13 +157,25 @@ impl Discrepancies {
                 date: u.date,
             });
         }
+        if let Some(f) = &self.foreign_line {
+            rules.push(ReportFault::UnknownTransfer {
+                transfer_id: f.transfer_id.clone(),
+                idempotency_key: f.withdrawal_id.to_string(),
+                reference: Some(f.withdrawal_id.to_string()),
+                amount: f.amount.parse().expect("a formatted amount parses"),
+                currency: f.currency.clone(),
+                date: f.date,
+            });
+        }
         rules
     }
 }
 
-/// The settlement phase of one run: what it did through the API and what the database shows.
+/// The settlement phase of one provider: what it did through the API and what the database shows.
 #[derive(Debug, Default, Serialize)]
 pub struct SettlementRun {
+    /// The provider, as the service names it (`default` for the one provider).
+    pub provider: String,
     pub injected: Discrepancies,
     /// Every UTC day the run touched (by the mock's clock), oldest first.
     pub days: Vec<NaiveDate>,
@@ -146,7 +195,8 @@ pub struct SettlementRun {
     pub return_available_before: Option<i64>,
     /// The same after the imports.
     pub return_available_after: Option<i64>,
-    /// From the database, after the imports (see [`check`]).
+    /// From the database, after the imports (see [`check`]): this provider's report versions,
+    /// lines, matched lines and exceptions.
     pub reports: Vec<String>,
     pub lines: u64,
     pub line_results: BTreeMap<String, u64>,
@@ -167,20 +217,59 @@ impl SettlementRun {
 /// Injects the discrepancies and the return, then runs the imports through the ops API. Never
 /// fails: what goes wrong is a violation of the run.
 pub async fn exercise(db: &Db, api: &Api<'_>, seed: u64, start_day: NaiveDate) -> SettlementRun {
-    let mut run = SettlementRun::default();
-    if let Err(err) = exercise_into(db, api, seed, start_day, &mut run).await {
-        run.violation(format!("the settlement phase stopped: {err:#}"));
-    }
-    run
+    exercise_each(db, std::slice::from_ref(api), seed, start_day).await.pop().expect("one run per provider")
 }
 
-async fn exercise_into(
+/// [`exercise`] for each provider's mock in `apis` (see the module doc): one run each, in the
+/// same order. The first provider's choice is the one [`exercise`] makes with the same seed.
+pub async fn exercise_each(db: &Db, apis: &[Api<'_>], seed: u64, start_day: NaiveDate) -> Vec<SettlementRun> {
+    let mut runs: Vec<SettlementRun> =
+        apis.iter().map(|a| SettlementRun { provider: a.provider().to_owned(), ..SettlementRun::default() }).collect();
+    // Two bank returns never share an account: each return's check reads its account's balance.
+    let mut returned_accounts = HashSet::new();
+    // Each provider's preparation: a withdrawal it paid with nothing injected on, or why it stopped.
+    let mut prepared = Vec::new();
+    for (i, (api, run)) in apis.iter().zip(&mut runs).enumerate() {
+        let spare = prepare(db, api, (seed, i), start_day, &mut returned_accounts, run).await;
+        if let Err(err) = &spare {
+            run.violation(format!("the settlement phase stopped: {err:#}"));
+        }
+        prepared.push(spare);
+    }
+    if apis.len() > 1 {
+        for (i, run) in runs.iter_mut().enumerate() {
+            let from = (i + 1) % apis.len();
+            let spare = prepared[from].as_ref().ok().and_then(Option::as_ref);
+            run.injected.foreign_line = spare.map(|t| ForeignLine {
+                transfer_id: format!("tr_chaos_foreign_{seed}_{i}"),
+                withdrawal_id: t.withdrawal_id,
+                paid_at: apis[from].provider().to_owned(),
+                amount: minor_to_decimal(t.amount_minor, &t.currency).to_string(),
+                currency: t.currency.clone(),
+                date: start_day,
+            });
+        }
+    }
+    for ((api, run), _) in apis.iter().zip(&mut runs).zip(&prepared).filter(|(_, spare)| spare.is_ok()) {
+        if let Err(err) = import_days(api, start_day, run).await {
+            run.violation(format!("the settlement phase stopped: {err:#}"));
+        }
+    }
+    runs
+}
+
+/// The days of the run, the discrepancies on this provider's withdrawals and its bank return (on
+/// an account none in `returned_accounts` is, which it joins). Returns a withdrawal this provider
+/// paid that nothing was injected on, for another provider's `foreign_line`. `(seed, index)`: the
+/// run's seed and the provider's place among the run's.
+async fn prepare(
     db: &Db,
     api: &Api<'_>,
-    seed: u64,
+    (seed, index): (u64, usize),
     start_day: NaiveDate,
+    returned_accounts: &mut HashSet<Uuid>,
     run: &mut SettlementRun,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Target>> {
     let now = mock_now(api.http, api.mock_url).await?;
     let mut day = start_day;
     while day <= now.date_naive() {
@@ -190,9 +279,11 @@ async fn exercise_into(
     let transfers: Vec<TransferRecord> = serde_json::from_value(
         get_json(api.http, &format!("{}/__admin/transfers", api.mock_url)).await?["data"].take(),
     )?;
-    run.injected = choose(db, &transfers, seed, start_day).await?;
+    let (injected, spare) = choose(db, &transfers, (seed, index), start_day, returned_accounts).await?;
+    run.injected = injected;
 
     if let Some(t) = &run.injected.bank_return {
+        returned_accounts.insert(t.account_id);
         let before = accounts::balances(db, AccountId(t.account_id)).await?;
         run.return_available_before = before.iter().find(|b| b.currency == t.currency).map(|b| b.available);
         let body = json!({
@@ -203,18 +294,23 @@ async fn exercise_into(
             bail!("the mock refused the return of {}: {}", t.withdrawal_id, response.text().await.unwrap_or_default());
         }
     }
+    Ok(spare)
+}
 
+/// The imports of one provider's days (see the module doc), then a ledger verify.
+async fn import_days(api: &Api<'_>, start_day: NaiveDate, run: &mut SettlementRun) -> anyhow::Result<()> {
     // A malformed report first: refused whole, nothing stored.
     let mut rules = run.injected.faults();
     rules.push(ReportFault::MalformedLine { date: start_day, amount: "12,34".into() });
     set_report_faults(api, rules).await?;
     let (status, body) = import(api, start_day).await?;
+    let provider = api.provider();
     run.refused_status = Some(status);
     run.refused_code = body["code"].as_str().map(str::to_owned);
     run.refused_line = body["detail"].as_str().and_then(line_named);
     if status != 422 || body["code"] != "report_refused" {
         run.violation(format!(
-            "a malformed report of {start_day} was answered {status} {body}, not 422 report_refused"
+            "{provider}'s malformed report of {start_day} was answered {status} {body}, not 422 report_refused"
         ));
     }
     let stored = report_versions(api).await?;
@@ -228,7 +324,7 @@ async fn exercise_into(
     for day in run.days.clone().into_iter().rev() {
         let (status, body) = import(api, day).await?;
         if status != 200 {
-            run.violation(format!("importing {day} was answered {status} {body}"));
+            run.violation(format!("importing {provider}'s report of {day} was answered {status} {body}"));
         }
         run.imports.push(body);
     }
@@ -242,7 +338,9 @@ async fn exercise_into(
         && ["matched", "completed", "failed", "returns_credited", "exceptions_opened"].iter().all(|k| m[k] == 0)
         && report_versions(api).await? == versions_before;
     if !nothing_new {
-        run.violation(format!("importing {again} again was not `already_imported` with nothing new: {status} {body}"));
+        run.violation(format!(
+            "importing {provider}'s report of {again} again was not `already_imported` with nothing new: {status} {body}"
+        ));
     }
     run.reimport = Some(body);
 
@@ -266,9 +364,18 @@ async fn exercise_into(
 }
 
 /// The withdrawals to inject on: completed here and paid at the provider, by customer key (so
-/// the same completions give the same choice), shuffled by the seed.
-async fn choose(db: &Db, transfers: &[TransferRecord], seed: u64, day: NaiveDate) -> anyhow::Result<Discrepancies> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e77_1e5e_771e);
+/// the same completions give the same choice), shuffled by the seed and the provider's place; the
+/// bank return on none of `returned_accounts`. Also a withdrawal paid there that nothing is
+/// injected on (the spare). The made-up transfer's id is the same for every provider (two
+/// providers' lines may share a transfer id; each is its own provider's exception), its key not.
+async fn choose(
+    db: &Db,
+    transfers: &[TransferRecord],
+    (seed, index): (u64, usize),
+    day: NaiveDate,
+    returned_accounts: &HashSet<Uuid>,
+) -> anyhow::Result<(Discrepancies, Option<Target>)> {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_add(index as u64) ^ 0x5e77_1e5e_771e);
     let paid: HashSet<&str> =
         transfers.iter().filter(|t| t.status == TransferStatus::Paid).map(|t| t.idempotency_key.as_str()).collect();
     let mut candidates: Vec<verify::WithdrawalOutcome> = verify::withdrawal_outcomes(db)
@@ -287,40 +394,64 @@ async fn choose(db: &Db, transfers: &[TransferRecord], seed: u64, day: NaiveDate
         }),
         ..Discrepancies::default()
     };
-    if candidates.len() < MIN_COMPLETED {
-        d.skipped = Some(format!(
-            "only {} completed withdrawal(s) paid at the provider (fewer than {MIN_COMPLETED}): omit_paid, \
-             wrong_amount, spurious_return and the bank return skipped",
-            candidates.len()
-        ));
-        return Ok(d);
-    }
-    candidates.shuffle(&mut rng);
     let target = |w: &verify::WithdrawalOutcome| Target {
         withdrawal_id: w.id,
         account_id: w.account_id,
         amount_minor: w.amount,
         currency: w.currency.clone(),
     };
+    if candidates.len() < MIN_COMPLETED {
+        d.skipped = Some(format!(
+            "only {} completed withdrawal(s) paid at the provider (fewer than {MIN_COMPLETED}): omit_paid, \
+             wrong_amount, spurious_return and the bank return skipped",
+            candidates.len()
+        ));
+        return Ok((d, candidates.first().map(target)));
+    }
+    candidates.shuffle(&mut rng);
     let wrong = &candidates[1];
-    let scale = Currency::parse(&wrong.currency).map(|c| c.minor_units()).unwrap_or(2);
     d.omit_paid = Some(target(&candidates[0]));
     d.wrong_amount = Some(target(wrong));
-    d.wrong_amount_reported = Some(Decimal::new(wrong.amount + 100, scale).to_string());
+    d.wrong_amount_reported = Some(minor_to_decimal(wrong.amount + 100, &wrong.currency).to_string());
     d.spurious_return = Some(target(&candidates[2]));
-    d.bank_return = Some(target(&candidates[3]));
-    Ok(d)
+    let returned = (3..candidates.len()).find(|&i| !returned_accounts.contains(&candidates[i].account_id));
+    d.bank_return = returned.map(|i| target(&candidates[i]));
+    let spare = (3..candidates.len()).find(|&i| Some(i) != returned).map(|i| target(&candidates[i]));
+    Ok((d, spare))
 }
 
-/// Checks the settlement invariants against the database, after [`exercise`].
-pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
+/// Minor units of `currency` as a decimal amount.
+fn minor_to_decimal(minor: i64, currency: &str) -> Decimal {
+    Decimal::new(minor, Currency::parse(currency).map(|c| c.minor_units()).unwrap_or(2))
+}
+
+/// Checks one provider's settlement invariants against the database, after [`exercise`] (or
+/// [`exercise_each`]). `at`: every provider's record of what it executed, by name (the one
+/// provider: `default`) — the ground truth: a withdrawal executed at another provider than the
+/// run's is that provider's to match, never this one's.
+pub async fn check(db: &Db, run: &mut SettlementRun, at: &[(&str, &[TransferRecord])]) -> anyhow::Result<()> {
+    let provider = run.provider.clone();
+    if !at.iter().any(|(p, _)| *p == provider) {
+        run.violation(format!("no record of provider {provider:?} to check its reports against"));
+    }
+    let elsewhere: HashMap<&str, &str> = at
+        .iter()
+        .filter(|(p, _)| *p != provider)
+        .flat_map(|(p, transfers)| transfers.iter().map(move |t| (t.idempotency_key.as_str(), *p)))
+        .collect();
+    let paid_elsewhere = |id: Uuid| elsewhere.get(id.to_string().as_str()).copied();
     let outcomes = verify::withdrawal_outcomes(db).await?;
-    let lines = verify::settlement_lines(db).await?;
-    let exceptions = verify::settlement_exceptions(db).await?;
-    let credits = verify::return_credits(db).await?;
+    let all_lines = verify::settlement_lines(db).await?;
+    let lines: Vec<&verify::LineOutcome> = all_lines.iter().filter(|l| l.provider == provider).collect();
+    let mut exceptions = verify::settlement_exceptions(db).await?;
+    exceptions.retain(|e| e.provider == provider);
+    // Returns of withdrawals another provider executed are that provider's run's.
+    let mut credits = verify::return_credits(db).await?;
+    credits.retain(|c| paid_elsewhere(c.withdrawal_id).is_none());
     run.reports = verify::settlement_reports(db)
         .await?
         .iter()
+        .filter(|r| r.provider == provider)
         .map(|r| format!("{} v{} ({} lines)", r.report_date, r.version, r.line_count))
         .collect();
     run.lines = lines.len() as u64;
@@ -334,18 +465,37 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
     }
     run.returns_credited = credits.iter().map(|c| c.payout_returns.max(0) as u64).sum();
 
-    // Every completed withdrawal is matched, unless a discrepancy was injected on it.
+    // Every completed withdrawal this provider paid is matched in its reports, unless a
+    // discrepancy was injected on it; one another provider paid is matched in none of them.
     let injected: HashSet<Uuid> = run.injected.targets().map(|t| t.withdrawal_id).collect();
     let matched: HashSet<Uuid> =
         lines.iter().filter(|l| l.result == Some(LineResult::Matched)).filter_map(|l| l.withdrawal_id).collect();
-    for w in outcomes.iter().filter(|w| w.status == "completed" && !injected.contains(&w.id)) {
+    let completed = outcomes.iter().filter(|w| w.status == "completed");
+    for w in completed.filter(|w| !injected.contains(&w.id) && paid_elsewhere(w.id).is_none()) {
         if !matched.contains(&w.id) {
-            let shown: Vec<String> = lines
+            let shown: Vec<String> = all_lines
                 .iter()
                 .filter(|l| l.withdrawal_id == Some(w.id) || l.idempotency_key == w.id.to_string())
-                .map(|l| format!("{} v{} line {} {} {:?}", l.report_date, l.version, l.line_no, l.status, l.result))
+                .map(|l| {
+                    format!(
+                        "{}'s {} v{} line {} {} {:?}",
+                        l.provider, l.report_date, l.version, l.line_no, l.status, l.result
+                    )
+                })
                 .collect();
-            run.violation(format!("completed withdrawal {} has no matched settlement line (lines: {shown:?})", w.id));
+            run.violation(format!(
+                "completed withdrawal {} has no matched settlement line in {provider}'s reports (lines: {shown:?})",
+                w.id
+            ));
+        }
+    }
+    for l in &lines {
+        let Some((id, result)) = l.withdrawal_id.zip(l.result) else { continue };
+        if let Some(there) = paid_elsewhere(id).filter(|_| result != LineResult::UnknownTransfer) {
+            run.violation(format!(
+                "withdrawal {id}, executed at {there}, came out {result} in {provider}'s report of {} (v{} line {})",
+                l.report_date, l.version, l.line_no
+            ));
         }
     }
     let undecided = lines.iter().filter(|l| l.result.is_none()).count();
@@ -361,6 +511,7 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
         by_withdrawal(&d.wrong_amount, ExceptionKind::AmountMismatch),
         by_withdrawal(&d.spurious_return, ExceptionKind::Returned),
         d.unknown_transfer.as_ref().map(|u| (ExceptionKind::UnknownTransfer, None, Some(u.transfer_id.clone()))),
+        d.foreign_line.as_ref().map(|f| (ExceptionKind::UnknownTransfer, None, Some(f.transfer_id.clone()))),
     ]
     .into_iter()
     .flatten()
@@ -381,7 +532,7 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
         let what = withdrawal
             .map_or_else(|| format!("transfer {}", transfer.as_deref().unwrap_or("?")), |w| format!("withdrawal {w}"));
         match hits.as_slice() {
-            [] => found.push(format!("the injected {kind} on {what} was not found as an exception")),
+            [] => found.push(format!("the injected {kind} on {what} was not found as an exception of {provider}")),
             [i] if exceptions[*i].status != ExceptionStatus::Open => {
                 found.push(format!("the {kind} exception on {what} is {}, not open", exceptions[*i].status))
             }
@@ -394,7 +545,7 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
     }
     for (e, _) in exceptions.iter().zip(&explained).filter(|(_, ok)| !**ok) {
         found.push(format!(
-            "unexpected {} exception ({}, withdrawal {:?}, transfer {:?})",
+            "unexpected {} exception of {provider} ({}, withdrawal {:?}, transfer {:?})",
             e.kind, e.dedupe_key, e.withdrawal_id, e.transfer_id
         ));
     }
@@ -427,8 +578,9 @@ pub async fn check(db: &Db, run: &mut SettlementRun) -> anyhow::Result<()> {
         let after = accounts::balances(db, AccountId(t.account_id)).await?;
         let after = after.iter().find(|b| b.currency == t.currency).map(|b| b.available);
         run.return_available_after = after;
-        // Settlement may also have failed a withdrawal of that account (releasing its hold).
-        let released: i64 = lines
+        // Settlement (any provider's) may also have failed a withdrawal of that account (releasing
+        // its hold).
+        let released: i64 = all_lines
             .iter()
             .filter(|l| l.applied.as_deref() == Some("failed"))
             .filter_map(|l| outcomes.iter().find(|w| Some(w.id) == l.withdrawal_id))
@@ -518,10 +670,13 @@ async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> 
         .post(format!("{}{}", api.base_url, routes::SETTLEMENT_IMPORTS.path(&[])))
         .bearer_auth(api.operator_token)
         .timeout(Duration::from_secs(60))
-        .json(&json!({ "date": date }))
+        .json(&match api.provider {
+            Some(provider) => json!({ "date": date, "provider": provider }),
+            None => json!({ "date": date }),
+        })
         .send()
         .await
-        .with_context(|| format!("import the report of {date}"))?;
+        .with_context(|| format!("import {}'s report of {date}", api.provider()))?;
     let status = response.status().as_u16();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if status != 202 {
@@ -548,11 +703,13 @@ async fn import(api: &Api<'_>, date: NaiveDate) -> anyhow::Result<(u16, Value)> 
     }
 }
 
-/// How many report versions are stored, as `GET /ops/v1/settlement/reports` lists them.
+/// How many report versions are stored (of the provider, when the API names one), as
+/// `GET /ops/v1/settlement/reports` lists them.
 async fn report_versions(api: &Api<'_>) -> anyhow::Result<usize> {
+    let only = api.provider.map_or_else(String::new, |p| format!("&provider={p}"));
     let response = api
         .http
-        .get(format!("{}{}?limit=200", api.base_url, routes::SETTLEMENT_REPORTS.path(&[])))
+        .get(format!("{}{}?limit=200{only}", api.base_url, routes::SETTLEMENT_REPORTS.path(&[])))
         .bearer_auth(api.operator_token)
         .send()
         .await?;
@@ -563,11 +720,20 @@ async fn report_versions(api: &Api<'_>) -> anyhow::Result<usize> {
     Ok(body["data"].as_array().map_or(0, Vec::len))
 }
 
-/// The summary's settlement lines, from the report's `settlement` value.
+/// The summary's settlement lines, from the report's `settlement` value: one provider's run, or
+/// `{"providers": {name: run}}`.
 pub fn describe(s: &Value) -> Vec<String> {
     if let Some(why) = s["skipped"].as_str() {
         return vec![format!("settlement: skipped ({why})")];
     }
+    match s["providers"].as_object() {
+        Some(each) => each.iter().flat_map(|(name, s)| describe_one(s, &format!("settlement {name}"))).collect(),
+        None => describe_one(s, "settlement"),
+    }
+}
+
+/// One provider's lines, each headed `{head}`.
+fn describe_one(s: &Value, head: &str) -> Vec<String> {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let list = |v: &Value| {
         let items: Vec<String> =
@@ -615,16 +781,25 @@ pub fn describe(s: &Value) -> Vec<String> {
         (Some(status), None) => format!("{status} {} (no line named)", s["refused_code"].as_str().unwrap_or("?")),
         _ => "not tried".to_owned(),
     };
+    let foreign = match i["foreign_line"].as_object() {
+        Some(f) => format!(
+            "; a paid line for {}'s withdrawal …{} ({})",
+            f["paid_at"].as_str().unwrap_or("?"),
+            f["withdrawal_id"].as_str().map_or("-", |id| &id[id.len().saturating_sub(8)..]),
+            f["transfer_id"].as_str().unwrap_or("-")
+        ),
+        None => String::new(),
+    };
     let reimport = &s["reimport"];
     vec![
-        format!("settlement: injected {injected}"),
+        format!("{head}: injected {injected}{foreign}"),
         format!(
-            "settlement: malformed report refused {refused}; imported {}; same day again: already_imported {}",
+            "{head}: malformed report refused {refused}; imported {}; same day again: already_imported {}",
             list(&s["reports"]),
             reimport["already_imported"]
         ),
         format!(
-            "settlement: {} lines ({}), {} matched; exceptions {}; returns credited {}; ledger verify {}",
+            "{head}: {} lines ({}), {} matched; exceptions {}; returns credited {}; ledger verify {}",
             n(&s["lines"]),
             counts(&s["line_results"]),
             n(&s["matched"]),

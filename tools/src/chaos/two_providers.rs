@@ -28,11 +28,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
-use provider_mocks::{TransferRecord, TransferStatus};
+use provider_mocks::TransferRecord;
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::checks::{paid, status_name};
 use super::providers::{OutageReport, FIRST};
 use crate::store::chaos::{
     failover_entries, logs_of_moved, provider_attempts, FailoverEntry, LogEntry, ProviderAttempt,
@@ -144,10 +145,6 @@ fn read_move(entry: &FailoverEntry) -> Result<Moved, String> {
 /// process died mid-call), or unknown (a timeout, a lost connection, a 5xx after sending).
 fn uncertain(a: &ProviderAttempt) -> bool {
     a.outcome.is_none_or(|o| o == AttemptResult::Unknown) || a.side_effect == SideEffect::Unknown
-}
-
-fn paid(t: &TransferRecord) -> bool {
-    matches!(t.status, TransferStatus::Paid | TransferStatus::Returned)
 }
 
 /// The invariants and counts over what the run saw. `attempts` oldest first per withdrawal;
@@ -299,15 +296,6 @@ pub fn judge(
     r
 }
 
-fn status_name(status: TransferStatus) -> &'static str {
-    match status {
-        TransferStatus::Pending => "pending",
-        TransferStatus::Paid => "paid",
-        TransferStatus::Failed => "failed",
-        TransferStatus::Returned => "returned",
-    }
-}
-
 /// The summary's lines for the report's `two_providers`.
 pub fn describe(t: &Value) -> Vec<String> {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
@@ -363,7 +351,7 @@ pub fn describe(t: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use provider_mocks::Destination;
+    use provider_mocks::{Destination, TransferStatus};
     use rust_decimal::Decimal;
     use withdrawals::storage::DbTime;
 

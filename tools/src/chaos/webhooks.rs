@@ -1,23 +1,34 @@
-//! The chaos run's webhook slice (SPEC §15): the provider mock sends a signed event for every
-//! `paid`, `failed` and `returned` change to the API's `POST /webhooks/provider`, under a secret
-//! made for the run, while polling goes on as before — so a webhook and a poll race for the same
-//! withdrawals. During the fault phase the mock's webhook faults are on ([`fault_mix`]):
-//! duplicates, drops, reordering, bad signatures, stale timestamps, events that disagree with the
-//! mock's own record, and a small delay.
+//! The chaos run's webhook slice (SPEC §15, §16): each provider mock sends a signed event for every
+//! `paid`, `failed` and `returned` change to its own route on the API — `POST /webhooks/provider`
+//! for the one provider, `POST /webhooks/provider/{name}` for each of several — under a secret
+//! made for the run and that provider, while polling goes on as before — so a webhook and a poll
+//! race for the same withdrawals. During the fault phase the mocks' webhook faults are on
+//! ([`fault_mix`]): duplicates, drops, reordering, bad signatures, stale timestamps, events that
+//! disagree with the mock's own record, and a small delay.
 //!
-//! After the run, [`check`] counts what the events came to (the database's `result`, the API's
-//! `webhook_events_total` for what was never stored: duplicates and refusals) and what the mock
-//! sent (its delivery log, the ground truth), and adds its own invariants:
+//! After the run, [`check`] counts, per provider, what its events came to (the database's
+//! `result`, the API's `webhook_events_total` for what was never stored: duplicates and refusals)
+//! and what its mock sent (its delivery log, the ground truth), and adds its own invariants, each
+//! against that provider's own record and deliveries:
 //! - no stored event is left undecided once its job has had [`DRAIN_DEADLINE`] to decide it;
-//! - every withdrawal a webhook decided ended as the provider's record says (paid or returned →
-//!   `completed`, failed → `failed`);
+//! - every withdrawal a webhook decided ended as the record of the provider whose answer the
+//!   decision rested on says (paid or returned → `completed`, failed → `failed`); a decision
+//!   resting on a provider that has no transfer for it is a violation;
 //! - no forged delivery (bad signature, stale timestamp) was answered 2xx or stored, and no event
 //!   that claims `paid` for a transfer the provider failed was applied; that they moved no money
 //!   is what the run's money checks (ledger, executions per key, final states against the
 //!   provider's record, `paid_out`) prove for every channel at once ([`super::checks`]);
-//! - every event the API acknowledged (2xx) is stored, and nothing is stored that was not sent;
+//! - every event the API acknowledged (2xx) is stored under the provider that sent it, and nothing
+//!   is stored under a provider that did not send it;
 //! - the signing secret is nowhere in what the service stored;
-//! - at least one event was `applied`: otherwise the slice exercised nothing.
+//! - at least one of the provider's events was decided on its record (`applied`, `no_op` or
+//!   `mismatch`): otherwise its route exercised nothing.
+//!
+//! [`unclaimed`] adds what belongs to no provider of the run: an event stored, or a webhook
+//! decision resting, on a provider the run does not have; and [`exercised`] asks that at least one
+//! event of the run was `applied`, or the slice moved nothing. (Per provider that would be too
+//! much to ask: with two, the second's events come mostly while its lookups are down, and an
+//! event its provider cannot be asked about is left to polling, `unverified`.)
 //!
 //! It only reads the database and the mock's admin routes; it changes nothing but the mock's
 //! webhook faults.
@@ -31,12 +42,21 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::store::chaos as store;
+use withdrawals::config::providers::DEFAULT_PROVIDER;
 use withdrawals::domain::webhook::EventType;
 use withdrawals::domain::{Actor, WebhookResult, WithdrawalStatus};
 use withdrawals::storage::Db;
 
-/// Where the API receives the provider's events.
+/// Where the API receives the one provider's events; provider `name`'s are at `PATH/name`.
 pub(super) const PATH: &str = "/webhooks/provider";
+
+/// The address of the route the provider `name` (`None`: the one provider) sends its events to.
+pub(super) fn url(base_url: &str, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{base_url}{PATH}/{name}"),
+        None => format!("{base_url}{PATH}"),
+    }
+}
 /// How long, after the settlement phase, the run waits for deliveries still being retried and
 /// for stored events still being decided, before it reads what they came to.
 pub(super) const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
@@ -101,12 +121,15 @@ pub(super) async fn quiet(http: &reqwest::Client, mock: &str) -> bool {
     deliveries(http, mock).await.is_ok_and(|d| in_flight(&d) == 0)
 }
 
-/// Waits, up to [`DRAIN_DEADLINE`], until no delivery that may still be accepted is being retried
-/// and every stored event whose job is live has been decided. Returns how long it waited.
-pub(super) async fn drain(db: &Db, http: &reqwest::Client, mock: &str) -> Duration {
+/// Waits, up to [`DRAIN_DEADLINE`], until no mock has a delivery that may still be accepted being
+/// retried and every stored event whose job is live has been decided. Returns how long it waited.
+pub(super) async fn drain(db: &Db, http: &reqwest::Client, mocks: &[String]) -> Duration {
     let start = Instant::now();
     while start.elapsed() < DRAIN_DEADLINE {
-        let sending = deliveries(http, mock).await.map_or(1, |d| in_flight(&d));
+        let mut sending = 0;
+        for mock in mocks {
+            sending += deliveries(http, mock).await.map_or(1, |d| in_flight(&d));
+        }
         let deciding = store::undecided_with_live_job(db).await.unwrap_or(1);
         if sending == 0 && deciding == 0 {
             break;
@@ -116,8 +139,9 @@ pub(super) async fn drain(db: &Db, http: &reqwest::Client, mock: &str) -> Durati
     start.elapsed()
 }
 
-/// `webhook_events_total` as one process's scrape counts it: result → type → count.
-pub(super) fn counted(metrics: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
+/// `webhook_events_total` of provider `provider` as one process's scrape counts it: result → type
+/// → count (a series without a `provider` label is `default`'s).
+pub(super) fn counted(metrics: &str, provider: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
     let mut counts: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let series = format!("{}{{", withdrawals::metrics::WEBHOOK_EVENTS);
     for line in metrics.lines().filter(|l| l.starts_with(&series)) {
@@ -129,6 +153,9 @@ pub(super) fn counted(metrics: &str) -> BTreeMap<String, BTreeMap<String, u64>> 
                 (k.trim() == name).then(|| v.trim().trim_matches('"').to_owned())
             })
         };
+        if label("provider").as_deref().unwrap_or(DEFAULT_PROVIDER) != provider {
+            continue;
+        }
         let (Some(result), Some(kind)) = (label("result"), label("type")) else { continue };
         *counts.entry(result).or_default().entry(kind).or_default() += value as u64;
     }
@@ -158,10 +185,12 @@ pub struct Deliveries {
     pub still_in_flight: u64,
 }
 
-/// The webhook section of the report.
+/// The webhook section of the report, for one provider.
 #[derive(Debug, Default, Serialize)]
 pub struct WebhookReport {
-    /// Stored events (one per provider event id), by result (`undecided` while NULL).
+    /// The provider, as the service names it (`default` for the one provider).
+    pub provider: String,
+    /// Stored events (one per event id of this provider), by result (`undecided` while NULL).
     pub events_stored: u64,
     pub events_by_result: BTreeMap<String, u64>,
     /// The same, by event type.
@@ -172,7 +201,7 @@ pub struct WebhookReport {
     /// counts them instead.)
     pub api_counted: BTreeMap<String, u64>,
     pub deliveries: Deliveries,
-    /// Withdrawals whose final decision a webhook took, by that decision.
+    /// Withdrawals whose final decision a webhook took on this provider's answer, by that decision.
     pub withdrawals_decided: BTreeMap<String, u64>,
     /// Events the `disagree` fault shaped, by what they came to.
     pub disagreeing_events: BTreeMap<String, u64>,
@@ -193,27 +222,35 @@ impl WebhookReport {
     }
 }
 
-/// What the run hands the check.
+/// What the run hands the check of one provider.
 pub(super) struct Observed<'a> {
+    /// The provider, as the service names it.
+    pub provider: &'a str,
+    /// Its mock's deliveries and transfers.
     pub deliveries: &'a [Delivery],
     pub transfers: &'a [TransferRecord],
     /// The API process's last scrape.
     pub api_metrics: &'a str,
+    /// Its signing secret.
     pub secret: &'a str,
     pub drained: Duration,
 }
 
-/// Counts and checks the webhook slice; see the module doc for the invariants.
+/// Counts and checks one provider's webhook slice; see the module doc for the invariants.
 pub(super) async fn check(db: &Db, seen: &Observed<'_>) -> anyhow::Result<WebhookReport> {
-    let mut r = WebhookReport { drain_seconds: seen.drained.as_secs_f64(), ..WebhookReport::default() };
-    for (kind, result, n) in store::webhook_results(db).await? {
+    let mut r = WebhookReport {
+        provider: seen.provider.to_owned(),
+        drain_seconds: seen.drained.as_secs_f64(),
+        ..WebhookReport::default()
+    };
+    for (kind, result, n) in store::webhook_results(db, seen.provider).await? {
         let name = result.map_or("undecided", WebhookResult::as_str).to_owned();
         let n = u64::try_from(n).unwrap_or(0);
         r.events_stored += n;
         *r.events_by_result.entry(name.clone()).or_default() += n;
         *r.events_by_type.entry(kind).or_default().entry(name).or_default() += n;
     }
-    for (result, by_type) in counted(seen.api_metrics) {
+    for (result, by_type) in counted(seen.api_metrics, seen.provider) {
         let n: u64 = by_type.values().sum();
         if n > 0 {
             r.api_counted.insert(result, n);
@@ -221,7 +258,8 @@ pub(super) async fn check(db: &Db, seen: &Observed<'_>) -> anyhow::Result<Webhoo
     }
     r.deliveries = tally(seen.deliveries);
 
-    let events = store::webhook_events(db).await?;
+    let mut events = store::webhook_events(db).await?;
+    events.retain(|e| e.provider == seen.provider);
     let stored: HashMap<&str, &store::StoredEvent> = events.iter().map(|e| (e.event_id.as_str(), e)).collect();
 
     // Nothing left undecided.
@@ -234,19 +272,18 @@ pub(super) async fn check(db: &Db, seen: &Observed<'_>) -> anyhow::Result<Webhoo
         r.violation(format!("event {} ({}) was left undecided: {job}", e.event_id, e.event_type));
     }
 
-    // What a webhook decided is what the provider's record says.
+    // What a webhook decided on this provider's answer is what this provider's record says.
     let by_reference: HashMap<&str, &TransferRecord> =
         seen.transfers.iter().map(|t| (t.reference.as_str(), t)).collect();
-    let webhook = Actor::Webhook.to_string();
-    for d in store::final_decisions(db).await?.iter().filter(|d| d.channel() == webhook) {
+    for d in webhook_decisions(db).await?.iter().filter(|d| d.provider().unwrap_or(DEFAULT_PROVIDER) == seen.provider) {
         *r.withdrawals_decided.entry(d.to_status.as_str().to_owned()).or_default() += 1;
         let truth = by_reference.get(d.withdrawal_id.to_string().as_str()).map(|t| t.status);
         let agrees = truth.and_then(decided_as) == Some(d.to_status);
         if !agrees {
             let truth = truth.map_or_else(|| "no transfer".to_owned(), |s| format!("{s:?}").to_lowercase());
             r.violation(format!(
-                "a webhook decided withdrawal {} {} but the provider's record says {truth}",
-                d.withdrawal_id, d.to_status
+                "a webhook decided withdrawal {} {} on {}'s answer but {}'s record says {truth}",
+                d.withdrawal_id, d.to_status, seen.provider, seen.provider
             ));
         }
     }
@@ -303,7 +340,7 @@ pub(super) async fn check(db: &Db, seen: &Observed<'_>) -> anyhow::Result<Webhoo
         }
     }
 
-    // The secret stays out of the database.
+    // The secret stays out of the database (every provider's events are scanned for it).
     for t in store::webhook_event_texts(db).await? {
         let text = format!(
             "{} {} {} {}",
@@ -313,14 +350,57 @@ pub(super) async fn check(db: &Db, seen: &Observed<'_>) -> anyhow::Result<Webhoo
             t.provider_record.map(|p| p.0.to_string()).unwrap_or_default()
         );
         if text.contains(seen.secret) {
-            r.violation(format!("event {} is stored with the webhook signing secret", t.event_id));
+            r.violation(format!(
+                "event {} (stored under {}) is stored with {}'s webhook signing secret",
+                t.event_id, t.provider, seen.provider
+            ));
         }
     }
 
-    if r.events_by_result.get(WebhookResult::Applied.as_str()).copied().unwrap_or(0) == 0 {
-        r.violation("no event was applied: the webhook slice exercised nothing".to_owned());
+    let decided = [WebhookResult::Applied, WebhookResult::NoOp, WebhookResult::Mismatch]
+        .iter()
+        .map(|result| r.events_by_result.get(result.as_str()).copied().unwrap_or(0))
+        .sum::<u64>();
+    if decided == 0 {
+        r.violation(format!("no event of {} was decided on its record: its route exercised nothing", seen.provider));
     }
     Ok(r)
+}
+
+/// The run's webhook slice moved something: some event of some provider was `applied`.
+pub(super) fn exercised(reports: &[&WebhookReport]) -> Option<String> {
+    let applied = |r: &&WebhookReport| r.events_by_result.get(WebhookResult::Applied.as_str()).copied().unwrap_or(0);
+    (reports.iter().map(applied).sum::<u64>() == 0)
+        .then(|| "no event was applied: the webhook slice exercised nothing".to_owned())
+}
+
+/// The final decisions a webhook took.
+async fn webhook_decisions(db: &Db) -> anyhow::Result<Vec<store::Decision>> {
+    let webhook = Actor::Webhook.to_string();
+    let mut decisions = store::final_decisions(db).await?;
+    decisions.retain(|d| d.channel() == webhook);
+    Ok(decisions)
+}
+
+/// What belongs to none of the run's `providers`: a stored event under another name, or a webhook
+/// decision resting on another provider's answer (which no per-provider [`check`] would see).
+pub(super) async fn unclaimed(db: &Db, providers: &[&str]) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for e in store::webhook_events(db).await?.iter().filter(|e| !providers.contains(&e.provider.as_str())) {
+        let (id, provider) = (&e.event_id, &e.provider);
+        found.push(format!("event {id} is stored under provider {provider}, which the run does not have"));
+    }
+    for d in webhook_decisions(db).await? {
+        let provider = d.provider().unwrap_or(DEFAULT_PROVIDER);
+        if !providers.contains(&provider) {
+            found.push(format!(
+                "a webhook decided withdrawal {} {} on the answer of {provider}, which the run does not have",
+                d.withdrawal_id, d.to_status
+            ));
+        }
+    }
+    found.truncate(100);
+    Ok(found)
 }
 
 /// The final state the provider's record of a transfer calls for: paid money (even if it came
@@ -382,22 +462,30 @@ fn tally(deliveries: &[Delivery]) -> Deliveries {
     t
 }
 
-/// The summary's lines about webhooks.
+/// The summary's lines about webhooks: one provider's report, or `{"providers": {name: report}}`.
 pub(super) fn describe(w: &Value) -> Vec<String> {
     if let Some(why) = w["skipped"].as_str() {
         return vec![format!("webhooks: skipped ({why})")];
     }
+    match w["providers"].as_object() {
+        Some(each) => each.iter().flat_map(|(name, w)| describe_one(w, &format!("webhooks {name}"))).collect(),
+        None => describe_one(w, "webhooks"),
+    }
+}
+
+/// One provider's lines, each headed `{head}`.
+fn describe_one(w: &Value, head: &str) -> Vec<String> {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let d = &w["deliveries"];
     let mut lines = vec![
         format!(
-            "webhooks: {} events stored, by result {}; the API also counted {} (duplicates and refusals are not stored)",
+            "{head}: {} events stored, by result {}; the API also counted {} (duplicates and refusals are not stored)",
             n(&w["events_stored"]),
             w["events_by_result"],
             w["api_counted"]
         ),
         format!(
-            "webhook deliveries: {} events in {} attempts ({}), faults by event {}; {} forged attempts, {} refused; \
+            "{head} deliveries: {} events in {} attempts ({}), faults by event {}; {} forged attempts, {} refused; \
              {} copies gave up unforged; drained in {:.1} s",
             n(&d["events"]),
             n(&d["attempts"]),
@@ -409,7 +497,7 @@ pub(super) fn describe(w: &Value) -> Vec<String> {
             w["drain_seconds"].as_f64().unwrap_or(0.0)
         ),
         format!(
-            "webhook decisions: withdrawals decided by a webhook {}; disagreeing events came to {} ({} false `paid` \
+            "{head} decisions: withdrawals decided by a webhook {}; disagreeing events came to {} ({} false `paid` \
              claims, none may apply)",
             w["withdrawals_decided"],
             w["disagreeing_events"],
@@ -417,7 +505,7 @@ pub(super) fn describe(w: &Value) -> Vec<String> {
         ),
     ];
     if let Some(money) = w["moved_no_money"].as_str() {
-        lines.push(format!("webhook money: {money}"));
+        lines.push(format!("{head} money: {money}"));
     }
     lines
 }
@@ -487,9 +575,21 @@ mod tests {
                       webhook_events_total{type=\"unknown\",result=\"bad_signature\"} 5\n\
                       webhook_events_total{result=\"duplicate\",type=\"transfer.failed\"} 1\n\
                       webhook_last_received_timestamp_seconds 1.7e9\n";
-        let counts = counted(scrape);
+        let counts = counted(scrape, "default");
         assert_eq!(counts["duplicate"].values().sum::<u64>(), 4);
         assert_eq!(counts["bad_signature"]["unknown"], 5);
         assert_eq!(counts.len(), 2);
+        assert_eq!(counted(scrape, "acme"), BTreeMap::new(), "unlabelled series are default's");
+    }
+
+    #[test]
+    fn the_api_scrape_is_read_for_one_provider_only() {
+        let scrape = "webhook_events_total{provider=\"acme\",result=\"duplicate\",type=\"transfer.paid\"} 3\n\
+                      webhook_events_total{provider=\"bolt\",result=\"duplicate\",type=\"transfer.paid\"} 2\n\
+                      webhook_events_total{result=\"bad_signature\",type=\"unknown\",provider=\"bolt\"} 1\n";
+        assert_eq!(counted(scrape, "acme")["duplicate"]["transfer.paid"], 3);
+        let bolt = counted(scrape, "bolt");
+        assert_eq!((bolt["duplicate"]["transfer.paid"], bolt["bad_signature"]["unknown"]), (2, 1));
+        assert_eq!(counted(scrape, "default"), BTreeMap::new());
     }
 }

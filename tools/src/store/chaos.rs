@@ -1,8 +1,9 @@
 //! Statements only `withdrawals-tools chaos` sends, beyond the library's `storage::verify`: what
-//! the provider's webhook events came to (SPEC §15) with the state of the job deciding each, and
-//! which channel took each withdrawal's final decision, and where each attempt went and which
-//! withdrawals moved to another provider (SPEC §16). Read-only, after (or while waiting for)
-//! convergence; nothing here writes.
+//! each provider's webhook events came to (SPEC §15, §16; every event is stored under the provider
+//! whose route took it) with the state of the job deciding each, which channel took each
+//! withdrawal's final decision and which provider's answer it rested on, and where each attempt
+//! went and which withdrawals moved to another provider (SPEC §16). Read-only, after (or while
+//! waiting for) convergence; nothing here writes.
 
 use sqlx::types::Json;
 use uuid::Uuid;
@@ -11,13 +12,15 @@ use withdrawals::domain::{AttemptResult, JobStatus, SideEffect, WebhookResult, W
 use withdrawals::storage::{Db, DbTime, Result};
 use withdrawals::with_read_conn;
 
-/// Stored events by type and result (`None` while undecided): the report's counts.
-pub async fn webhook_results(db: &Db) -> Result<Vec<(String, Option<WebhookResult>, i64)>> {
+/// Provider `provider`'s stored events by type and result (`None` while undecided): the report's
+/// counts.
+pub async fn webhook_results(db: &Db, provider: &str) -> Result<Vec<(String, Option<WebhookResult>, i64)>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, (String, Option<WebhookResult>, i64)>(
-            "SELECT event_type, result, COUNT(*) FROM webhook_events GROUP BY event_type, result \
-             ORDER BY event_type, result",
+            "SELECT event_type, result, COUNT(*) FROM webhook_events WHERE provider = $1 \
+             GROUP BY event_type, result ORDER BY event_type, result",
         )
+        .bind(provider)
         .fetch_all(&mut *conn)
         .await?
     }))
@@ -26,7 +29,9 @@ pub async fn webhook_results(db: &Db) -> Result<Vec<(String, Option<WebhookResul
 /// One stored event, with the state of the job that decides it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredEvent {
-    /// The provider's event id.
+    /// The provider whose route took it.
+    pub provider: String,
+    /// The provider's event id (unique per provider only).
     pub event_id: String,
     pub event_type: String,
     pub transfer_id: Option<String>,
@@ -47,7 +52,7 @@ impl StoredEvent {
 pub async fn webhook_events(db: &Db) -> Result<Vec<StoredEvent>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredEvent>(
-            "SELECT e.event_id, e.event_type, e.transfer_id, e.withdrawal_id, e.result, e.detail, \
+            "SELECT e.provider, e.event_id, e.event_type, e.transfer_id, e.withdrawal_id, e.result, e.detail, \
                     j.status AS job_status \
              FROM webhook_events e LEFT JOIN jobs j ON j.id = e.job_id \
              ORDER BY e.received_at, e.id",
@@ -73,6 +78,7 @@ pub async fn undecided_with_live_job(db: &Db) -> Result<i64> {
 /// body, the detail and the provider's record. Scanned for the signing secret.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct StoredEventText {
+    pub provider: String,
     pub event_id: String,
     pub headers: Json<serde_json::Value>,
     pub body: Vec<u8>,
@@ -83,7 +89,8 @@ pub struct StoredEventText {
 pub async fn webhook_event_texts(db: &Db) -> Result<Vec<StoredEventText>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, StoredEventText>(
-            "SELECT event_id, headers, body, detail, provider_record FROM webhook_events ORDER BY received_at, id",
+            "SELECT provider, event_id, headers, body, detail, provider_record FROM webhook_events \
+             ORDER BY received_at, id",
         )
         .fetch_all(&mut *conn)
         .await?
@@ -91,12 +98,14 @@ pub async fn webhook_event_texts(db: &Db) -> Result<Vec<StoredEventText>> {
 }
 
 /// A move of a withdrawal into `completed` or `failed`, and who made it (`actor` as stored:
-/// `webhook`, `reconciliation`, `settlement`, `worker:<id>`, `operator:<id>`, …).
+/// `webhook`, `reconciliation`, `settlement`, `worker:<id>`, `operator:<id>`, …), with the
+/// evidence it rested on.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Decision {
     pub withdrawal_id: Uuid,
     pub to_status: WithdrawalStatus,
     pub actor: String,
+    pub evidence: Option<Json<serde_json::Value>>,
 }
 
 impl Decision {
@@ -104,12 +113,18 @@ impl Decision {
     pub fn channel(&self) -> &str {
         self.actor.split(':').next().unwrap_or(&self.actor)
     }
+
+    /// The provider whose answer the decision rested on, as its evidence names it (`None`: no
+    /// evidence, or evidence from before providers were named).
+    pub fn provider(&self) -> Option<&str> {
+        self.evidence.as_ref().and_then(|e| e.0["provider"].as_str())
+    }
 }
 
 pub async fn final_decisions(db: &Db) -> Result<Vec<Decision>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, Decision>(
-            "SELECT withdrawal_id, to_status, actor FROM withdrawal_transitions \
+            "SELECT withdrawal_id, to_status, actor, evidence FROM withdrawal_transitions \
              WHERE to_status IN ('completed', 'failed') ORDER BY at, id",
         )
         .fetch_all(&mut *conn)
