@@ -108,12 +108,72 @@ pub struct TestApp {
     pub gateway: withdrawals::provider::Gateway,
     shutdown: CancellationToken,
     _dir: Option<tempfile::TempDir>,
+    /// On PostgreSQL: the server's URL and this test's database, dropped with the app.
+    postgres_database: Option<(String, String)>,
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        // Each test makes its own database: it goes with the test (SQLite's with its temp dir), so
+        // a long session cannot fill the server's disk. A failed test's stays, to be looked at.
+        if let Some((server_url, name)) = self.postgres_database.take() {
+            if std::thread::panicking() {
+                eprintln!("the failed test's database is kept: {name}");
+                return;
+            }
+            // Its own thread and runtime: a drop may run on the test's runtime. Tried a few
+            // times, since a busy server may have no connection slot for a moment.
+            let dropped = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+                runtime.block_on(async {
+                    for _ in 0..20 {
+                        match server::drop_database(&server_url, &name).await {
+                            Ok(()) => return Some(()),
+                            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(250)).await,
+                        }
+                    }
+                    None
+                })
+            })
+            .join();
+            if !matches!(dropped, Ok(Some(()))) {
+                eprintln!("a test database could not be dropped");
+            }
+        }
     }
+}
+
+/// The database a PostgreSQL test URL names, with the server URL it was made at (`DATABASE_URL`).
+fn postgres_database(url: &str) -> Option<(String, String)> {
+    if !url.starts_with("postgres") {
+        return None;
+    }
+    let path = url.split('?').next()?;
+    let name = path.rsplit('/').next()?.to_owned();
+    Some((std::env::var("DATABASE_URL").ok()?, name))
+}
+
+/// Dropping a PostgreSQL test app drops its database (a long session once filled the disk with
+/// thousands of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_test_app_takes_its_database_with_it() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let (server_url, name) = postgres_database(&app.database_url).expect("a PostgreSQL database");
+    let exists = |server_url: String, name: String| async move {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&server_url).await.unwrap();
+        let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+            .bind(&name)
+            .fetch_optional(&mut admin)
+            .await
+            .unwrap();
+        found.is_some()
+    };
+    app.start_default_worker();
+    assert!(exists(server_url.clone(), name.clone()).await, "made for the test");
+    drop(app);
+    assert!(!exists(server_url, name).await, "dropped with the app, its pools and workers still connected");
 }
 
 /// A funded account and its API key.
@@ -186,6 +246,7 @@ impl TestApp {
         tokio::spawn(async move {
             startup::serve_with(listener, state, &http::ServerLimits::default(), &metrics, stop).await
         });
+        let dropped_with_app = postgres_database(&database_url);
         TestApp {
             db,
             database_url,
@@ -196,6 +257,7 @@ impl TestApp {
             gateway,
             shutdown,
             _dir: dir,
+            postgres_database: dropped_with_app,
         }
     }
 
