@@ -60,6 +60,12 @@ pub async fn side_effect_unreconciled(db: &crate::storage::Db, id: crate::domain
     let settled = crate::storage::reconciliations::for_withdrawal(db, id)
         .await?
         .iter()
-        .any(|r| r.at >= last.started_at && r.result == ReconciliationResult::NotFound && r.follow_up_job_id.is_some());
+        // Only the provider the attempt went to can say it has no such transfer (SPEC §16).
+        .any(|r| {
+            r.at >= last.started_at
+                && r.provider == last.provider
+                && r.result == ReconciliationResult::NotFound
+                && r.follow_up_job_id.is_some()
+        });
     Ok(!settled)
 }

@@ -52,13 +52,18 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
         return ctx.finish_or_rollback(tx, &Finish::Succeeded).await;
     }
 
+    // An attempt that starts after this question is not covered by its answer.
+    let asked_at = DbTime::now();
     let asked = match gateway {
-        Some(gateway) => gateway.lookup(&id.to_string(), &job.correlation_id).await.map_err(|open| open.retry_in),
-        None => Err(super::routing::NO_PROVIDER_WAIT),
+        Some(gateway) => gateway
+            .lookup(&id.to_string(), &job.correlation_id)
+            .await
+            .map_err(|open| (open.retry_in, "circuit breaker open")),
+        None => Err((super::routing::NO_PROVIDER_WAIT, "no configured provider")),
     };
     let answer = match asked {
         Ok(answer) => answer,
-        Err(retry_in) => {
+        Err((retry_in, why)) => {
             // The breaker is open: ask after the next probe (plus jitter, at least the minimum
             // deferral), without using up attempts — but the window still closes on time.
             let window = TimeDelta::from_std(ctx.config().reconcile_policy.max_elapsed).unwrap_or(TimeDelta::hours(24));
@@ -73,7 +78,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             let run_at = DbTime::after(ctx.config().breaker_deferral(retry_in));
             let mut tx = ctx.db().begin().await?;
             job_store::mark_first_attempt(&mut tx, job.key(), job.lease_token).await?;
-            let how = Finish::Reschedule { run_at, consumed_attempt: false, error: "circuit breaker open" };
+            let how = Finish::Reschedule { run_at, consumed_attempt: false, error: why };
             return ctx.finish_or_rollback(tx, &how).await;
         }
     };
@@ -130,7 +135,7 @@ pub async fn handle(ctx: &JobContext, payload: ReconcilePayout) -> anyhow::Resul
             let how = Finish::Reschedule { run_at: settled, consumed_attempt: false, error: "attempt in flight" };
             return ctx.finish_or_rollback(tx, &how).await;
         }
-        Verdict::NoTransfer => return controlled_retry(tx, ctx, provider, key, from).await,
+        Verdict::NoTransfer => return controlled_retry(tx, ctx, provider, key, from, asked_at).await,
         Verdict::Pending(t) => (Outcome::Pending, format!("transfer {} still pending at the provider", t.id)),
         Verdict::Unavailable(why) => (Outcome::Unavailable, why.clone()),
     };
@@ -215,10 +220,11 @@ async fn controlled_retry(
     provider: &str,
     key: WithdrawalKey,
     from: WithdrawalStatus,
+    asked_at: DbTime,
 ) -> anyhow::Result<()> {
     let job = &ctx.job;
     let id = key.id;
-    attempts::resolve_unfinished_as_not_executed(&mut tx, key, provider).await?;
+    attempts::resolve_unfinished_as_not_executed(&mut tx, key, provider, asked_at).await?;
     let (attempts_made, first) = attempts::budget(&mut tx, key).await?;
     let elapsed = first.map(|f| (DbTime::now().0 - f.0).to_std().unwrap_or_default()).unwrap_or_default();
     let policy = ctx.config().submit_policy_for(provider);

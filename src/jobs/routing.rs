@@ -4,8 +4,8 @@
 //! moved money. The rule is pure and lives in `domain`; this module gathers its facts (the
 //! attempts, the breaker) and turns a move into a recorded decision with its evidence.
 //!
-//! With one provider nothing is read and nothing decided here beyond its breaker: the bench's
-//! path is the one it always was.
+//! With one provider a first attempt reads nothing and decides nothing here beyond its breaker:
+//! the bench's path is the one it always was. Later attempts read where the earlier ones went.
 
 use std::time::Duration;
 
@@ -43,7 +43,10 @@ pub(super) async fn choose<'a>(
     has_attempts: bool,
 ) -> anyhow::Result<Route<'a>> {
     let gateways = ctx.gateways();
-    if gateways.is_single() {
+    if gateways.is_single() && !has_attempts {
+        // A first attempt with one provider: nothing to read (the bench's path). A later one
+        // reads where the attempts went, like several providers: a provider taken out of the
+        // configuration is never replaced by the one that is left.
         let gateway = gateways.primary();
         return Ok(match gateway.breaker.try_acquire() {
             Ok(permit) => Route::Call { gateway, permit, moved: None },
@@ -109,8 +112,7 @@ pub(super) async fn choose<'a>(
 pub(super) const UNCONFIGURED: &str = "unconfigured";
 
 /// The provider questions about `withdrawal` go to: its latest attempt's (`None` when that one is
-/// no longer configured), or the first for its currency before any attempt. With one provider,
-/// that one, and nothing is read.
+/// no longer configured), or the first for its currency before any attempt.
 pub(super) async fn asked<'a>(ctx: &'a JobContext, withdrawal: &Withdrawal) -> anyhow::Result<Option<&'a Gateway>> {
     Ok(asked_of(ctx.gateways(), ctx.db(), withdrawal).await?)
 }
@@ -121,9 +123,8 @@ pub async fn asked_of<'a>(
     db: &Db,
     withdrawal: &Withdrawal,
 ) -> crate::storage::Result<Option<&'a Gateway>> {
-    if gateways.is_single() {
-        return Ok(Some(gateways.primary()));
-    }
+    // With one provider too: the attempts may have gone to a provider no longer configured, and
+    // then nobody else may answer in its place.
     let latest = attempts::for_withdrawal(db, withdrawal.key()).await?.pop();
     Ok(gateways.for_withdrawal(latest.as_ref().map(|a| a.provider.as_str()), withdrawal.amount.currency().code()))
 }

@@ -84,8 +84,7 @@ pub async fn handle(ctx: &JobContext, payload: ApplyWebhookEvent) -> anyhow::Res
         None => None,
     };
     // The provider that sent the event is the one asked (SPEC §16): its record decides.
-    let gateways = ctx.gateways();
-    let gateway = if gateways.is_single() { Some(gateways.primary()) } else { gateways.get(&event.provider) };
+    let gateway = ctx.gateways().get(&event.provider);
     let asked = match (gateway, &withdrawal) {
         (None, _) => Err(super::routing::NO_PROVIDER_WAIT),
         (Some(g), Some(w)) => g.lookup(&w.id.to_string(), &ctx.job.correlation_id).await.map_err(|o| o.retry_in),
@@ -134,6 +133,16 @@ async fn decide(
 ) -> anyhow::Result<Outcome> {
     let key = Some(w.key());
     let verdict = Verdict::of_lookup(w, answer, false);
+    // Only the provider the withdrawal's latest attempt went to holds its payout (SPEC §16): an
+    // event from another moves nothing, and what that provider shows is for operators.
+    if let Some(latest) = crate::storage::attempts::latest(tx, w.key()).await? {
+        if latest.provider != provider {
+            let why = "the event comes from a provider the withdrawal's latest attempt did not go to: nothing moves";
+            let evidence = verdict.evidence(w, chrono::Utc::now()).from_provider(provider).after_event(seen);
+            contradiction(tx, w, ExceptionKind::UnknownTransfer, why, &evidence).await?;
+            return Ok(Outcome::of(WebhookResult::Mismatch, why, key).resting_on(&evidence));
+        }
+    }
     let claimed: Transfer = match serde_json::from_value(seen.data.clone()) {
         Ok(claimed) => claimed,
         Err(err) => {

@@ -181,19 +181,28 @@ pub fn record_outcome_in(
 /// Once reconciliation proved the provider has no transfer under the operation key (and no call
 /// can still be in flight), every attempt whose side effect was unknown is known not executed:
 /// recorded so, so a controlled or deliberate retry may call again.
-pub async fn resolve_unfinished_as_not_executed(tx: &mut Tx, withdrawal: WithdrawalKey, provider: &str) -> Result<u64> {
+/// Only attempts that started before `asked_at` (when the provider was asked): one that started
+/// after the question may be executed whatever the answer said.
+pub async fn resolve_unfinished_as_not_executed(
+    tx: &mut Tx,
+    withdrawal: WithdrawalKey,
+    provider: &str,
+    asked_at: DbTime,
+) -> Result<u64> {
     Ok(with_conn!(tx, |conn| {
         sqlx::query(
             "UPDATE provider_attempts
              SET finished_at = COALESCE(finished_at, $1), outcome = COALESCE(outcome, 'unknown'),
                  side_effect = 'not_started', error_code = COALESCE(error_code, 'reconciled_not_found'),
                  error_message = COALESCE(error_message, 'reconciliation found no transfer for this operation key')
-             WHERE account_id = $2 AND withdrawal_id = $3 AND side_effect = 'unknown' AND provider = $4",
+             WHERE account_id = $2 AND withdrawal_id = $3 AND side_effect = 'unknown' AND provider = $4
+               AND started_at < $5",
         )
         .bind(DbTime::now())
         .bind(withdrawal.account.0)
         .bind(withdrawal.id.0)
         .bind(provider)
+        .bind(asked_at)
         .execute(&mut *conn)
         .await?
         .rows_affected()

@@ -21,6 +21,7 @@ both_backends!(
     a_5xx_waits_for_its_provider_until_that_providers_lookup_finds_nothing,
     one_providers_open_breaker_leaves_the_others_withdrawals_alone,
     each_provider_retries_by_its_own_policy_and_its_dead_letters_name_it,
+    a_provider_taken_out_of_the_configuration_is_not_replaced_by_the_one_left,
 );
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -345,5 +346,46 @@ async fn each_provider_retries_by_its_own_policy_and_its_dead_letters_name_it(ap
     let letter = &letters["data"][0];
     assert_eq!(letter["category"], "retries_exhausted", "{letters}");
     assert_eq!(letter["provider"], "acme", "{letters}");
+    app.assert_ledger_invariant().await;
+}
+
+/// bolt's answer to W is unknown (a timeout after commit) when bolt is taken out of the
+/// configuration: the one provider left, acme, is never asked about W nor sent it — W waits for
+/// its provider (`no configured provider`), whatever acme would say.
+async fn a_provider_taken_out_of_the_configuration_is_not_replaced_by_the_one_left(app: TestApp) {
+    let two = two(None, 3600).await;
+    two.breaker("acme").force_open();
+    let hold = FaultRule::new(RouteMatch::Create, FaultEffect::TimeoutAfterCommit { ms: 1_500 });
+    two.bolt.mock.set_faults(FaultConfig { rules: vec![hold] });
+    let mut payouts = worker_config("w-before");
+    payouts.queues = vec![Queue::Payouts.as_str()];
+    let before = app.start_worker(two.gateways.clone(), payouts);
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-removed", "10.00").await;
+    let key = app.key(id).await;
+    app.eventually("bolt's attempt answered unknown", WAIT, || async {
+        let attempts = attempts::for_withdrawal(&app.db, key).await.unwrap();
+        attempts
+            .iter()
+            .any(|a| a.provider == "bolt" && a.outcome == Some(withdrawals::domain::AttemptResult::Unknown))
+            .then_some(())
+    })
+    .await;
+    before.cancel();
+    // The process restarts with acme alone.
+    two.breaker("acme").reset();
+    let acme_alone = Gateways::from(two.gateways.get("acme").unwrap().clone());
+    let mut config = worker_config("w-after");
+    config.in_flight_grace = Duration::from_millis(200);
+    app.start_worker(acme_alone, config);
+    app.eventually("the reconciliation waiting for its provider", WAIT, || async {
+        let jobs = withdrawals::storage::jobs::jobs_for_withdrawal(&app.db, key).await.unwrap();
+        jobs.iter().any(|j| j.last_error.as_deref() == Some("no configured provider")).then_some(())
+    })
+    .await;
+    let asked_acme = two.acme.mock.requests().iter().any(|r| format!("{r:?}").contains(&id.to_string()));
+    assert!(!asked_acme, "acme was never asked about nor sent the withdrawal");
+    assert_eq!(attempted_at(&app, id).await, ["bolt"]);
+    assert_eq!(app.wait_for_status(id, WithdrawalStatus::Processing, WAIT).await.status, WithdrawalStatus::Processing);
     app.assert_ledger_invariant().await;
 }

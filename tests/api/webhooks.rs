@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use provider_contract::webhook::{header_value, PROVIDER_SIGNATURE_HEADER};
-use provider_mocks::{Settlement, SettlementMode};
+use provider_mocks::{FaultConfig, FaultEffect, FaultRule, RouteMatch, Settlement, SettlementMode};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use withdrawals::domain::{WebhookEventId, WebhookResult, WithdrawalId, WithdrawalStatus};
@@ -39,6 +39,7 @@ both_backends!(
     a_returned_event_for_an_open_withdrawal_completes_and_credits_it_once,
     each_providers_events_come_to_its_own_route_and_are_decided_by_asking_it,
     event_ids_are_unique_per_provider_and_operators_filter_by_provider,
+    an_event_from_a_provider_the_withdrawal_is_not_at_moves_no_money,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -853,4 +854,65 @@ mod migration {
     async fn postgres() {
         stored_events_are_kept_and_their_ids_become_per_provider(Backend::Postgres).await
     }
+}
+
+/// SPEC §16: W's payout is at bolt (pending). acme, which W never went to, holds a failed transfer
+/// under W's key (a stray) and says so in a well-signed `transfer.failed`: acme's record is real,
+/// but acme does not hold W's payout — nothing moves (failing W would release funds bolt may still
+/// pay); the event is a `mismatch` and an `unknown_transfer` exception names W for operators.
+async fn an_event_from_a_provider_the_withdrawal_is_not_at_moves_no_money(app: TestApp) {
+    let several = Several::serve(&app).await;
+    several.bolt.mock.set_settlement(async_settlement(600_000, 0.0));
+    let mut config = worker_config("w-stray-event");
+    config.pending_poll = Duration::from_secs(600);
+    config.reconcile_policy.base_delay = Duration::from_secs(600);
+    config.reconcile_policy.max_delay = Duration::from_secs(600);
+    let _worker = app.start_worker(several.gateways.clone(), config).drop_guard();
+    let alice = app.customer("100.00").await;
+    let id = app.create_withdrawal(&alice, "k-stray", "40.00").await;
+    let key = app.key(id).await;
+    app.eventually("W pending at bolt", WAIT, || async {
+        let attempts = withdrawals::storage::attempts::for_withdrawal(&app.db, key).await.unwrap();
+        attempts.iter().any(|a| a.provider == "bolt" && a.finished_at.is_some()).then_some(())
+    })
+    .await;
+    // A stray at acme under W's key, failed there.
+    let failing =
+        FaultRule::new(RouteMatch::Create, FaultEffect::SettleFailed { failure_code: "account_closed".into() });
+    several.acme.mock.set_faults(FaultConfig { rules: vec![failing] });
+    let w = withdrawal_store::get(&app.db, key).await.unwrap().unwrap();
+    let request = withdrawals::provider::TransferRequest {
+        reference: id.to_string(),
+        amount: "40.00".into(),
+        currency: "USD".into(),
+        destination: w.destination.clone(),
+    };
+    let stray = match several.acme.provider.submit(&id.to_string(), "stray", &request).await {
+        withdrawals::provider::SubmitOutcome::Accepted { transfer, .. } => transfer,
+        other => panic!("acme took the stray: {other:?}"),
+    };
+    let transfer = serde_json::to_value(&stray).unwrap();
+    let body = event("evt_stray_failed", "transfer.failed", &transfer);
+    let taken = deliver_at(&app, &several.url("/webhooks/provider/acme"), body, ACME_SECRET).await;
+    assert_eq!(taken.status(), 202);
+    let decided = app
+        .eventually("acme's event decided", WAIT, || async {
+            let events = store::list(&app.db, &EventFilter { limit: 10, ..EventFilter::default() }).await.unwrap();
+            events.into_iter().find(|e| e.event_id == "evt_stray_failed" && e.result.is_some())
+        })
+        .await;
+    assert_eq!(decided.result, Some(WebhookResult::Mismatch), "{decided:?}");
+    assert_eq!(decided.provider, "acme");
+    let now = withdrawal_store::get(&app.db, key).await.unwrap().unwrap();
+    assert_eq!(now.status, WithdrawalStatus::Processing, "nothing moved: W's payout is bolt's");
+    let exceptions = count(
+        &app,
+        &format!(
+            "SELECT COUNT(*) FROM settlement_exceptions WHERE kind = 'unknown_transfer' AND withdrawal_id = {}",
+            sql_id(&app, id.0)
+        ),
+    )
+    .await;
+    assert_eq!(exceptions, 1, "operators see acme's stray");
+    app.assert_ledger_invariant().await;
 }
