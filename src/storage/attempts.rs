@@ -63,29 +63,31 @@ pub async fn latest(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<Option<Att
     }))
 }
 
+/// The one query of [`for_withdrawal`] and [`for_withdrawal_in`]: a withdrawal's attempts, oldest
+/// first.
+fn all_of_withdrawal() -> String {
+    format!("SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY attempt_no")
+}
+
 /// Every attempt for a withdrawal, oldest first.
 pub async fn for_withdrawal(db: &Db, withdrawal: WithdrawalKey) -> Result<Vec<AttemptRow>> {
     Ok(with_read_conn!(db, |conn| {
-        sqlx::query_as::<_, AttemptRow>(&format!(
-            "SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY attempt_no"
-        ))
-        .bind(withdrawal.account.0)
-        .bind(withdrawal.id.0)
-        .fetch_all(&mut *conn)
-        .await?
+        sqlx::query_as::<_, AttemptRow>(&all_of_withdrawal())
+            .bind(withdrawal.account.0)
+            .bind(withdrawal.id.0)
+            .fetch_all(&mut *conn)
+            .await?
     }))
 }
 
 /// [`for_withdrawal`] inside `tx` (the payout handler's routing, SPEC §16).
 pub async fn for_withdrawal_in(tx: &mut Tx, withdrawal: WithdrawalKey) -> Result<Vec<AttemptRow>> {
     Ok(with_conn!(tx, |conn| {
-        sqlx::query_as::<_, AttemptRow>(&format!(
-            "SELECT {COLUMNS} FROM provider_attempts WHERE account_id = $1 AND withdrawal_id = $2 ORDER BY attempt_no"
-        ))
-        .bind(withdrawal.account.0)
-        .bind(withdrawal.id.0)
-        .fetch_all(&mut *conn)
-        .await?
+        sqlx::query_as::<_, AttemptRow>(&all_of_withdrawal())
+            .bind(withdrawal.account.0)
+            .bind(withdrawal.id.0)
+            .fetch_all(&mut *conn)
+            .await?
     }))
 }
 
