@@ -35,7 +35,7 @@ pub(super) struct Move {
 pub(super) const NO_PROVIDER_WAIT: Duration = Duration::from_secs(60);
 
 /// Chooses the provider for `withdrawal`'s next attempt (`has_attempts`: it has had one), reading
-/// its attempts in `tx` only when several providers are configured.
+/// its attempts in `tx` for any later attempt (a first one with one provider reads nothing).
 pub(super) async fn choose<'a>(
     ctx: &'a JobContext,
     tx: &mut Tx,
