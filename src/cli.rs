@@ -99,6 +99,14 @@ pub enum Command {
         #[command(subcommand)]
         command: ops_cli::WebhooksCommand,
     },
+    /// Customer notifications (SPEC §17): webhook endpoints with their health, notifications
+    /// with what each receiver answered, and redelivery (calls /ops/v1).
+    Notifications {
+        #[command(flatten)]
+        conn: ops_cli::Connection,
+        #[command(subcommand)]
+        command: ops_cli::NotificationsCommand,
+    },
     /// The review queue: list, show and resolve `requires_review` withdrawals (calls /ops/v1).
     Review {
         #[command(flatten)]
@@ -261,6 +269,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub tuning: WorkerTuning,
     #[command(flatten)]
+    pub notify: NotifyArgs,
+    #[command(flatten)]
     pub server: crate::http::limits::ServerLimits,
     #[command(flatten)]
     pub auth_failures: crate::config::AuthFailureSettings,
@@ -396,6 +406,130 @@ impl WorkerTuning {
     }
 }
 
+/// Customer notifications (SPEC §17).
+#[derive(Debug, Clone, Args)]
+pub struct NotifyArgs {
+    /// Allow `http` endpoint URLs and loopback or private addresses (development and tests only;
+    /// logged loudly at start).
+    #[arg(long, env = "NOTIFY_ALLOW_INSECURE", default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub notify_allow_insecure: bool,
+    /// The key sealing endpoints' signing secrets: 64 hex digits. Unset with a SQLite file, a key
+    /// file beside the database (`<file>.notify-key`, made on first start, mode 0600).
+    #[arg(long, env = "NOTIFY_SECRET_KEY", hide_env_values = true)]
+    pub notify_secret_key: Option<String>,
+    /// How long a rotated-out signing secret still signs, in seconds (24 h).
+    #[arg(long, env = "NOTIFY_ROTATION_OVERLAP_S", default_value_t = notify_default().rotation_overlap.as_secs())]
+    pub notify_rotation_overlap_s: u64,
+    /// First retry delay of a delivery (doubles, with full jitter).
+    #[arg(long, env = "NOTIFY_BASE_DELAY_MS", default_value_t = ms(notify_default().retry.base_delay))]
+    pub notify_base_delay_ms: u64,
+    /// Largest delay between deliveries' retries (and the most of a `Retry-After` honoured).
+    #[arg(long, env = "NOTIFY_MAX_DELAY_MS", default_value_t = ms(notify_default().retry.max_delay))]
+    pub notify_max_delay_ms: u64,
+    /// How long an event is retried, from when it was written (3 days), before it is dead-lettered.
+    #[arg(long, env = "NOTIFY_MAX_ELAPSED_MS", default_value_t = ms(notify_default().retry.max_elapsed))]
+    pub notify_max_elapsed_ms: u64,
+    /// A delivery's connect timeout.
+    #[arg(long, env = "NOTIFY_CONNECT_TIMEOUT_MS", default_value_t = ms(notify_default().connect_timeout))]
+    pub notify_connect_timeout_ms: u64,
+    /// A delivery's total timeout.
+    #[arg(long, env = "NOTIFY_TIMEOUT_MS", default_value_t = ms(notify_default().request_timeout))]
+    pub notify_timeout_ms: u64,
+    /// An endpoint whose every delivery failed for longer than this is disabled.
+    #[arg(long, env = "NOTIFY_DISABLE_AFTER_MS", default_value_t = ms(notify_default().disable_after))]
+    pub notify_disable_after_ms: u64,
+    /// Deliveries at once per worker process, on slots of their own.
+    #[arg(long, env = "NOTIFY_CONCURRENCY", default_value_t = notify_default().concurrency)]
+    pub notify_concurrency: usize,
+    /// How long each endpoint's breaker stays open before a trial delivery.
+    #[arg(long, env = "NOTIFY_BREAKER_WAIT_OPEN_MS", default_value_t = ms(notify_default().breaker.wait_duration_in_open))]
+    pub notify_breaker_wait_open_ms: u64,
+    /// The events API shows an event once it is this old (a page never passes by one still
+    /// committing).
+    #[arg(long, env = "EVENTS_SETTLE_MS", default_value_t = ms(notify_default().events_settle))]
+    pub events_settle_ms: u64,
+}
+
+fn notify_default() -> crate::config::NotifySettings {
+    crate::config::NotifySettings::default()
+}
+
+impl NotifyArgs {
+    /// The settings, the key read or made; `warnings` gets what start should say.
+    pub fn settings(
+        &self,
+        database_url: &str,
+        warnings: &mut Vec<String>,
+    ) -> anyhow::Result<crate::config::NotifySettings> {
+        let mut s = crate::config::NotifySettings {
+            allow_insecure: self.notify_allow_insecure,
+            rotation_overlap: Duration::from_secs(self.notify_rotation_overlap_s),
+            connect_timeout: Duration::from_millis(self.notify_connect_timeout_ms.max(1)),
+            request_timeout: Duration::from_millis(self.notify_timeout_ms.max(1)),
+            disable_after: Duration::from_millis(self.notify_disable_after_ms),
+            concurrency: self.notify_concurrency.max(1),
+            events_settle: Duration::from_millis(self.events_settle_ms),
+            ..crate::config::NotifySettings::default()
+        };
+        s.retry.base_delay = Duration::from_millis(self.notify_base_delay_ms.max(1));
+        s.retry.max_delay = Duration::from_millis(self.notify_max_delay_ms).max(s.retry.base_delay);
+        s.retry.max_retry_after = s.retry.max_delay;
+        s.retry.max_elapsed = Duration::from_millis(self.notify_max_elapsed_ms.max(1));
+        s.breaker.wait_duration_in_open = Duration::from_millis(self.notify_breaker_wait_open_ms);
+        let key = match (&self.notify_secret_key, sqlite_file(database_url)) {
+            (Some(hex), _) => Some(crate::config::NotifySettings::parse_key(hex).map_err(anyhow::Error::msg)?),
+            (None, Some(file)) => Some(key_file(&format!("{file}.notify-key"))?),
+            (None, None) => {
+                warnings.push(
+                    "NOTIFY_SECRET_KEY is not set: customers cannot register webhook endpoints and no notification \
+                     is delivered (set 64 hex digits, e.g. from `openssl rand -hex 32`)"
+                        .to_owned(),
+                );
+                None
+            }
+        };
+        s.secret_key = key.map(std::sync::Arc::new);
+        if s.allow_insecure {
+            warnings.push(
+                "NOTIFY_ALLOW_INSECURE is on: notification endpoints may be http and point at loopback or private \
+                 addresses — development and tests only, never production"
+                    .to_owned(),
+            );
+        }
+        Ok(s)
+    }
+}
+
+/// The path of a SQLite database file (`sqlite://path`, `sqlite:path`), if the URL names one.
+fn sqlite_file(database_url: &str) -> Option<String> {
+    let rest = database_url.strip_prefix("sqlite://").or_else(|| database_url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or("");
+    (!path.is_empty() && !path.contains(":memory:") && !path.starts_with("file::memory")).then(|| path.to_owned())
+}
+
+/// The key in `path` (64 hex digits), made with 32 random bytes if the file does not exist.
+fn key_file(path: &str) -> anyhow::Result<secrecy::SecretBox<[u8; 32]>> {
+    use std::io::Write;
+    match std::fs::read_to_string(path) {
+        Ok(hex) => crate::config::NotifySettings::parse_key(&hex).map_err(|e| anyhow::anyhow!("{path}: {e}")),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            use rand::RngCore;
+            let mut key = [0u8; 32];
+            rand::rngs::OsRng.fill_bytes(&mut key);
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options.open(path).map_err(|e| anyhow::anyhow!("cannot create the key file {path}: {e}"))?;
+            file.write_all(hex::encode(key).as_bytes())?;
+            tracing::warn!(path, "made a notification signing-secret key file beside the SQLite database");
+            Ok(secrecy::SecretBox::new(Box::new(key)))
+        }
+        Err(err) => Err(anyhow::anyhow!("cannot read the key file {path}: {err}")),
+    }
+}
+
 /// The largest single credit (money entering an account), per currency.
 #[derive(Debug, Clone, Args)]
 pub struct CreditLimitArgs {
@@ -495,6 +629,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ledger { conn, command } => ops_cli::ledger(&conn, command).await,
         Command::Settlement { conn, command } => ops_cli::settlement(&conn, command).await,
         Command::Webhooks { conn, command } => ops_cli::webhooks(&conn, command).await,
+        Command::Notifications { conn, command } => ops_cli::notifications(&conn, command).await,
         Command::Review { conn, command } => ops_cli::review(&conn, command).await,
         Command::Dlq { conn, command } => ops_cli::dlq(&conn, command).await,
         Command::Replay { conn, command } => ops_cli::replay(&conn, command).await,
@@ -641,7 +776,9 @@ impl ServeArgs {
             max_body_bytes: self.webhook_max_body_bytes.max(1),
         };
         config.providers.clone_from(&file);
+        config.notify = self.notify.settings(database_url, &mut warnings)?;
         let mut worker = WorkerConfig::new(startup::worker_id());
+        worker.notify = config.notify.clone();
         worker.settlement = config.settlement;
         worker.providers.clone_from(&file);
         worker.concurrency = self.worker_concurrency.max(1);

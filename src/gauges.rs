@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::job::Queue;
 use crate::domain::settlement::ExceptionKind;
-use crate::domain::{JobStatus, ReplayStatus, WithdrawalStatus};
+use crate::domain::{EndpointStatus, JobStatus, ReplayStatus, WithdrawalStatus};
 use crate::metrics::{
     install, DEAD_LETTERS_OLDEST_OPEN_SECONDS, DEAD_LETTERS_OPEN, JOBS_DUE, JOBS_LIVE, JOBS_OLDEST_DUE_SECONDS,
     LEDGER_CHECK_FAILING, LEDGER_INVARIANT_VIOLATIONS, OLDEST_IN_STATE_SECONDS, REPLAY_ITEMS_PENDING, REPLAY_RUNS,
@@ -54,6 +54,8 @@ pub struct DatabaseGauges {
     pub withdrawals: Vec<(WithdrawalStatus, i64, f64)>,
     pub dead_letters_open: i64,
     pub dead_letters_oldest_open_seconds: f64,
+    /// Customers' webhook endpoints in each state (SPEC §17).
+    pub endpoints: Vec<(EndpointStatus, i64)>,
     pub queues: Vec<QueueGauges>,
     /// Runs and their pending items, by run status.
     pub replays: Vec<(ReplayStatus, i64, i64)>,
@@ -127,7 +129,14 @@ impl DatabaseGauges {
             .map(|(provider, at)| (provider, at.0.timestamp() as f64))
             .collect();
 
+        let counts = crate::storage::notifications::endpoint_counts(db).await?;
+        let endpoints = EndpointStatus::ALL
+            .into_iter()
+            .map(|state| (state, counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n)))
+            .collect();
+
         Ok(DatabaseGauges {
+            endpoints,
             webhook_last_received,
             withdrawals,
             dead_letters_open: open.count,
@@ -146,6 +155,9 @@ impl DatabaseGauges {
             gauge!(OLDEST_IN_STATE_SECONDS, "state" => status.as_str()).set(*age);
         }
         gauge!(DEAD_LETTERS_OPEN).set(self.dead_letters_open as f64);
+        for (state, count) in &self.endpoints {
+            gauge!(crate::metrics::NOTIFICATION_ENDPOINTS, "state" => state.as_str()).set(*count as f64);
+        }
         for (provider, at) in &self.webhook_last_received {
             gauge!(crate::metrics::WEBHOOK_LAST_RECEIVED, "provider" => provider.clone()).set(*at);
         }
@@ -271,5 +283,8 @@ fn database_gauges_at_zero() {
     for kind in ExceptionKind::ALL {
         gauge!(SETTLEMENT_EXCEPTIONS_OPEN, "kind" => kind.as_str()).set(0.0);
         gauge!(SETTLEMENT_EXCEPTION_OLDEST_OPEN_AGE_SECONDS, "kind" => kind.as_str()).set(0.0);
+    }
+    for state in EndpointStatus::ALL {
+        gauge!(crate::metrics::NOTIFICATION_ENDPOINTS, "state" => state.as_str()).set(0.0);
     }
 }

@@ -24,6 +24,10 @@
 //! - [`webhooks`] — the provider's signed events (SPEC §15), free of HTTP: the signature and
 //!   timestamp checked, the event stored with the job that decides on it (`jobs::webhook`, on
 //!   the provider's own record through `provider::truth::on_event`), or refused storing nothing.
+//! - Customer notifications (SPEC §17) live where their parts belong: the events outbox, endpoints
+//!   and deliveries in [`storage::notifications`] (an event written by the change's own
+//!   transaction), the customer's side in [`customer::notifications`], the dispatcher and the
+//!   delivery job in [`jobs::notify`], the operator's side in `ops::notifications`.
 //! - [`refusal`] — what a service function (customer or operator) answers when it does not
 //!   succeed: a refusal with a stable code and kind, or an internal failure.
 //! - [`http`] — the customer API (axum; thin handlers over [`customer`]), problem+json errors,
@@ -48,7 +52,11 @@
 //!   one [`provider::Gateway`] per provider and the set routing reads ([`provider::Gateways`]);
 //!   [`provider::truth`]: every transfer checked against the withdrawal, one verdict for all;
 //!   [`provider::cluster`]: each process obeys the stored breaker override and reports its breaker.
-//! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens).
+//! - [`outbound`] — requests to URLs someone else supplied (customers' notification endpoints):
+//!   https only, public addresses only (checked at registration and again at connect time), no
+//!   redirects, no proxies, a bounded answer.
+//! - [`credentials`] — issuing and verifying hashed bearer credentials (API keys, operator tokens),
+//!   and sealing notification endpoints' signing secrets (AES-256-GCM).
 //! - [`provisioning`] — creating accounts and operators with credentials (CLI and tests).
 //! - [`config`] — runtime settings and their defaults.
 //! - [`startup`] — the composition root: opening the database, provider and breaker, the
@@ -73,7 +81,7 @@
 //! 5. `http`
 //! 6. `customer`, `ops`, `webhooks`
 //! 7. `jobs`
-//! 8. `provider`
+//! 8. `provider`, `outbound`
 //! 9. `dead_letter`
 //! 10. `refusal`, `credentials`
 //! 11. `storage`
@@ -105,6 +113,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod ops;
 pub mod ops_cli;
+pub mod outbound;
 pub mod provider;
 pub mod provisioning;
 pub mod redact;

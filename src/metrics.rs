@@ -43,6 +43,9 @@ pub const WEBHOOK_EVENTS: &str = "webhook_events_total";
 pub const WEBHOOK_LAST_RECEIVED: &str = "webhook_last_received_timestamp_seconds";
 pub const RECONCILIATION_DECISIONS: &str = "reconciliation_decisions_total";
 pub const PAYOUT_FAILOVERS: &str = "payout_failovers_total";
+pub const NOTIFICATION_DELIVERIES: &str = "notification_deliveries_total";
+pub const NOTIFICATION_DELIVERY_SECONDS: &str = "notification_delivery_duration_seconds";
+pub const NOTIFICATION_ENDPOINTS: &str = "notification_endpoints";
 
 /// Every metric this service exports, with its type and what it means: the README's list and
 /// the alert rules are checked against it.
@@ -108,6 +111,18 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
         "withdrawals moved to the next provider for their currency while the first's breaker was open, by from and to \
          (SPEC §16)",
     ),
+    (
+        NOTIFICATION_DELIVERIES,
+        "counter",
+        "customer notification delivery attempts, by result (delivered, gone, http_error, timeout, unreachable, \
+         refused; SPEC §17)",
+    ),
+    (
+        NOTIFICATION_DELIVERY_SECONDS,
+        "histogram",
+        "how long a notification delivery attempt took, request sent to answer read (SPEC §17)",
+    ),
+    (NOTIFICATION_ENDPOINTS, "gauge", "customers' webhook endpoints in each state (database, SPEC §17)"),
 ];
 
 /// The `type` label of [`WEBHOOK_EVENTS`] for a request whose body is not trusted (refused) and
@@ -154,6 +169,8 @@ pub fn install() -> &'static PrometheusHandle {
         let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(PROVIDER_REQUEST_SECONDS.to_owned()), &buckets)
+            .expect("valid buckets")
+            .set_buckets_for_metric(Matcher::Full(NOTIFICATION_DELIVERY_SECONDS.to_owned()), &buckets)
             .expect("valid buckets")
             .build_recorder();
         let handle = recorder.handle();
@@ -207,6 +224,10 @@ fn register_known_series() {
     for source in DECISION_SOURCES {
         counter!(RECONCILIATION_DECISIONS, "source" => source).absolute(0);
     }
+    for result in crate::domain::DeliveryResult::ALL {
+        counter!(NOTIFICATION_DELIVERIES, "result" => result.as_str()).absolute(0);
+    }
+    let _registered = histogram!(NOTIFICATION_DELIVERY_SECONDS);
 }
 
 /// The states a breaker can move between, for its transitions' label sets.
@@ -308,6 +329,13 @@ pub fn failover(from: &str, to: &str) {
 pub fn provider_request(provider: &str, outcome_class: &str, elapsed: Duration) {
     histogram!(PROVIDER_REQUEST_SECONDS, "provider" => provider.to_owned(), "outcome" => outcome_class.to_owned())
         .record(elapsed.as_secs_f64());
+}
+
+/// One notification delivery attempt and how long it took. No endpoint label: the endpoints are
+/// customers' and unbounded; the console and the ops API show each one's health.
+pub fn notification_delivery(result: crate::domain::DeliveryResult, elapsed: Duration) {
+    counter!(NOTIFICATION_DELIVERIES, "result" => result.as_str()).increment(1);
+    histogram!(NOTIFICATION_DELIVERY_SECONDS).record(elapsed.as_secs_f64());
 }
 
 /// A reconciliation result of asking `provider` (committed).

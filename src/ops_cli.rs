@@ -1,6 +1,7 @@
 //! The operator commands of the CLI, one file per command group (`status`, `breakers`, `ledger`,
-//! `review`, `dlq`, `replay`, `audit`, `settlement`, `webhooks`, `accounts fund` in `credits`, and the
-//! credential lifecycle in `credentials`: `accounts keys …`, `operators …`), over one [`client`]:
+//! `review`, `dlq`, `replay`, `audit`, `settlement`, `webhooks`, `notifications`, `accounts fund`
+//! in `credits`, and the credential lifecycle in `credentials`: `accounts keys …`,
+//! `operators …`), over one [`client`]:
 //! thin clients of `/ops/v1` (paths from [`crate::ops::routes`]), so roles and the audit log apply exactly as they do over HTTP.
 //! `WITHDRAWALS_URL` and `WITHDRAWALS_TOKEN` say where and who; `--json` prints the API's JSON
 //! for scripts. The credential commands also take `--direct`: the same ops routes run in this
@@ -19,6 +20,7 @@ mod credentials;
 mod dlq;
 mod format;
 mod ledger;
+mod notifications;
 mod replay;
 mod review;
 mod status;
@@ -32,6 +34,7 @@ pub use credentials::{api_keys, operators, KeysCommand, OperatorCommand};
 pub use credits::fund;
 pub use dlq::{dlq, DlqCommand, FilterArgs};
 pub use ledger::{ledger, LedgerCommand};
+pub use notifications::{notifications, NotificationsCommand};
 pub use replay::{replay, ReplayCommand};
 pub use review::{review, ReviewCommand};
 pub use settlement::{settlement, ImportArgs, SettlementCommand};

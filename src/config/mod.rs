@@ -8,6 +8,7 @@
 //! uses a setting (the breaker, the backoff) lives with that behaviour.
 
 mod breaker;
+mod notify;
 mod pool;
 mod provider;
 pub mod providers;
@@ -21,6 +22,7 @@ pub mod webhook_defaults {
 mod worker;
 
 pub use breaker::{BreakerConfig, BreakerConfigError, SlidingWindow};
+pub use notify::NotifySettings;
 pub use pool::PoolSettings;
 pub use provider::ProviderConfig;
 pub use retry::{PolicyError, RetryPolicy};
@@ -97,6 +99,8 @@ pub struct AppConfig {
     pub webhooks: WebhookSettings,
     /// The providers file, validated (SPEC §16); `None` with a lone `PROVIDER_URL` or none.
     pub providers: Option<providers::Providers>,
+    /// Customer notifications (SPEC §17).
+    pub notify: NotifySettings,
 }
 
 /// Failed authentications one source may make at once before it is slowed.
@@ -223,6 +227,7 @@ impl Default for AppConfig {
             breaker_sync: std::time::Duration::from_secs(5),
             auth_failures: AuthFailureSettings::default(),
             webhooks: WebhookSettings::default(),
+            notify: NotifySettings::default(),
             providers: None,
         }
     }

@@ -12,6 +12,9 @@ use crate::domain::job::Queue;
 pub struct WorkerConfig {
     pub worker_id: String,
     pub queues: Vec<&'static str>,
+    /// Customer notifications' delivery (SPEC §17): the `notifications` queue runs on its own
+    /// `notify.concurrency` slots.
+    pub notify: super::NotifySettings,
     /// Jobs running at once in this worker.
     pub concurrency: usize,
     /// Jobs claimed per round trip.
@@ -124,6 +127,7 @@ impl WorkerConfig {
         Self {
             worker_id: worker_id.into(),
             queues: Queue::ALL.map(Queue::as_str).to_vec(),
+            notify: super::NotifySettings::default(),
             concurrency: 16,
             batch_size: 16,
             lease: Duration::from_secs(30),

@@ -11,15 +11,16 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::session::Session;
-use crate::domain::{DeadLetterId, ReplayRunId, SettlementExceptionId, WithdrawalId};
+use crate::domain::{DeadLetterId, NotificationId, ReplayRunId, SettlementExceptionId, WithdrawalId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::acts::SettlementExceptionResolve;
 use crate::ops::types::{
     ApproveOrReject, AuditEntry, AuditQuery, Closed, DeadLetterGroup, DeadLetterQuery, DeadLetterView, DecisionResult,
-    ExceptionQuery, ExceptionView, List, OpsWithdrawal, Overview, Page, ReasonRequest, ReplayControl, ReplayQuery,
-    ReplayRunView, ReportQuery, ReportView, Resolution, ResolveExceptionRequest, ResolveRequest, Resolved, StartReplay,
-    Started, WithdrawalDetail, WithdrawalQuery,
+    ExceptionQuery, ExceptionView, List, NotificationDetail, NotificationQuery, NotificationView, OpsWithdrawal,
+    Overview, Page, ReasonRequest, Redelivered, ReplayControl, ReplayQuery, ReplayRunView, ReportQuery, ReportView,
+    Resolution, ResolveExceptionRequest, ResolveRequest, Resolved, StartReplay, Started, WebhookEndpointQuery,
+    WebhookEndpointView, WithdrawalDetail, WithdrawalQuery,
 };
 use crate::ops::{self, Action, OpsError};
 
@@ -253,6 +254,39 @@ pub async fn resolve_settlement_exception(
     };
     let request = ResolveExceptionRequest { reason, note: note.to_owned() };
     Ok(ops::settlement::resolve(&ops, &session.operator, id, request).await?)
+}
+
+/// Every account's webhook endpoints with their health, newest first.
+pub async fn webhook_endpoints(
+    state: &AppState,
+    session: &Session,
+    query: &WebhookEndpointQuery,
+) -> Result<List<WebhookEndpointView>, PageRefusal> {
+    Ok(ops::notifications::endpoints(&state.ops(), &session.operator, query.clone()).await?)
+}
+
+/// Customer notifications, newest first, by endpoint and status.
+pub async fn notifications(
+    state: &AppState,
+    session: &Session,
+    query: &NotificationQuery,
+) -> Result<List<NotificationView>, PageRefusal> {
+    Ok(ops::notifications::notifications(&state.ops(), &session.operator, query.clone()).await?)
+}
+
+/// One notification with its endpoint, event and attempts.
+pub async fn notification(state: &AppState, session: &Session, id: Uuid) -> Result<NotificationDetail, PageRefusal> {
+    Ok(ops::notifications::notification(&state.ops(), &session.operator, NotificationId(id)).await?)
+}
+
+/// Sends a notification again (operator; audited).
+pub async fn redeliver_notification(
+    state: &AppState,
+    session: &Session,
+    id: Uuid,
+    request: &ReasonRequest,
+) -> Result<Redelivered, PageRefusal> {
+    Ok(ops::notifications::redeliver(&state.ops(), &session.operator, NotificationId(id), request.clone()).await?)
 }
 
 /// The audit log, newest first.

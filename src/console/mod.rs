@@ -1,8 +1,9 @@
 //! The operator console (issue 9): server-rendered pages under `/ops` for finance operators —
 //! overview, review queue with each withdrawal's evidence timeline and resolve forms, dead-letter
-//! triage, replays, settlement exceptions with their evidence and resolve form, and the audit
-//! log. Templates are maud, compiled into the binary; every action is a plain form post carrying
-//! the session's CSRF token; a little inline script only refreshes a running replay's progress.
+//! triage, replays, settlement exceptions with their evidence and resolve form, customer
+//! notifications (endpoints' health, deliveries, redelivery), and the audit log. Templates are
+//! maud, compiled into the binary; every action is a plain form post carrying the session's CSRF
+//! token; a little inline script only refreshes a running replay's progress.
 //!
 //! Owns no data path of its own: pages call only `api`'s typed functions (one per operation, each
 //! answering with a DTO of [`crate::ops::types`]), which act as the signed-in operator through the
@@ -13,6 +14,7 @@
 mod api;
 mod audit;
 mod dead_letters;
+mod notifications;
 mod overview;
 mod replays;
 mod review;
@@ -75,6 +77,9 @@ pub fn router() -> Router<AppState> {
         .route("/ops/settlement", get(settlement::index))
         .route("/ops/settlement/exceptions/{id}", get(settlement::exception))
         .route("/ops/settlement/exceptions/{id}/resolve", post(settlement::resolve))
+        .route("/ops/notifications", get(notifications::index))
+        .route("/ops/notifications/{id}", get(notifications::notification))
+        .route("/ops/notifications/{id}/redeliver", post(notifications::redeliver))
         .route("/ops/audit", get(audit::log))
         .layer(axum::middleware::map_response(security_headers))
 }

@@ -113,6 +113,7 @@ pub fn page(session: &Session, title: &str, banner_: Option<Banner>, body: Marku
                 li { a href="/ops/dead-letters" { "Dead letters" } }
                 li { a href="/ops/replays" { "Replays" } }
                 li { a href="/ops/settlement" { "Settlement" } }
+                li { a href="/ops/notifications" { "Notifications" } }
                 li { a href="/ops/audit" { "Audit log" } }
             }
         }

@@ -10,6 +10,7 @@
 //! once its transaction commits.
 
 pub mod balances;
+pub mod notifications;
 pub mod types;
 pub mod withdrawals;
 

@@ -5,7 +5,7 @@ use crate::text_enum;
 
 text_enum! {
     /// Why automation gave up, by who must act next (SPEC §6's table).
-    pub enum Category("dead-letter category", 8) {
+    pub enum Category("dead-letter category", 9) {
         BadPayload = "bad_payload",
         DependencyRejected = "dependency_rejected",
         SideEffectUnknown = "side_effect_unknown",
@@ -18,6 +18,9 @@ text_enum! {
         /// Our own database failed the job run after run (unreachable, out of connections,
         /// locked): retried with backoff first (SPEC §5), never filed as a bug.
         Infrastructure = "infrastructure",
+        /// A customer notification (SPEC §17) that no retry delivered within its window: the
+        /// integrator's endpoint must be mended, then the dead letter replayed.
+        NotificationUndeliverable = "notification_undeliverable",
     }
 }
 
@@ -48,6 +51,7 @@ impl Category {
             Category::SideEffectUnknown => "operator",
             Category::CodeBug | Category::Crashed | Category::Infrastructure => "service team",
             Category::ProviderMismatch => "finance operations",
+            Category::NotificationUndeliverable => "integration team",
         }
     }
 
@@ -62,6 +66,7 @@ impl Category {
             Category::Crashed => "runbooks/dead-letter-crashed.md",
             Category::ProviderMismatch => "runbooks/dead-letter-provider-mismatch.md",
             Category::Infrastructure => "runbooks/dead-letter-infrastructure.md",
+            Category::NotificationUndeliverable => "runbooks/dead-letter-notification-undeliverable.md",
         }
     }
 }

@@ -51,6 +51,18 @@ id_type!(
     WebhookEventId
 );
 id_type!(
+    /// A customer event in the outbox (SPEC §17); customers see it as `evt_…`.
+    EventId
+);
+id_type!(
+    /// An integrator's notification endpoint (SPEC §17); customers see it as `we_…`.
+    WebhookEndpointId
+);
+id_type!(
+    /// One event's delivery to one endpoint (SPEC §17).
+    NotificationId
+);
+id_type!(
     /// A withdrawal; also the provider's idempotency key for its payout (SPEC §4).
     WithdrawalId
 );

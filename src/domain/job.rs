@@ -46,20 +46,23 @@ impl JobStatus {
 text_enum! {
     /// The queues of the built-in job kinds. The `queue` column itself stays open text: a worker
     /// may be given an extension queue (`Worker::with_handler`, used by the bench and the tests).
-    pub enum Queue("queue", 3) {
+    pub enum Queue("queue", 4) {
         /// Carries payouts to the provider.
         Payouts = "payouts",
         /// Asks the provider what happened (SPEC §7).
         Reconciliation = "reconciliation",
         /// The daily settlement import (SPEC §14.1).
         Settlement = "settlement",
+        /// Delivers customer notifications (SPEC §17): its own queue and concurrency, so a dead
+        /// endpoint never takes a payout's slot.
+        Notifications = "notifications",
     }
 }
 
 text_enum! {
     /// The built-in job kinds. The worker dispatches over them exhaustively; a stored kind that is
     /// none of these (and no extension handler's) is poison.
-    pub enum JobKind("job kind", 4) {
+    pub enum JobKind("job kind", 5) {
         /// Sends a withdrawal to the payout provider ([`SubmitPayout`]).
         SubmitPayout = "submit_payout",
         /// Looks a payout up at the provider by its operation key ([`ReconcilePayout`]).
@@ -68,13 +71,15 @@ text_enum! {
         ImportSettlement = "import_settlement",
         /// Decides on a provider event by the provider's current record ([`ApplyWebhookEvent`]).
         ApplyWebhookEvent = "apply_webhook_event",
+        /// Delivers one event to one endpoint ([`DeliverNotification`]).
+        DeliverNotification = "deliver_notification",
     }
 }
 
 impl Queue {
     /// Where an operator may send a replayed dead letter (SPEC §8), and the queues the overview
     /// shows.
-    pub const REPLAY_DESTINATIONS: [Queue; 2] = [Queue::Payouts, Queue::Reconciliation];
+    pub const REPLAY_DESTINATIONS: [Queue; 3] = [Queue::Payouts, Queue::Reconciliation, Queue::Notifications];
 }
 
 impl JobKind {
@@ -85,6 +90,7 @@ impl JobKind {
             JobKind::ReconcilePayout => Queue::Reconciliation,
             JobKind::ImportSettlement => Queue::Settlement,
             JobKind::ApplyWebhookEvent => Queue::Reconciliation,
+            JobKind::DeliverNotification => Queue::Notifications,
         }
     }
 
@@ -95,6 +101,7 @@ impl JobKind {
             JobKind::ReconcilePayout => ReconcilePayout::VERSION,
             JobKind::ImportSettlement => ImportSettlement::VERSION,
             JobKind::ApplyWebhookEvent => ApplyWebhookEvent::VERSION,
+            JobKind::DeliverNotification => DeliverNotification::VERSION,
         }
     }
 }
@@ -196,6 +203,18 @@ pub struct ApplyWebhookEvent {
 }
 
 impl ApplyWebhookEvent {
+    pub const VERSION: i64 = 1;
+}
+
+/// Payload of [`JobKind::DeliverNotification`], version [`DeliverNotification::VERSION`]: one
+/// event's delivery to one endpoint (SPEC §17), the notification row that says which.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverNotification {
+    pub notification: super::NotificationId,
+}
+
+impl DeliverNotification {
     pub const VERSION: i64 = 1;
 }
 

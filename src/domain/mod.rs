@@ -21,12 +21,14 @@ pub mod input_text;
 pub mod job;
 mod ledger;
 mod money;
+pub mod notification;
 mod reference;
 mod replay;
 mod role;
 pub mod settlement;
 mod status;
 mod text_enum;
+pub mod view;
 pub mod webhook;
 mod withdrawal;
 
@@ -43,14 +45,15 @@ pub use evidence::{
 pub use failure::{Category, LetterEvent, LetterState};
 pub use idempotency::{IdempotencyKey, IdempotencyKeyError, IdempotencyState};
 pub use ids::{
-    AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, JobId, LeaseToken, OperatorId,
-    ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId, SettlementLineId,
-    SettlementReportId, TransitionId, WebhookEventId, WithdrawalId,
+    AccountId, ApiKeyId, AttemptId, DeadLetterEventId, DeadLetterId, DecisionId, EventId, JobId, LeaseToken,
+    NotificationId, OperatorId, ReconciliationId, ReplayItemId, ReplayRunId, SessionId, SettlementExceptionId,
+    SettlementLineId, SettlementReportId, TransitionId, WebhookEndpointId, WebhookEventId, WithdrawalId,
 };
 pub use job::{JobKey, JobStatus};
 pub use ledger::EntryKind;
 pub use money::format_minor;
 pub use money::{Amount, AmountError, AmountLimits, Currency};
+pub use notification::{DeliveryResult, EndpointStatus, EventType, EventTypes, NotificationStatus};
 pub use reference::{check_reference, ReferenceError, MAX_REFERENCE_CHARS};
 pub use replay::{check_replay_transition, ReplayAction, ReplayItemStatus, ReplayStatus, ReplayTransitionError};
 pub use role::Role;

@@ -16,6 +16,7 @@ pub mod error;
 mod health;
 pub mod input;
 pub mod limits;
+mod notifications;
 mod openapi;
 pub mod ops;
 pub mod webhooks;
@@ -110,6 +111,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .merge(withdrawals::router())
         .merge(balances::router())
+        .merge(notifications::router())
         .merge(health::router())
         .merge(webhooks::router())
         .merge(openapi::router())

@@ -31,6 +31,8 @@ pub struct Worker {
     pub(super) extra: Arc<Vec<(&'static str, i64, Handler)>>,
     /// Group commit of effect-free completions; started by [`Worker::run`].
     pub(super) finisher: Option<super::finisher::Finisher>,
+    /// Customer notifications' HTTP client and per-endpoint breakers (SPEC §17).
+    pub(super) notify: Arc<super::delivery::Deliverer>,
 }
 
 /// What a handler gets: the leased job and the worker's services.

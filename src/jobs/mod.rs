@@ -9,7 +9,9 @@
 //! in [`crate::domain::job`], re-exported here.
 
 pub mod context;
+pub mod delivery;
 pub mod finisher;
+pub mod notify;
 pub mod payload;
 pub mod payout_batch;
 pub mod reconcile;
@@ -26,7 +28,7 @@ use crate::storage::jobs as job_store;
 use crate::storage::{DbTime, Result, Tx};
 
 pub use crate::domain::job::{
-    ApplyWebhookEvent, ImportSettlement, JobKind, JobType, Queue, ReconcilePayout, SubmitPayout,
+    ApplyWebhookEvent, DeliverNotification, ImportSettlement, JobKind, JobType, Queue, ReconcilePayout, SubmitPayout,
 };
 
 /// Enqueues a reconciliation for `withdrawal` in `tx` unless one is already waiting or running.

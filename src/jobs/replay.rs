@@ -18,7 +18,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{payload, JobKind, JobType};
+use super::{payload, JobKind, JobType, Queue};
 use crate::domain::{
     Actor, DeadLetterEventId, DeadLetterId, JobId, JobKey, ReplayAction, ReplayItemStatus, ReplayRunId, ReplayStatus,
     SideEffect, WithdrawalId, WithdrawalKey, WithdrawalStatus,
@@ -149,6 +149,11 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
         Ok(ok) => ok,
         Err(reason) => return skip(tx, item, &crate::redact::text(&reason)).await,
     };
+    // A customer notification (SPEC §17) moves no money and has no withdrawal to move: its
+    // delivery runs again, on the notifications queue only.
+    if kind == JobKind::DeliverNotification || run.destination_queue == Queue::Notifications {
+        return release_delivery(tx, run, item, &letter, kind, payload, version).await;
+    }
     let Some(withdrawal) = withdrawal else {
         return skip(tx, item, "no withdrawal to replay").await;
     };
@@ -194,6 +199,44 @@ pub async fn release_item(db: &Db, run: &ReplayRun, item: &ReplayItem, releaser:
             correlation_id: correlation,
             account_id: key.account,
             withdrawal_id: Some(withdrawal),
+        },
+    )
+    .await?;
+    replays::link_job(&mut tx, job, item.id).await?;
+    let job = job.id;
+    replays::finish_item(&mut tx, item, ReplayItemStatus::Released, None, Some(job)).await?;
+    tx.after_commit(|| crate::metrics::replay_item(ReplayItemStatus::Released.as_str()));
+    record_event(&mut tx, &letter.id, run, item, Some(job), "released").await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Releases a dead-lettered notification delivery as a new delivery job (its notification, still
+/// `undeliverable`, is tried again with a fresh retry window); anything else sent to the
+/// notifications queue, or a delivery sent elsewhere, is skipped.
+async fn release_delivery(
+    mut tx: crate::storage::Tx,
+    run: &ReplayRun,
+    item: &ReplayItem,
+    letter: &DeadLetter,
+    kind: JobKind,
+    payload: Vec<u8>,
+    version: i64,
+) -> anyhow::Result<bool> {
+    if kind != JobKind::DeliverNotification || run.destination_queue != Queue::Notifications {
+        let why = "notification deliveries replay to the notifications queue, and only they do";
+        return skip(tx, item, why).await;
+    }
+    let job = job_store::enqueue(
+        &mut tx,
+        &NewJob {
+            kind: JobType::Builtin { kind, queue: Queue::Notifications },
+            payload,
+            payload_version: version,
+            run_at: DbTime::now(),
+            correlation_id: format!("replay-{}", run.id),
+            account_id: letter.account_id,
+            withdrawal_id: None,
         },
     )
     .await?;

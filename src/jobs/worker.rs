@@ -22,8 +22,8 @@ use super::context::heartbeat_loop;
 pub use super::context::{Handler, JobContext, Worker, WorkerConfig};
 use super::retry::{Exhausted, RetryDecision};
 use super::{
-    enqueue_reconciliation, payout_batch, reconcile, submit, ApplyWebhookEvent, ImportSettlement, JobKind,
-    ReconcilePayout, SubmitPayout,
+    enqueue_reconciliation, payout_batch, reconcile, submit, ApplyWebhookEvent, DeliverNotification, ImportSettlement,
+    JobKind, Queue, ReconcilePayout, SubmitPayout,
 };
 use crate::dead_letter::{self, Category, Failure};
 use crate::provider::Gateways;
@@ -33,7 +33,15 @@ use crate::storage::{Db, DbTime};
 impl Worker {
     /// A worker paying through `gateways` (one [`Gateway`] converts: the one-provider case).
     pub fn new(db: Db, gateways: impl Into<Gateways>, config: WorkerConfig) -> Self {
-        Self { db, gateways: gateways.into(), config: Arc::new(config), extra: Arc::new(Vec::new()), finisher: None }
+        let notify = Arc::new(super::delivery::Deliverer::new(&config.notify));
+        Self {
+            db,
+            gateways: gateways.into(),
+            config: Arc::new(config),
+            extra: Arc::new(Vec::new()),
+            finisher: None,
+            notify,
+        }
     }
 
     /// Registers a handler for another job kind and payload version (the built-in kinds are
@@ -57,11 +65,18 @@ impl Worker {
         tracker.spawn(self.clone().reap_leases(shutdown.clone()));
         tracker.spawn(self.clone().sweep_stuck(shutdown.clone()));
         tracker.spawn(super::replay::run_releaser(self.db.clone(), self.config.worker_id.clone(), shutdown.clone()));
+        if self.config.queues.contains(&Queue::Notifications.as_str()) {
+            let every = self.config.notify.dispatch_interval;
+            tracker.spawn(super::notify::run_dispatcher(self.db.clone(), every, shutdown.clone()));
+        }
+        // The notifications queue runs on its own slots: a slow or dead endpoint never holds a
+        // payout's.
+        let notify_permits = Arc::new(Semaphore::new(self.config.notify.concurrency.max(1)));
         capture_panic_backtraces();
         tracing::info!(worker_id = %self.config.worker_id, queues = ?self.config.queues, "worker started");
 
         while !shutdown.is_cancelled() {
-            let claimed = self.claim_round(&permits, &tracker, &handlers_stop).await;
+            let claimed = self.claim_round(&permits, &notify_permits, &tracker, &handlers_stop).await;
             if let Err(err) = &claimed {
                 tracing::warn!(error = format!("{err:#}"), "claim failed; retrying after the poll interval");
             }
@@ -89,7 +104,8 @@ impl Worker {
     /// One claim round over every queue; true if anything was claimed.
     async fn claim_round(
         &self,
-        permits: &Arc<Semaphore>,
+        payout_permits: &Arc<Semaphore>,
+        notify_permits: &Arc<Semaphore>,
         tracker: &TaskTracker,
         stop: &CancellationToken,
     ) -> anyhow::Result<bool> {
@@ -98,9 +114,19 @@ impl Worker {
         let start = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.config.queues.len().max(1);
         let rotated = self.config.queues.iter().cycle().skip(start).take(self.config.queues.len());
         for queue in rotated {
-            let batch = (self.config.batch_size as usize).min(self.config.concurrency);
+            let notifications = *queue == Queue::Notifications.as_str();
+            let (permits, slots) = match notifications {
+                true => (notify_permits, self.config.notify.concurrency.max(1)),
+                false => (payout_permits, self.config.concurrency),
+            };
+            let batch = (self.config.batch_size as usize).min(slots);
             let free = permits.available_permits().min(batch);
-            if free < batch.div_ceil(2) {
+            if notifications && free == 0 {
+                // Every delivery slot is busy: the other queues are claimed meanwhile, never
+                // made to wait for an endpoint.
+                continue;
+            }
+            if !notifications && free < batch.div_ceil(2) {
                 // Wait until half a batch of slots is free rather than claiming jobs nobody can
                 // run yet, or one job per freed slot (a claim transaction per job under load).
                 let slots = permits.clone().acquire_many_owned(batch.div_ceil(2) as u32).await?;
@@ -336,6 +362,10 @@ impl JobContext {
             },
             JobKind::ApplyWebhookEvent => match serde_json::from_slice::<ApplyWebhookEvent>(&payload) {
                 Ok(p) => super::webhook::handle(self, p).await,
+                Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
+            },
+            JobKind::DeliverNotification => match serde_json::from_slice::<DeliverNotification>(&payload) {
+                Ok(p) => super::notify::handle(self, p).await,
                 Err(err) => self.poison("undecodable_payload", &err.to_string()).await,
             },
         }

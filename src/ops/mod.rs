@@ -1,7 +1,8 @@
 //! The operator core (SPEC §8): every operator action — review, two-person decisions, dead-letter
-//! triage, replays, audit, overview, credentials, credits — as typed service functions shared by the ops
-//! API (`http::ops`, thin handlers), the console (which calls them directly, as the signed-in
-//! operator) and the CLI (which reads the same [`types`] over HTTP).
+//! triage, replays, audit, overview, credentials, credits, customer notifications — as typed
+//! service functions shared by the ops API (`http::ops`, thin handlers), the console (which calls
+//! them directly, as the signed-in operator) and the CLI (which reads the same [`types`] over
+//! HTTP).
 //!
 //! Free of HTTP. Each function takes the [`Ops`] context and the [`Operator`], checks the role
 //! through its [`Act`] (before anything else; a refusal is audited), applies the rules and writes
@@ -18,6 +19,7 @@ pub mod decide;
 pub mod decisions;
 pub mod error;
 pub mod ledger;
+pub mod notifications;
 pub mod overview;
 pub mod replays;
 pub mod review;
@@ -115,6 +117,8 @@ actions! {
     SettlementExceptionResolve => "settlement_exception.resolve", "settlement_exception", Operator, "";
     /// Credit the return a `returned` exception holds, once the provider's record shows it.
     SettlementReturnCredit => "settlement_exception.credit_return", "settlement_exception", Operator, "";
+    /// Send a customer notification again (SPEC §17): its endpoint must be enabled.
+    NotificationRedeliver => "notification.redeliver", "notification", Operator, "";
     /// The kill switch (SPEC §8): admin only.
     BreakerForceOpen => "breaker.force_open", "breaker", Admin, "";
     BreakerForceClosed => "breaker.force_closed", "breaker", Admin, "";

@@ -277,7 +277,7 @@ fn limits(settings: &crate::config::ReplaySettings, req: &StartReplay, operator:
         return Err(OpsError::invalid(
             "unknown_queue",
             "destination_queue",
-            "destination queue must be payouts or reconciliation",
+            "destination queue must be payouts, reconciliation or notifications",
         ));
     };
     let rate = req.rate_per_second.unwrap_or(settings.default_rate_per_second);

@@ -466,6 +466,38 @@ pub async fn close_settled(tx: &mut Tx, settled: &[Settled<'_>]) -> Result<u64> 
     Ok(closed)
 }
 
+/// Closes the open dead letter of `job` (of `account`), if it has one: its failure was mended
+/// after all (a dead-lettered notification delivered by a replay or a redelivery). Returns
+/// whether one closed.
+pub async fn close_for_job(tx: &mut Tx, account: AccountId, job: JobId, actor: &str, reason: &str) -> Result<bool> {
+    let open: Option<DeadLetterId> = with_conn!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT d.id FROM dead_letters d
+             WHERE d.account_id = $1 AND d.job_id = $2
+               AND NOT EXISTS (SELECT 1 FROM dead_letter_events e
+                               WHERE e.account_id = d.account_id AND e.dead_letter_id = d.id AND e.action = 'closed')",
+        )
+        .bind(account)
+        .bind(job)
+        .fetch_optional(&mut *conn)
+        .await?
+    });
+    let Some(id) = open else {
+        return Ok(false);
+    };
+    let event = Event {
+        id: DeadLetterEventId::new(),
+        account_id: account,
+        dead_letter_id: id,
+        action: LetterEvent::Closed,
+        actor: actor.to_owned(),
+        reason: reason.to_owned(),
+        details: None,
+        at: DbTime::now(),
+    };
+    add_event(tx, &event).await
+}
+
 /// A dead letter as a replay selection sees it: the envelope, and — read in the same query —
 /// whether it is closed, whether some run already released it, and the run in which it is
 /// waiting now, if any.

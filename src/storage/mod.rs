@@ -21,6 +21,7 @@ pub mod dead_letters;
 pub mod idempotency;
 pub mod jobs;
 pub mod metrics;
+pub mod notifications;
 pub mod reconciliations;
 pub mod replays;
 pub mod returns;

@@ -83,6 +83,12 @@ pub async fn apply(
     }
     let mut writes = Writes::new();
     accounts::return_in(&mut writes, withdrawal.key(), withdrawal.amount);
+    // The customer hears of it (SPEC §17): the withdrawal as its API now shows it, return and all.
+    let mut view = crate::domain::view::WithdrawalView::from(withdrawal);
+    view.returned =
+        Some(crate::domain::view::ReturnView { returned_at: returned_at.0, return_code: return_code.to_owned() });
+    let version = super::notifications::EventVersion::Known(withdrawal.version);
+    super::notifications::event_in(&mut writes, crate::domain::EventType::Returned, withdrawal, version, view);
     writes.run(tx).await?;
     Ok(Applied::Credited)
 }

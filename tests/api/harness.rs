@@ -220,7 +220,33 @@ pub async fn service_url(owner_url: &str) -> String {
 pub fn test_config() -> AppConfig {
     let mut config = AppConfig::default();
     config.auth_failures.burst = 100_000;
+    config.notify = test_notify();
     config
+}
+
+/// The key every test seals endpoints' signing secrets under.
+pub const TEST_NOTIFY_KEY: &str = "6e6f746966792d746573742d6b65792d6e6f746966792d746573742d6b657921";
+
+/// Notification settings for tests (SPEC §17): receivers on 127.0.0.1 over http allowed
+/// (`NOTIFY_ALLOW_INSECURE`), a fixed sealing key, events shown at once, and short clocks: retries
+/// from 50 ms up to 400 ms within a 20 s window, an endpoint's breaker open for 300 ms.
+pub fn test_notify() -> withdrawals::config::NotifySettings {
+    use std::time::Duration;
+    let mut notify = withdrawals::config::NotifySettings {
+        allow_insecure: true,
+        secret_key: Some(std::sync::Arc::new(withdrawals::config::NotifySettings::parse_key(TEST_NOTIFY_KEY).unwrap())),
+        events_settle: Duration::ZERO,
+        dispatch_interval: Duration::from_millis(50),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    notify.retry.base_delay = Duration::from_millis(50);
+    notify.retry.max_delay = Duration::from_millis(400);
+    notify.retry.max_retry_after = Duration::from_secs(2);
+    notify.retry.max_elapsed = Duration::from_secs(20);
+    notify.breaker.wait_duration_in_open = Duration::from_millis(300);
+    notify
 }
 
 impl TestApp {
@@ -448,6 +474,7 @@ pub fn worker_config(id: &str) -> withdrawals::jobs::worker::WorkerConfig {
     };
     config.in_flight_grace = Duration::from_millis(2_500);
     config.sweep_interval = Duration::from_millis(200);
+    config.notify = test_notify();
     config
 }
 

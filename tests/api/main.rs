@@ -19,6 +19,8 @@ mod idempotency;
 mod ledger;
 mod metrics;
 mod model;
+mod notifications;
+mod notifications_ops;
 mod ops;
 mod payouts;
 mod provider;

@@ -125,6 +125,8 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
         "/ops/v1/audit".to_owned(),
         "/ops/v1/breakers".to_owned(),
         "/ops/v1/overview".to_owned(),
+        "/ops/v1/webhook-endpoints".to_owned(),
+        "/ops/v1/notifications".to_owned(),
     ];
     // Bodies without a reason: an authorised caller gets 422, so nothing changes.
     let writes = [
@@ -143,6 +145,7 @@ async fn every_ops_route_checks_the_callers_role(app: TestApp) {
         ("/ops/v1/breakers/payout_provider/force-open".to_owned(), json!({"reason": ""}), true),
         ("/ops/v1/breakers/payout_provider/force-closed".to_owned(), json!({"reason": ""}), true),
         ("/ops/v1/breakers/payout_provider/release".to_owned(), json!({"reason": ""}), true),
+        (format!("/ops/v1/notifications/{}/redeliver", uuid::Uuid::now_v7()), json!({"reason": ""}), false),
     ];
 
     for (who, token, read, write, admin_write) in [

@@ -36,6 +36,7 @@ const OPS_QUERY_FIELDS: &[(&str, &[&str])] = &[
     ("/ops/v1/settlement/exceptions", &["kind", "status", "cursor"]),
     ("/ops/v1/settlement/reports", &["date"]),
     ("/ops/v1/ledger/verify", &["date"]),
+    ("/ops/v1/notifications", &["endpoint", "status"]),
 ];
 
 async fn a_nul_in_any_ops_query_parameter_is_a_422_invalid_query_naming_it(app: TestApp) {

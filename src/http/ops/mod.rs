@@ -14,6 +14,7 @@ mod credits;
 mod dead_letters;
 mod decisions;
 mod ledger;
+mod notifications;
 mod overview;
 mod replays;
 mod review;
@@ -45,6 +46,7 @@ pub fn router() -> Router<AppState> {
         .merge(ledger::router())
         .merge(settlement::router())
         .merge(webhooks::router())
+        .merge(notifications::router())
 }
 
 impl FromRequestParts<AppState> for Operator {

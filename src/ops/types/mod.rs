@@ -10,6 +10,7 @@
 
 mod credentials;
 mod dead_letters;
+mod notifications;
 mod overview;
 mod queries;
 mod replays;
@@ -19,6 +20,7 @@ mod webhooks;
 
 pub use credentials::*;
 pub use dead_letters::*;
+pub use notifications::*;
 pub use overview::*;
 pub use queries::*;
 pub use replays::*;

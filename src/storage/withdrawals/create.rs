@@ -1,12 +1,16 @@
-//! Creating a withdrawal: its funds held, the row inserted, its first transition recorded and
-//! its submit job enqueued, with the caller's writes, in one transaction.
+//! Creating a withdrawal: its funds held, the row inserted, its first transition recorded, its
+//! `withdrawal.created` event written and its submit job enqueued, with the caller's writes, in
+//! one transaction.
 
 use super::transitions::transition_in;
 use crate::domain::job::SubmitPayout;
+use crate::domain::view::WithdrawalView;
+use crate::domain::EventType;
 use crate::domain::{AccountId, Actor, Amount, Destination, Withdrawal, WithdrawalId, WithdrawalStatus};
 use crate::storage::accounts::{self};
 use crate::storage::batch::{Arg, Ran, Sql, Writes};
 use crate::storage::jobs;
+use crate::storage::notifications::{self, EventVersion};
 use crate::storage::{DbTime, Result, StorageError, Tx};
 
 /// A validated request to withdraw.
@@ -92,6 +96,13 @@ pub async fn create(
         None,
     );
     let held = accounts::hold_in(&mut writes, w.key(), w.amount, transition);
+    notifications::event_in(
+        &mut writes,
+        EventType::Created,
+        w,
+        EventVersion::Known(w.version),
+        WithdrawalView::from(w),
+    );
     jobs::enqueue_in(&mut writes, &SubmitPayout::new(w.id, None).job(w.account_id, &w.correlation_id, now));
     let theirs = writes.append(also);
     let counts = writes.run(tx).await?;

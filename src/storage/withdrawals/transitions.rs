@@ -5,11 +5,14 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::rows::{WithdrawalRow, COLUMNS};
+use crate::domain::view::WithdrawalView;
+use crate::domain::EventType;
 use crate::domain::{
     check_transition, AccountId, Actor, LedgerEffect, TransitionError, Withdrawal, WithdrawalKey, WithdrawalStatus,
 };
 use crate::storage::accounts::{self, EntryKind};
 use crate::storage::batch::{Arg, Ran, SetUpdate, Sql, Writes, Written};
+use crate::storage::notifications::{self, EventVersion};
 use crate::storage::{DbTime, Result, StorageError, Tx, TxConn};
 use crate::with_read_conn;
 
@@ -89,7 +92,8 @@ pub async fn transition(tx: &mut Tx, req: &TransitionRequest<'_>) -> Result<Tran
     let withdrawal = Withdrawal::try_from(row)?;
     // The transition row and the ledger entries of its effect: one round trip on PostgreSQL.
     let mut writes = Writes::new();
-    effect_in(&mut writes, &withdrawal, req, effect);
+    let (at, version) = (DbTime::from(withdrawal.updated_at), EventVersion::Known(withdrawal.version));
+    effect_in(&mut writes, &withdrawal, req, effect, at, version);
     writes.run(tx).await?;
     applied(tx, req).await?;
     Ok(TransitionOutcome::Applied(Box::new(withdrawal)))
@@ -117,7 +121,7 @@ pub fn transition_known_in(
         Arg::OptI64(req.expected_version),
     ];
     let guarded = writes.push(Sql::keyed(guarded(req, now), &GUARDED_SET, req.key.id.0, values));
-    Ok(KnownTransition { guarded, effect })
+    Ok(KnownTransition { guarded, effect, at: now })
 }
 
 /// A [`transition_known_in`] whose guarded update is in a batch.
@@ -125,6 +129,8 @@ pub fn transition_known_in(
 pub struct KnownTransition {
     guarded: Written,
     effect: LedgerEffect,
+    /// The guard's `updated_at`.
+    at: DbTime,
 }
 
 impl KnownTransition {
@@ -165,7 +171,9 @@ impl KnownTransition {
             stale(req);
             return false;
         }
-        effect_in(writes, withdrawal, req, self.effect);
+        // The guard ran in an earlier statement of this transaction: the event reads the version
+        // it left.
+        effect_in(writes, withdrawal, req, self.effect, self.at, EventVersion::Current);
         true
     }
 }
@@ -179,10 +187,27 @@ pub fn balance_of(w: &Withdrawal) -> Balance {
     (w.account_id, w.amount.currency())
 }
 
-/// The transition row and, for a move with a ledger effect, the balance change and its entry.
-fn effect_in(writes: &mut Writes, withdrawal: &Withdrawal, req: &TransitionRequest<'_>, effect: LedgerEffect) {
+/// The transition row; for a move with a ledger effect, the balance change and its entry; for a
+/// move customers hear about (SPEC §17), its event, showing the withdrawal as the move leaves it
+/// (`withdrawal` may be the one read before the move: its status, failure code and `updated_at`
+/// are the move's, `at`, and its version the row's after the guard).
+fn effect_in(
+    writes: &mut Writes,
+    withdrawal: &Withdrawal,
+    req: &TransitionRequest<'_>,
+    effect: LedgerEffect,
+    at: DbTime,
+    version: EventVersion,
+) {
     let transition_id =
         transition_in(writes, req.key, Some(req.from), req.to, req.actor, req.reason, req.correlation_id, req.evidence);
+    if let Some(kind) = EventType::for_move(Some(req.from), req.to) {
+        let mut after = withdrawal.clone();
+        after.status = req.to;
+        after.failure_code = req.failure_code.map(str::to_owned);
+        after.updated_at = at.0;
+        notifications::event_in(writes, kind, &after, version, WithdrawalView::from(&after));
+    }
     let kind = match effect {
         LedgerEffect::None => None,
         LedgerEffect::SettleHold => Some(EntryKind::Settle),
