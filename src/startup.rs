@@ -273,6 +273,8 @@ pub fn sandbox_mode(database_url: &str, provider: &ProviderSettings) -> anyhow::
 /// Runs `serve` (or `worker`) until SIGTERM or Ctrl-C: logging set up, the process built, then
 /// run until stopped.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    // A refusal is the one line said, before any configuration warning.
+    sandbox_mode(&settings.database_url, &settings.provider)?;
     telemetry::init(settings.log_format);
     for warning in &settings.warnings {
         tracing::warn!(warning = %warning, "configuration");

@@ -8,18 +8,19 @@
 -- `withdrawal_version` (read from the row in the same transaction). `fanned_out` is false until
 -- the dispatcher has made a notification (and its delivery job) per subscribed endpoint.
 CREATE TABLE events (
-    id                 BLOB PRIMARY KEY,
     account_id         BLOB NOT NULL,
+    id                 BLOB NOT NULL,
     withdrawal_id      BLOB NOT NULL,
     event_type         TEXT NOT NULL CHECK (event_type IN ('withdrawal.created', 'withdrawal.completed',
                            'withdrawal.failed', 'withdrawal.requires_review', 'withdrawal.returned')),
     withdrawal_version INTEGER NOT NULL,
     data               TEXT NOT NULL,
     created_at         TEXT NOT NULL,
-    fanned_out         INTEGER NOT NULL DEFAULT 0
+    fanned_out         INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (account_id, id)
 );
--- The events API pages an account's events by id (UUIDv7: time-ordered).
-CREATE INDEX events_by_account ON events (account_id, id);
+-- Keyed by account (issue 29): the events API pages an account's events by id (UUIDv7:
+-- time-ordered) on the primary key.
 CREATE INDEX events_by_account_type ON events (account_id, event_type, id);
 -- The dispatcher's work: small, since a row leaves it once fanned out.
 CREATE INDEX events_to_fan_out ON events (id) WHERE fanned_out = 0;
@@ -27,8 +28,8 @@ CREATE INDEX events_to_fan_out ON events (id) WHERE fanned_out = 0;
 -- An integrator's endpoint. The signing secret is sealed (AES-256-GCM under NOTIFY_SECRET_KEY),
 -- never stored in the clear; during a rotation the previous one is kept until it expires.
 CREATE TABLE webhook_endpoints (
-    id                          BLOB PRIMARY KEY,
     account_id                  BLOB NOT NULL,
+    id                          BLOB NOT NULL,
     url                         TEXT NOT NULL,
     -- The subscribed event types, comma-separated in a fixed order.
     event_types                 TEXT NOT NULL,
@@ -40,16 +41,18 @@ CREATE TABLE webhook_endpoints (
     -- Since when every delivery failed (cleared by a success): past NOTIFY_DISABLE_AFTER_MS, disabled.
     failing_since               TEXT,
     created_at                  TEXT NOT NULL,
-    updated_at                  TEXT NOT NULL
+    updated_at                  TEXT NOT NULL,
+    PRIMARY KEY (account_id, id)
 );
-CREATE INDEX webhook_endpoints_by_account ON webhook_endpoints (account_id, id);
+-- A delivery job and an operator name an endpoint by id alone (as a letter is named).
+CREATE INDEX webhook_endpoints_by_id ON webhook_endpoints (id);
 
 -- One event to one endpoint: what its delivery job is about, and where it stands.
 CREATE TABLE notifications (
-    id               BLOB PRIMARY KEY,
     account_id       BLOB NOT NULL,
-    event_id         BLOB NOT NULL REFERENCES events (id),
-    endpoint_id      BLOB NOT NULL REFERENCES webhook_endpoints (id),
+    id               BLOB NOT NULL,
+    event_id         BLOB NOT NULL,
+    endpoint_id      BLOB NOT NULL,
     status           TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'undeliverable', 'gone', 'skipped')),
     attempts         integer NOT NULL DEFAULT 0,
     last_status_code integer,
@@ -59,23 +62,31 @@ CREATE TABLE notifications (
     -- The delivery job last dead-lettered: its letter is closed once the notification is delivered.
     dead_job_id      BLOB,
     created_at       TEXT NOT NULL,
-    UNIQUE (event_id, endpoint_id)
+    PRIMARY KEY (account_id, id),
+    FOREIGN KEY (account_id, event_id) REFERENCES events (account_id, id),
+    FOREIGN KEY (account_id, endpoint_id) REFERENCES webhook_endpoints (account_id, id),
+    UNIQUE (account_id, event_id, endpoint_id)
 );
+-- A delivery job and an operator name a notification by id alone.
+CREATE INDEX notifications_by_id ON notifications (id);
 CREATE INDEX notifications_by_endpoint ON notifications (endpoint_id, created_at, id);
 CREATE INDEX notifications_by_status ON notifications (status, created_at, id);
 
 -- Every delivery attempt, as the receiver answered it.
 CREATE TABLE notification_attempts (
-    id              BLOB PRIMARY KEY,
-    notification_id BLOB NOT NULL REFERENCES notifications (id),
+    account_id      BLOB NOT NULL,
+    id              BLOB NOT NULL,
+    notification_id BLOB NOT NULL,
     attempt         integer NOT NULL,
     result          TEXT NOT NULL,
     status_code     integer,
     error           TEXT,
     duration_ms     INTEGER NOT NULL,
-    at              TEXT NOT NULL
+    at              TEXT NOT NULL,
+    PRIMARY KEY (account_id, id),
+    FOREIGN KEY (account_id, notification_id) REFERENCES notifications (account_id, id)
 );
-CREATE INDEX notification_attempts_by_notification ON notification_attempts (notification_id, attempt);
+CREATE INDEX notification_attempts_by_notification ON notification_attempts (account_id, notification_id, attempt);
 
 -- A notification no retry delivered within its window is dead-lettered under its own category.
 -- SQLite cannot change a CHECK in place: dead_letters is rebuilt as 0024 rebuilt it (the rows set

@@ -192,6 +192,7 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
     let failing_since = store::record_attempt(
         &mut tx,
         &Attempted {
+            account: n.account_id,
             notification: n.id,
             endpoint: endpoint.id,
             attempt,

@@ -141,7 +141,7 @@ pub async fn notification(ops: &Ops<'_>, operator: &Operator, id: NotificationId
     let n = store::notification(ops.db, id).await?.ok_or_else(OpsError::not_found)?;
     let event = store::event(ops.db, n.account_id, n.event_id).await?.ok_or_else(|| missing("event", &n))?;
     let endpoint = store::endpoint_by_id(ops.db, n.endpoint_id).await?.ok_or_else(|| missing("endpoint", &n))?;
-    let attempts = store::attempts(ops.db, id).await?;
+    let attempts = store::attempts(ops.db, n.account_id, id).await?;
     Ok(NotificationDetail {
         notification: notification_view(&n, event.kind()?, event.withdrawal_id),
         endpoint: endpoint_view(ops.db, &endpoint).await?,

@@ -510,12 +510,13 @@ pub struct AttemptRow {
 }
 
 /// A notification's attempts, first first.
-pub async fn attempts(db: &Db, id: NotificationId) -> Result<Vec<AttemptRow>> {
+pub async fn attempts(db: &Db, account: AccountId, id: NotificationId) -> Result<Vec<AttemptRow>> {
     Ok(with_read_conn!(db, |conn| {
         sqlx::query_as::<_, AttemptRow>(
             "SELECT attempt, result, status_code, error, duration_ms, at FROM notification_attempts
-             WHERE notification_id = $1 ORDER BY attempt",
+             WHERE account_id = $1 AND notification_id = $2 ORDER BY attempt",
         )
+        .bind(account.0)
         .bind(id.0)
         .fetch_all(&mut *conn)
         .await?
@@ -525,6 +526,7 @@ pub async fn attempts(db: &Db, id: NotificationId) -> Result<Vec<AttemptRow>> {
 /// What one attempt came to.
 #[derive(Debug, Clone)]
 pub struct Attempted<'a> {
+    pub account: AccountId,
     pub notification: NotificationId,
     pub endpoint: WebhookEndpointId,
     pub attempt: i32,
@@ -544,8 +546,9 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
     let mut writes = Writes::new();
     let error = a.error.map(|e| crate::redact::text(e).chars().take(500).collect::<String>());
     writes.push(Sql::row(
-        "INSERT INTO notification_attempts (id, notification_id, attempt, result, status_code, error, duration_ms, at) VALUES ",
+        "INSERT INTO notification_attempts (account_id, id, notification_id, attempt, result, status_code, error, duration_ms, at) VALUES ",
         [
+            Arg::Uuid(a.account.0),
             Arg::Uuid(Uuid::now_v7()),
             Arg::Uuid(a.notification.0),
             Arg::I64(a.attempt.into()),
@@ -571,7 +574,9 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
             .bind(a.at)
             .sql(", delivered_at = ")
             .bind(delivered)
-            .sql(" WHERE id = ")
+            .sql(" WHERE account_id = ")
+            .bind(a.account.0)
+            .sql(" AND id = ")
             .bind(a.notification.0),
     );
     writes.run(tx).await?;

@@ -161,7 +161,7 @@ async fn a_receiver_failing_twice_then_succeeding_gets_it_three_times_with_growi
             found.into_iter().find(|n| n.status == NotificationStatus::Delivered)
         })
         .await;
-    let attempts = store::attempts(&app.db, notification.id).await.unwrap();
+    let attempts = store::attempts(&app.db, notification.account_id, notification.id).await.unwrap();
     let answers: Vec<(i32, DeliveryResult, Option<i32>)> =
         attempts.iter().map(|a| (a.attempt, a.result, a.status_code)).collect();
     assert_eq!(
@@ -403,7 +403,7 @@ async fn a_name_that_resolves_to_loopback_at_delivery_is_refused_at_connect_time
         .eventually("a refused attempt", WAIT, || async {
             let found = store::notifications(&app.db, Some(endpoint_id(&endpoint)), None, 10).await.unwrap();
             let first = found.into_iter().find(|n| n.attempts > 0)?;
-            store::attempts(&app.db, first.id).await.unwrap().into_iter().next()
+            store::attempts(&app.db, first.account_id, first.id).await.unwrap().into_iter().next()
         })
         .await;
     assert_eq!(attempt.result, DeliveryResult::Refused, "{attempt:?}");
