@@ -11,6 +11,7 @@
 pub mod cpu;
 pub mod dead_letters;
 pub mod load;
+pub mod notify;
 pub mod pgbench;
 pub mod queue;
 pub mod report;
@@ -81,6 +82,12 @@ pub struct BenchArgs {
     /// How long the soak creates withdrawals, in minutes.
     #[arg(long, default_value_t = 10)]
     pub soak_minutes: u64,
+    /// Customer notifications (SPEC §17): run only the end-to-end phase, twice on fresh
+    /// databases of each backend — with no endpoint, then with one endpoint per account (`["*"]`)
+    /// at an in-process receiver answering 200 — and report both rates, their ratio (target
+    /// ≥ 0.8), and how long the deliveries took to land after the measured window.
+    #[arg(long, conflicts_with = "soak")]
+    pub notify_endpoints: bool,
 }
 
 impl BenchArgs {
@@ -108,6 +115,8 @@ pub struct BackendReport {
     pub queue: Option<queue::QueueReport>,
     pub dead_letters: Option<dead_letters::DeadLetterReport>,
     pub memory: Option<MemoryReport>,
+    /// `--notify-endpoints`: the end-to-end phase without and with one endpoint per account.
+    pub notifications: Option<notify::NotifyComparison>,
     pub errors: Vec<String>,
 }
 
@@ -207,7 +216,7 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     match created {
         Err(err) => report.errors.push(format!("create databases: {err:#}")),
         Ok((pgbench_url, service_url)) => {
-            if !args.soak {
+            if !args.soak && !args.notify_endpoints {
                 progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
                 match pgbench::run(&bin, &pgbench_url, args.pgbench_seconds).await {
                     Ok(p) => report.pgbench = Some(p),
@@ -221,7 +230,25 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
                     eprintln!("bench: could not drop database {pgbench_db}: {err:#}");
                 }
             }
-            run_service_phases(args, dir, &service_url, &mut report, started).await;
+            if args.notify_endpoints {
+                let with_db = format!("bench_notify_{tag}");
+                match server::create_database(&server_url, &with_db).await {
+                    Ok(with_url) => {
+                        match notify::compare(args, dir, [&service_url, &with_url], "postgres", started).await {
+                            Ok(n) => report.notifications = Some(n),
+                            Err(err) => report.errors.push(format!("notifications: {err:#}")),
+                        }
+                        if args.postgres_url.is_some() && !args.keep {
+                            if let Err(err) = server::drop_database(&server_url, &with_db).await {
+                                eprintln!("bench: could not drop database {with_db}: {err:#}");
+                            }
+                        }
+                    }
+                    Err(err) => report.errors.push(format!("create database {with_db}: {err:#}")),
+                }
+            } else {
+                run_service_phases(args, dir, &service_url, &mut report, started).await;
+            }
         }
     }
     if args.postgres_url.is_some() && !args.keep {
@@ -242,13 +269,26 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
 async fn run_sqlite(args: &BenchArgs, dir: &Path, started: Instant) -> BackendReport {
     let mut report = BackendReport { backend: "sqlite".into(), ..BackendReport::default() };
     let file = dir.join("bench.db");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-    }
-    run_service_phases(args, dir, &format!("sqlite://{}", file.display()), &mut report, started).await;
-    if !args.keep {
+    let with_file = dir.join("bench-notify.db");
+    for f in [&file, &with_file] {
         for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            let _ = std::fs::remove_file(format!("{}{suffix}", f.display()));
+        }
+    }
+    if args.notify_endpoints {
+        let urls = [format!("sqlite://{}", file.display()), format!("sqlite://{}", with_file.display())];
+        match notify::compare(args, dir, [&urls[0], &urls[1]], "sqlite", started).await {
+            Ok(n) => report.notifications = Some(n),
+            Err(err) => report.errors.push(format!("notifications: {err:#}")),
+        }
+    } else {
+        run_service_phases(args, dir, &format!("sqlite://{}", file.display()), &mut report, started).await;
+    }
+    if !args.keep {
+        for f in [&file, &with_file] {
+            for suffix in ["", "-wal", "-shm", ".notify-key"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", f.display()));
+            }
         }
     }
     report

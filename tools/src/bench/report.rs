@@ -39,6 +39,7 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
     let rss = |r: Option<&BackendReport>| r?.memory.as_ref().map(|m| m.peak_rss_mib);
     let work = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.database_work.clone();
     let pg_cpu = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.cpu.as_ref()?.postgres_ms_per_unit;
+    let notify = |r: Option<&BackendReport>| r?.notifications.as_ref().map(|n| n.ratio);
     let soak = |r: Option<&BackendReport>| {
         let minutes = &r?.end_to_end.as_ref()?.per_minute;
         Some(minutes.last()? / minutes.first()?)
@@ -109,6 +110,17 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
             30.0,
         ),
         at_least("soak_last_over_first", "soak: last minute ≥ 0.9 × the first".into(), soak(pg), soak(pg).map(|_| 0.9)),
+        // The notifications issue's "Done means": judged on both backends.
+        Target {
+            sqlite: notify(lite),
+            sqlite_met: notify(lite).map(|v| v >= 0.8),
+            ..at_least(
+                "notify_ratio",
+                "end-to-end with one endpoint per account ≥ 0.8 × without".into(),
+                notify(pg),
+                Some(0.8),
+            )
+        },
     ]
 }
 
@@ -129,6 +141,7 @@ pub fn document(
             "latency_seconds": args.latency_seconds,
             "pgbench_seconds": args.pgbench_seconds,
             "soak_minutes": if args.soak { Some(args.soak_minutes) } else { None },
+            "notify_endpoints": args.notify_endpoints,
             "postgres": if args.postgres_url.is_some() { "--postgres-url" } else { "throwaway cluster" },
         },
         "machine": {
@@ -376,6 +389,118 @@ fn rows() -> Vec<Row> {
             Some("soak_last_over_first"),
         ),
         row(
+            "notify_without_per_second",
+            "end-to-end withdrawals/s, no endpoints",
+            "/s",
+            |r| r.notifications.as_ref().map(|n| n.without.withdrawals_per_second),
+            None,
+        ),
+        row(
+            "notify_with_per_second",
+            "  with one endpoint per account",
+            "/s",
+            |r| r.notifications.as_ref().map(|n| n.with.withdrawals_per_second),
+            None,
+        ),
+        row(
+            "notify_ratio",
+            "  with ÷ without",
+            "×",
+            |r| r.notifications.as_ref().map(|n| n.ratio),
+            Some("notify_ratio"),
+        ),
+        row(
+            "notify_steady_ratio",
+            "  steady state (10–90 %), with ÷ without",
+            "×",
+            |r| r.notifications.as_ref()?.steady_state_ratio,
+            None,
+        ),
+        row(
+            "notify_serve_cpu_without_ms",
+            "  serve CPU per withdrawal, no endpoints",
+            "ms",
+            |r| r.notifications.as_ref()?.without.cpu.as_ref()?.serve_ms_per_unit,
+            None,
+        ),
+        row(
+            "notify_serve_cpu_with_ms",
+            "  serve CPU per withdrawal, with endpoints",
+            "ms",
+            |r| r.notifications.as_ref()?.with.cpu.as_ref()?.serve_ms_per_unit,
+            None,
+        ),
+        row(
+            "notify_postgres_cpu_without_ms",
+            "  PostgreSQL CPU per withdrawal, no endpoints",
+            "ms",
+            |r| r.notifications.as_ref()?.without.cpu.as_ref()?.postgres_ms_per_unit,
+            None,
+        ),
+        row(
+            "notify_postgres_cpu_with_ms",
+            "  PostgreSQL CPU per withdrawal, with endpoints",
+            "ms",
+            |r| r.notifications.as_ref()?.with.cpu.as_ref()?.postgres_ms_per_unit,
+            None,
+        ),
+        row(
+            "notify_write_transactions_without",
+            "  write transactions per withdrawal, no endpoints",
+            "",
+            |r| r.notifications.as_ref()?.without.database_work.as_ref().map(|w| w.write_transactions_per_unit),
+            None,
+        ),
+        row(
+            "notify_write_transactions_with",
+            "  write transactions per withdrawal, with endpoints",
+            "",
+            |r| r.notifications.as_ref()?.with.database_work.as_ref().map(|w| w.write_transactions_per_unit),
+            None,
+        ),
+        row(
+            "notify_events",
+            "  events written",
+            "",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.events as f64),
+            None,
+        ),
+        row(
+            "notify_received_events",
+            "  events delivered (distinct, at the receiver)",
+            "",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.received_events as f64),
+            None,
+        ),
+        row(
+            "notify_delivered_in_window",
+            "  of the deliveries, landed within the measured window",
+            "×",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.delivered_in_window),
+            None,
+        ),
+        row(
+            "notify_drain_seconds",
+            "  last delivery, after the last completion",
+            "s",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.drain_seconds),
+            None,
+        ),
+        row(
+            "notify_lag_p50_ms",
+            "  delivery lag (event → delivered) p50",
+            "ms",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.lag_p50_ms),
+            None,
+        ),
+        row(
+            "notify_lag_p99_ms",
+            "  delivery lag p99",
+            "ms",
+            |r| r.notifications.as_ref().map(|n| n.deliveries.lag_p99_ms),
+            None,
+        ),
+        row(
             "noop_jobs_per_second",
             "no-op jobs/s (claim/lease/finish)",
             "/s",
@@ -493,7 +618,9 @@ pub fn table(reports: &[BackendReport]) -> String {
                 let threshold = match (t.name, t.threshold) {
                     ("end_to_end_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (0.5× pgbench)"),
                     ("noop_jobs_vs_pgbench", Some(v)) => format!("≥ {v:.0}/s (4× pgbench)"),
-                    ("end_to_end_vs_pgbench_interim" | "soak_last_over_first", Some(v)) => format!("≥ {v}×"),
+                    ("end_to_end_vs_pgbench_interim" | "soak_last_over_first" | "notify_ratio", Some(v)) => {
+                        format!("≥ {v}×")
+                    }
                     (_, Some(v)) if t.sqlite_met.is_some() || t.met.is_some() => {
                         format!("≤ {v} {}", row.unit).trim_end().to_owned()
                     }

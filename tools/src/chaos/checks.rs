@@ -290,7 +290,7 @@ pub(super) fn status_name(status: TransferStatus) -> &'static str {
 }
 
 /// The first secret found in `text`, described without repeating it.
-fn leak(text: &str, secrets: &Secrets) -> Option<String> {
+pub(super) fn leak(text: &str, secrets: &Secrets) -> Option<String> {
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {

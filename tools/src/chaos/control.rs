@@ -41,15 +41,20 @@ pub(super) fn sometimes(probability: f64, route: RouteMatch, effect: FaultEffect
 }
 
 /// Nothing left for the system to do by itself: no withdrawal `pending` or `processing`, no live
-/// job, no review decision waiting, no transfer `pending` at any provider, no webhook delivery
-/// that could still be accepted being retried. (What is left for the operators, the desk knows.)
+/// job (deliveries of customer notifications aside), no review decision waiting, no transfer
+/// `pending` at any provider, no webhook delivery that could still be accepted being retried.
+/// (What is left for the operators, the desk knows.)
 pub(super) async fn quiet(db: &Db, http: &reqwest::Client, mock_urls: &[String]) -> bool {
     let Ok(outcomes) = verify::withdrawal_outcomes(db).await else { return false };
     if outcomes.iter().any(|w| matches!(w.status.as_str(), "pending" | "processing")) {
         return false;
     }
     let Ok(live) = withdrawals::storage::metrics::live_jobs_by_queue(db).await else { return false };
-    if live.iter().map(|d| d.count).sum::<i64>() > 0 {
+    // Deliveries to customers' endpoints are waited for on their own, after settlement
+    // ([`super::notifications`]): a dead endpoint's retries must not read as a system that
+    // never converges.
+    let notifications = withdrawals::domain::job::Queue::Notifications.as_str();
+    if live.iter().filter(|d| d.queue != notifications).map(|d| d.count).sum::<i64>() > 0 {
         return false;
     }
     match withdrawals::storage::review_decisions::list_pending(db, 1).await {

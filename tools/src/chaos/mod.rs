@@ -46,10 +46,12 @@
 pub mod checks;
 mod control;
 pub mod load;
+mod notifications;
 pub mod operator;
 pub mod procs;
 pub mod providers;
 mod proxy;
+pub mod receiver;
 mod report;
 pub mod settlement;
 pub mod two_providers;
@@ -116,6 +118,12 @@ pub struct ChaosArgs {
     /// timeouts after commit) and brought back (SPEC §16).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub providers: u8,
+    /// Customer notifications (SPEC §17): every account registers an endpoint at an in-process
+    /// receiver that faults during the fault phase, half of them refusing connections throughout
+    /// it; then every event must be delivered or dead-lettered, announce a committed change, and
+    /// the dead half's payouts must be no slower. `--notifications false` leaves them out.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub notifications: bool,
 }
 
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
@@ -234,10 +242,12 @@ async fn run_against(
     };
     let usd = Currency::parse("USD")?;
     let mut customers = Vec::new();
+    let mut accounts = Vec::new();
     for i in 0..args.accounts.max(1) {
         let funding = Amount::new(rust_decimal::Decimal::from(1_000_000), usd)?;
         let created =
             withdrawals::provisioning::create_account(&db, &format!("chaos customer {i}"), Some(funding)).await?;
+        accounts.push((created.account_id, created.api_key.clone()));
         customers.push(load::Customer { api_key: created.api_key });
     }
     // Two operators: the two-person rule needs a second one, and two people working one queue
@@ -342,6 +352,15 @@ async fn run_against(
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
+    // Customer notifications: one key for every process (the endpoints' secrets are sealed by the
+    // API and opened by the workers).
+    let mut notify = match args.notifications {
+        true => Some(notifications::Notifications::start(args.seed, args.duration).await?),
+        false => None,
+    };
+    if let Some(n) = &notify {
+        env.extend(n.service_env());
+    }
     if let (Some(proxy), Some(second)) = (&proxy, &second) {
         let file = providers::write_file(dir, &proxy.url(), &second.url)?;
         env.retain(|(k, _)| !matches!(k.as_str(), "PROVIDER_URL" | "PROVIDER_API_KEY" | "PROVIDER_WEBHOOK_SECRET"));
@@ -364,6 +383,9 @@ async fn run_against(
         w.start()?;
     }
     wait_until(&http, &format!("{base_url}/readyz"), Duration::from_secs(60)).await.context("the API")?;
+    if let Some(n) = notify.as_mut() {
+        n.register(&http, &base_url, &accounts).await.context("register the notification endpoints")?;
+    }
 
     // The fault phase: customers create withdrawals while workers die and the database restarts.
     let load = load::Load {
@@ -384,6 +406,9 @@ async fn run_against(
     injected.webhook_faults = Some(webhook_faults);
     let mut load_task = tokio::spawn(load.run());
     let phase_start = Instant::now();
+    if let Some(n) = notify.as_mut() {
+        n.begin(phase_start, args.duration);
+    }
     // The operators work from now until the run has converged (or they hit their own bounds:
     // a deadline past any convergence, and a request budget).
     let desk = Desk::watching(
@@ -486,6 +511,9 @@ async fn run_against(
         if let Some(o) = first_down.as_mut() {
             o.tick(&http, now).await?;
         }
+        if let Some(n) = notify.as_mut() {
+            n.tick(now).await?;
+        }
         api.check_alive()?;
     }
     let (accepted, stats) = load_result.expect("the load finished");
@@ -494,6 +522,9 @@ async fn run_against(
     // Faults stop; every worker runs; the operators keep working the review queue.
     if let Some(o) = first_down.as_mut() {
         o.end(&http).await?;
+    }
+    if let Some(n) = notify.as_mut() {
+        n.end_faults().await?;
     }
     for url in &mock_urls {
         set_faults(&http, url, &[], args.seed).await?;
@@ -559,6 +590,11 @@ async fn run_against(
     // Deliveries still being retried (the bank returns' events among them) land and are decided
     // before anything is counted.
     let drained = webhooks::drain(&db, &http, &mock_urls).await;
+    // Then every event (settlement's returns among them) is delivered or given up on.
+    let notify_drained = match &notify {
+        Some(n) => Some(n.drain(&db).await),
+        None => None,
+    };
     let api_scrape = match http.get(format!("http://{api_metrics}/metrics")).send().await {
         Ok(response) => response.text().await.unwrap_or_default(),
         Err(_) => String::new(),
@@ -620,6 +656,9 @@ async fn run_against(
     }
     strings.extend(webhook_secrets.iter().cloned());
     strings.extend(operator_tokens);
+    if let Some(n) = &notify {
+        strings.extend(n.secrets());
+    }
     let secrets = checks::Secrets { account_numbers, strings };
     let logs: Vec<PathBuf> =
         std::iter::once(api.log.clone()).chain(worker_procs.iter().map(|w| w.log.clone())).collect();
@@ -636,6 +675,16 @@ async fn run_against(
     for a in &desk.anomalies {
         findings.violations.push(format!("operator: {a}"));
     }
+    let notify_report = match (notify.take(), notify_drained) {
+        (Some(n), Some(drained)) => {
+            let checked = n.check(&db, &secrets, drained).await;
+            n.stop().await;
+            let report = checked?;
+            findings.violations.extend(report.violations.iter().map(|v| format!("notifications: {v}")));
+            json!(report)
+        }
+        _ => json!({"skipped": "--notifications false"}),
+    };
     // Webhooks, per provider: its stored events against its mock's deliveries and record.
     let mut checked = Vec::new();
     for (i, name) in names.iter().enumerate() {
@@ -711,6 +760,7 @@ async fn run_against(
         "operator": desk,
         "settlement": settlement_report,
         "webhooks": webhook_report,
+        "notifications": notify_report,
         "findings": findings,
         "ok": findings.violations.is_empty(),
         "dir": dir.display().to_string(),

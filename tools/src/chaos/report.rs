@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{operator, settlement, two_providers, webhooks};
+use super::{notifications, operator, settlement, two_providers, webhooks};
 
 pub(super) fn print_summary(report: &Value) {
     let f = &report["findings"];
@@ -45,6 +45,9 @@ pub(super) fn print_summary(report: &Value) {
         eprintln!("{line}");
     }
     for line in webhooks::describe(&report["webhooks"]) {
+        eprintln!("{line}");
+    }
+    for line in notifications::describe(&report["notifications"]) {
         eprintln!("{line}");
     }
     if report["two_providers"].is_object() {

@@ -3,4 +3,5 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod notify;
 pub mod server;
