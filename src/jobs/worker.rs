@@ -72,11 +72,14 @@ impl Worker {
         // The notifications queue runs on its own slots: a slow or dead endpoint never holds a
         // payout's.
         let notify_permits = Arc::new(Semaphore::new(self.config.notify.concurrency.max(1)));
+        // A delivery that finishes wakes the claim loop: a round that found every delivery slot
+        // busy skipped the queue, and its due jobs must not wait for the poll interval.
+        let slot_freed = Arc::new(Notify::new());
         capture_panic_backtraces();
         tracing::info!(worker_id = %self.config.worker_id, queues = ?self.config.queues, "worker started");
 
         while !shutdown.is_cancelled() {
-            let claimed = self.claim_round(&permits, &notify_permits, &tracker, &handlers_stop).await;
+            let claimed = self.claim_round(&permits, (&notify_permits, &slot_freed), &tracker, &handlers_stop).await;
             if let Err(err) = &claimed {
                 tracing::warn!(error = format!("{err:#}"), "claim failed; retrying after the poll interval");
             }
@@ -87,6 +90,7 @@ impl Worker {
                 _ = shutdown.cancelled() => break,
                 _ = wake.notified() => {}
                 _ = job_store::local_wakeups().notified() => {}
+                _ = slot_freed.notified() => {}
                 _ = tokio::time::sleep(self.config.poll_interval) => {}
             }
         }
@@ -101,11 +105,12 @@ impl Worker {
         Ok(())
     }
 
-    /// One claim round over every queue; true if anything was claimed.
+    /// One claim round over every queue; true if anything was claimed. A delivery job signals
+    /// `slot_freed` when it ends.
     async fn claim_round(
         &self,
         payout_permits: &Arc<Semaphore>,
-        notify_permits: &Arc<Semaphore>,
+        (notify_permits, slot_freed): (&Arc<Semaphore>, &Arc<Notify>),
         tracker: &TaskTracker,
         stop: &CancellationToken,
     ) -> anyhow::Result<bool> {
@@ -158,9 +163,13 @@ impl Worker {
                 let permit = permits.clone().acquire_owned().await?;
                 let ctx = JobContext { job, worker: self.clone() };
                 let stop = stop.clone();
+                let freed = notifications.then(|| slot_freed.clone());
                 tracker.spawn(async move {
                     ctx.run(stop).await;
                     drop(permit);
+                    if let Some(freed) = freed {
+                        freed.notify_one();
+                    }
                 });
             }
         }
