@@ -58,7 +58,8 @@ struct Sent {
 pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<()> {
     let db = ctx.db();
     let settings = &ctx.config().notify;
-    let Some(n) = store::notification(db, p.notification).await? else {
+    // The notification with its endpoint and event (kept together by the foreign keys).
+    let Some(store::Delivery { notification: n, endpoint, event }) = store::delivery(db, p.notification).await? else {
         return ctx.poison("unknown_notification", &format!("no notification {}", p.notification)).await;
     };
     // A replayed dead letter finds its notification `undeliverable` and tries again; one that
@@ -66,11 +67,6 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
     if !matches!(n.status, NotificationStatus::Pending | NotificationStatus::Undeliverable) {
         return ctx.finish_in_own_tx(&Finish::Succeeded).await;
     }
-    let (Some(endpoint), Some(event)) =
-        (store::endpoint_by_id(db, n.endpoint_id).await?, store::event(db, n.account_id, n.event_id).await?)
-    else {
-        return ctx.poison("unknown_notification", "the notification's endpoint or event does not exist").await;
-    };
     if endpoint.status != EndpointStatus::Enabled {
         let mut tx = db.begin().await?;
         store::set_status(&mut tx, n.id, NotificationStatus::Skipped).await?;
@@ -195,6 +191,7 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
             account: n.account_id,
             notification: n.id,
             endpoint: endpoint.id,
+            endpoint_was_failing: endpoint.failing_since.is_some(),
             attempt,
             result: sent.result,
             status_code: sent.status_code,

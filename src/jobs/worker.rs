@@ -72,8 +72,9 @@ impl Worker {
         // The notifications queue runs on its own slots: a slow or dead endpoint never holds a
         // payout's.
         let notify_permits = Arc::new(Semaphore::new(self.config.notify.concurrency.max(1)));
-        // A delivery that finishes wakes the claim loop: a round that found every delivery slot
-        // busy skipped the queue, and its due jobs must not wait for the poll interval.
+        // Deliveries that finish wake the claim loop (once half their slots are free): a round that
+        // found every delivery slot busy skipped the queue, and its due jobs must not wait for the
+        // poll interval.
         let slot_freed = Arc::new(Notify::new());
         capture_panic_backtraces();
         tracing::info!(worker_id = %self.config.worker_id, queues = ?self.config.queues, "worker started");
@@ -163,12 +164,16 @@ impl Worker {
                 let permit = permits.clone().acquire_owned().await?;
                 let ctx = JobContext { job, worker: self.clone() };
                 let stop = stop.clone();
-                let freed = notifications.then(|| slot_freed.clone());
+                let freed = notifications.then(|| (slot_freed.clone(), permits.clone(), slots.div_ceil(2)));
                 tracker.spawn(async move {
                     ctx.run(stop).await;
                     drop(permit);
-                    if let Some(freed) = freed {
-                        freed.notify_one();
+                    // Once half the slots are free: the next claim takes several jobs in one
+                    // transaction rather than one per finished delivery.
+                    if let Some((freed, permits, half)) = freed {
+                        if permits.available_permits() >= half {
+                            freed.notify_one();
+                        }
                     }
                 });
             }

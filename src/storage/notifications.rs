@@ -475,6 +475,80 @@ pub async fn notification(db: &Db, id: NotificationId) -> Result<Option<Notifica
     }))
 }
 
+/// What a delivery job needs, read in one statement: the notification, its endpoint and its
+/// event (the foreign keys keep all three together).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub notification: NotificationRow,
+    pub endpoint: EndpointRow,
+    pub event: EventRow,
+}
+
+/// [`Delivery`] of notification `id`: one read instead of three on the delivery path.
+pub async fn delivery(db: &Db, id: NotificationId) -> Result<Option<Delivery>> {
+    use sqlx::Row;
+    const SQL: &str = "SELECT n.id AS n_id, n.account_id AS n_account_id, n.event_id AS n_event_id, \
+        n.endpoint_id AS n_endpoint_id, n.status AS n_status, n.attempts AS n_attempts, \
+        n.last_status_code AS n_last_status_code, n.last_error AS n_last_error, \
+        n.last_attempt_at AS n_last_attempt_at, n.delivered_at AS n_delivered_at, n.created_at AS n_created_at, \
+        n.dead_job_id AS n_dead_job_id, \
+        w.url AS w_url, w.event_types AS w_event_types, w.status AS w_status, w.disabled_reason AS w_disabled_reason, \
+        w.secret_sealed AS w_secret_sealed, w.previous_secret_sealed AS w_previous_secret_sealed, \
+        w.previous_secret_expires_at AS w_previous_secret_expires_at, w.failing_since AS w_failing_since, \
+        w.created_at AS w_created_at, w.updated_at AS w_updated_at, \
+        e.withdrawal_id AS e_withdrawal_id, e.event_type AS e_event_type, \
+        e.withdrawal_version AS e_withdrawal_version, e.data AS e_data, e.created_at AS e_created_at \
+        FROM notifications n \
+        JOIN webhook_endpoints w ON w.account_id = n.account_id AND w.id = n.endpoint_id \
+        JOIN events e ON e.account_id = n.account_id AND e.id = n.event_id \
+        WHERE n.id = $1";
+    Ok(with_read_conn!(db, |conn| {
+        match sqlx::query(SQL).bind(id.0).fetch_optional(&mut *conn).await? {
+            None => None,
+            Some(row) => {
+                let notification = NotificationRow {
+                    id: row.try_get("n_id")?,
+                    account_id: row.try_get("n_account_id")?,
+                    event_id: row.try_get("n_event_id")?,
+                    endpoint_id: row.try_get("n_endpoint_id")?,
+                    status: row.try_get("n_status")?,
+                    attempts: row.try_get("n_attempts")?,
+                    last_status_code: row.try_get("n_last_status_code")?,
+                    last_error: row.try_get("n_last_error")?,
+                    last_attempt_at: row.try_get("n_last_attempt_at")?,
+                    delivered_at: row.try_get("n_delivered_at")?,
+                    created_at: row.try_get("n_created_at")?,
+                    dead_job_id: row.try_get("n_dead_job_id")?,
+                };
+                let endpoint = EndpointRow {
+                    id: notification.endpoint_id,
+                    account_id: notification.account_id,
+                    url: row.try_get("w_url")?,
+                    event_types: row.try_get("w_event_types")?,
+                    status: row.try_get("w_status")?,
+                    disabled_reason: row.try_get("w_disabled_reason")?,
+                    secret_sealed: row.try_get("w_secret_sealed")?,
+                    previous_secret_sealed: row.try_get("w_previous_secret_sealed")?,
+                    previous_secret_expires_at: row.try_get("w_previous_secret_expires_at")?,
+                    failing_since: row.try_get("w_failing_since")?,
+                    created_at: row.try_get("w_created_at")?,
+                    updated_at: row.try_get("w_updated_at")?,
+                };
+                let event = EventRow {
+                    id: notification.event_id,
+                    account_id: notification.account_id,
+                    withdrawal_id: row.try_get("e_withdrawal_id")?,
+                    event_type: row.try_get("e_event_type")?,
+                    withdrawal_version: row.try_get("e_withdrawal_version")?,
+                    data: row.try_get("e_data")?,
+                    created_at: row.try_get("e_created_at")?,
+                };
+                Some(Delivery { notification, endpoint, event })
+            }
+        }
+    }))
+}
+
 /// Notifications, newest first, of one endpoint and/or in one status (operators).
 pub async fn notifications(
     db: &Db,
@@ -529,6 +603,8 @@ pub struct Attempted<'a> {
     pub account: AccountId,
     pub notification: NotificationId,
     pub endpoint: WebhookEndpointId,
+    /// Whether the endpoint was failing when the delivery read it (a success then clears it).
+    pub endpoint_was_failing: bool,
     pub attempt: i32,
     pub result: DeliveryResult,
     pub status_code: Option<u16>,
@@ -581,12 +657,19 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
     );
     writes.run(tx).await?;
     let failing = !matches!(a.result, DeliveryResult::Delivered);
+    if !failing && !a.endpoint_was_failing {
+        // The common case: a healthy endpoint answered; its row is not touched. (A failure
+        // recorded by a concurrent delivery after this one's read stays until the next success:
+        // its streak then starts a moment early, never late.)
+        return Ok(None);
+    }
     let since: Option<Option<DbTime>> = with_conn!(tx, |conn| {
         sqlx::query_scalar(
             "UPDATE webhook_endpoints
-             SET failing_since = CASE WHEN $2 THEN COALESCE(failing_since, $3) ELSE NULL END
-             WHERE id = $1 AND ($2 OR failing_since IS NOT NULL) RETURNING failing_since",
+             SET failing_since = CASE WHEN $3 THEN COALESCE(failing_since, $4) ELSE NULL END
+             WHERE account_id = $1 AND id = $2 AND ($3 OR failing_since IS NOT NULL) RETURNING failing_since",
         )
+        .bind(a.account.0)
         .bind(a.endpoint.0)
         .bind(failing)
         .bind(a.at)
