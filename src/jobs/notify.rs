@@ -108,14 +108,37 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
     let permit = match breaker.try_acquire() {
         Ok(permit) => permit,
         Err(rejected) => {
-            // The endpoint is failing: wait for its probe, without an attempt.
+            // The endpoint is failing: wait for its probe, without an attempt — but within the
+            // window, which this run starts if none did: a notification the breaker holds for
+            // the whole window is dead-lettered like one whose attempts all failed.
+            let first_run = ctx.job.first_attempt_at.unwrap_or(now);
+            let used = (now.0 - first_run.0).to_std().unwrap_or_default();
+            let mut tx = db.begin().await?;
+            if used >= settings.retry.max_elapsed {
+                let message = format!(
+                    "the endpoint's breaker stayed open for the rest of the {} s window: event {} not delivered to \
+                     endpoint {} after {} attempts",
+                    settings.retry.max_elapsed.as_secs(),
+                    event.id.wire(),
+                    endpoint.id.wire(),
+                    n.attempts
+                );
+                let failure =
+                    Failure::new(Category::NotificationUndeliverable, "endpoint_breaker_open", "retryable", message)
+                        .with_side_effect(SideEffect::Unknown);
+                store::mark_undeliverable(&mut tx, n.id, ctx.job.id).await?;
+                return ctx.dead_letter(tx, &failure).await;
+            }
+            if ctx.job.first_attempt_at.is_none() {
+                crate::storage::jobs::first_run_at(&mut tx, ctx.job.key(), first_run).await?;
+            }
             let wait = rejected.retry_in.max(Duration::from_secs(1)) + jitter(settings.breaker.wait_duration_in_open);
             let how = Finish::Reschedule {
-                run_at: DbTime::after(wait),
+                run_at: DbTime::after(wait.min(settings.retry.max_elapsed - used)),
                 consumed_attempt: false,
                 error: "endpoint breaker open",
             };
-            return ctx.finish_in_own_tx(&how).await;
+            return ctx.finish_or_rollback(tx, &how).await;
         }
     };
 
@@ -185,7 +208,7 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
         // The window's start, kept for the next run (a dead letter records its own).
         crate::storage::jobs::first_run_at(&mut tx, ctx.job.key(), first_run).await?;
     }
-    let failing_since = store::record_attempt(
+    let recorded = store::record_attempt(
         &mut tx,
         &Attempted {
             account: n.account_id,
@@ -202,6 +225,12 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
         },
     )
     .await?;
+    let failing_since = match recorded {
+        store::Recorded::Open { failing_since } => failing_since,
+        // Another job (an operator's redelivery beside this one) settled it first: this job's
+        // answer moves it no more.
+        store::Recorded::Settled => return ctx.finish_or_rollback(tx, &Finish::Succeeded).await,
+    };
     if sent.result == DeliveryResult::Gone {
         if store::disable_endpoint(&mut tx, endpoint.id, "the endpoint answered 410 Gone").await? {
             tracing::warn!(endpoint_id = %endpoint.id.wire(), "notification endpoint disabled: it answered 410 Gone");

@@ -135,8 +135,12 @@ impl Worker {
             if !notifications && free < batch.div_ceil(2) {
                 // Wait until half a batch of slots is free rather than claiming jobs nobody can
                 // run yet, or one job per freed slot (a claim transaction per job under load).
-                let slots = permits.clone().acquire_many_owned(batch.div_ceil(2) as u32).await?;
-                drop(slots);
+                // Deliveries finishing meanwhile end the wait (the notifications queue is not
+                // made to wait for payouts either), re-armed for the loop's next round.
+                tokio::select! {
+                    slots = permits.clone().acquire_many_owned(batch.div_ceil(2) as u32) => drop(slots?),
+                    _ = slot_freed.notified() => slot_freed.notify_one(),
+                }
                 return Ok(true);
             }
             let lease = TimeDelta::from_std(self.config.lease)?;

@@ -325,13 +325,14 @@ pub async fn endpoint_counts(db: &Db) -> Result<Vec<(EndpointStatus, i64)>> {
 /// Returns how many events and how many notifications.
 pub async fn fan_out(db: &Db, limit: u32) -> Result<(usize, usize)> {
     let mut tx = db.begin().await?;
-    let lock = match db {
-        Db::Postgres(_) => " FOR UPDATE SKIP LOCKED",
-        Db::Sqlite(_) => "",
+    // Each backend's spelling of its partial index's predicate, so the index serves the read.
+    let (lock, not_fanned_out) = match db {
+        Db::Postgres(_) => (" FOR UPDATE SKIP LOCKED", "NOT fanned_out"),
+        Db::Sqlite(_) => ("", "fanned_out = 0"),
     };
     let events: Vec<(EventId, AccountId, String)> = with_conn!(&mut tx, |conn| {
         sqlx::query_as(&format!(
-            "SELECT id, account_id, event_type FROM events WHERE NOT fanned_out ORDER BY id LIMIT $1{lock}"
+            "SELECT id, account_id, event_type FROM events WHERE {not_fanned_out} ORDER BY id LIMIT $1{lock}"
         ))
         .bind(i64::from(limit))
         .fetch_all(&mut *conn)
@@ -346,10 +347,17 @@ pub async fn fan_out(db: &Db, limit: u32) -> Result<(usize, usize)> {
     let endpoints = enabled_endpoints_of(&mut tx, &accounts).await?;
     let mut writes = Writes::new();
     let mut notifications = 0;
+    let mut taken = Vec::with_capacity(events.len());
     let now = DbTime::now();
     for (event, account, kind) in &events {
         let kind: EventType = kind.parse().map_err(StorageError::corrupt)?;
-        for (endpoint, _) in endpoints.iter().filter(|(e, types)| e.1 == *account && types.contains(kind)) {
+        let to: Vec<_> = endpoints.iter().filter(|(e, types)| e.1 == *account && types.contains(kind)).collect();
+        if notifications > 0 && notifications + to.len() > MAX_NOTIFICATIONS_PER_FAN_OUT {
+            // The rest wait for the next batch: one statement binds a bounded number of values.
+            break;
+        }
+        taken.push(event.0);
+        for (endpoint, _) in to {
             let id = NotificationId::new();
             writes.push(Sql::row(
                 "INSERT INTO notifications (id, account_id, event_id, endpoint_id, created_at, status) VALUES ",
@@ -361,11 +369,15 @@ pub async fn fan_out(db: &Db, limit: u32) -> Result<(usize, usize)> {
         }
     }
     writes.run(&mut tx).await?;
-    let ids: Vec<Uuid> = events.iter().map(|(e, _, _)| e.0).collect();
-    mark_fanned_out(&mut tx, &ids).await?;
+    mark_fanned_out(&mut tx, &taken).await?;
     tx.commit().await?;
-    Ok((events.len(), notifications))
+    Ok((taken.len(), notifications))
 }
+
+/// The most notifications one fan-out transaction makes. Its writes are one PostgreSQL statement
+/// ([`Writes`]): every job a data-modifying CTE of its own, counted in one select list (at most
+/// 1 664 entries), and 16 bound values per notification and job (at most 65 535).
+const MAX_NOTIFICATIONS_PER_FAN_OUT: usize = 1_000;
 
 /// The job delivering notification `id` (of `account`), correlated by its event's wire id.
 pub fn delivery_job(account: AccountId, id: NotificationId, event_wire_id: &str, run_at: DbTime) -> NewJob {
@@ -420,15 +432,16 @@ async fn enabled_endpoints_of(
 async fn mark_fanned_out(tx: &mut Tx, ids: &[Uuid]) -> Result<()> {
     match &mut tx.conn {
         super::TxConn::Postgres(conn) => {
-            sqlx::query("UPDATE events SET fanned_out = true WHERE id = ANY($1)")
+            sqlx::query("UPDATE events SET fanned_out = true WHERE id = ANY($1) AND NOT fanned_out")
                 .bind(ids)
                 .execute(&mut **conn)
                 .await?;
         }
         super::TxConn::Sqlite(conn) => {
             for chunk in ids.chunks(500) {
-                let mut builder =
-                    sqlx::QueryBuilder::<sqlx::Sqlite>::new("UPDATE events SET fanned_out = 1 WHERE id IN (");
+                let mut builder = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                    "UPDATE events SET fanned_out = 1 WHERE fanned_out = 0 AND id IN (",
+                );
                 let mut list = builder.separated(", ");
                 for id in chunk {
                     list.push_bind(*id);
@@ -615,10 +628,21 @@ pub struct Attempted<'a> {
     pub status: NotificationStatus,
 }
 
+/// What [`record_attempt`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The notification was still open (`pending` or `undeliverable`) and now stands as the
+    /// attempt left it; the endpoint has been failing since then (none after a success).
+    Open { failing_since: Option<DbTime> },
+    /// Another job settled it first (delivered, gone, skipped: an operator's redelivery runs
+    /// beside the retrying job): the attempt is recorded, the notification left as it was.
+    Settled,
+}
+
 /// Records an attempt and where its notification stands, and the endpoint's health: a success
 /// clears its failing streak (writing the endpoint's row only if one ran), a failure starts one
-/// (if none runs). Returns since when the endpoint has been failing (none after a success).
-pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbTime>> {
+/// (if none runs). A notification another job settled meanwhile is not moved back.
+pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Recorded> {
     let mut writes = Writes::new();
     let error = a.error.map(|e| crate::redact::text(e).chars().take(500).collect::<String>());
     writes.push(Sql::row(
@@ -637,7 +661,7 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
         "",
     ));
     let delivered = (a.status == NotificationStatus::Delivered).then_some(a.at);
-    writes.push(
+    let moved = writes.push(
         Sql::new("UPDATE notifications SET status = ")
             .bind(a.status.as_str())
             .sql(", attempts = ")
@@ -653,15 +677,19 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
             .sql(" WHERE account_id = ")
             .bind(a.account.0)
             .sql(" AND id = ")
-            .bind(a.notification.0),
+            .bind(a.notification.0)
+            .sql(" AND status IN ('pending', 'undeliverable')"),
     );
-    writes.run(tx).await?;
+    let ran = writes.run(tx).await?;
+    if ran.rows(moved) == 0 {
+        return Ok(Recorded::Settled);
+    }
     let failing = !matches!(a.result, DeliveryResult::Delivered);
     if !failing && !a.endpoint_was_failing {
         // The common case: a healthy endpoint answered; its row is not touched. (A failure
         // recorded by a concurrent delivery after this one's read stays until the next success:
         // its streak then starts a moment early, never late.)
-        return Ok(None);
+        return Ok(Recorded::Open { failing_since: None });
     }
     let since: Option<Option<DbTime>> = with_conn!(tx, |conn| {
         sqlx::query_scalar(
@@ -676,7 +704,7 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Option<DbT
         .fetch_optional(&mut *conn)
         .await?
     });
-    Ok(since.flatten())
+    Ok(Recorded::Open { failing_since: since.flatten() })
 }
 
 /// Sets a notification's status without an attempt (skipped: its endpoint went away; pending
@@ -783,7 +811,7 @@ pub async fn notifications_listed(
         sqlx::query_as::<_, ListedNotification>(
             "SELECT n.id, n.account_id, n.event_id, n.endpoint_id, n.status, n.attempts, n.last_status_code,
                     n.last_error, n.last_attempt_at, n.delivered_at, n.created_at, n.dead_job_id, e.event_type, e.withdrawal_id
-             FROM notifications n JOIN events e ON e.id = n.event_id
+             FROM notifications n JOIN events e ON e.account_id = n.account_id AND e.id = n.event_id
              WHERE ($1 IS NULL OR n.endpoint_id = $1) AND ($2 IS NULL OR n.status = $2)
              ORDER BY n.created_at DESC, n.id DESC LIMIT $3",
         )

@@ -9,7 +9,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::batch::Writes;
+use super::batch::{Sql, Writes};
 use super::{accounts, DbTime, Result, Tx};
 use crate::domain::{Amount, Withdrawal, WithdrawalId, WithdrawalKey, WithdrawalStatus};
 use crate::{with_conn, with_read_conn};
@@ -83,11 +83,24 @@ pub async fn apply(
     }
     let mut writes = Writes::new();
     accounts::return_in(&mut writes, withdrawal.key(), withdrawal.amount);
+    // The row changes: its version moves on, so the `withdrawal.returned` event is newer than the
+    // `withdrawal.completed` one to a consumer ordering by version (SPEC §17).
+    let now = DbTime::now();
+    writes.push(
+        Sql::new("UPDATE withdrawals SET version = version + 1, updated_at = ")
+            .bind(now)
+            .sql(" WHERE account_id = ")
+            .bind(withdrawal.account_id.0)
+            .sql(" AND id = ")
+            .bind(withdrawal.id.0),
+    );
     // The customer hears of it (SPEC §17): the withdrawal as its API now shows it, return and all.
     let mut view = crate::domain::view::WithdrawalView::from(withdrawal);
+    view.version = withdrawal.version + 1;
+    view.updated_at = now.0;
     view.returned =
         Some(crate::domain::view::ReturnView { returned_at: returned_at.0, return_code: return_code.to_owned() });
-    let version = super::notifications::EventVersion::Known(withdrawal.version);
+    let version = super::notifications::EventVersion::Known(withdrawal.version + 1);
     super::notifications::event_in(&mut writes, crate::domain::EventType::Returned, withdrawal, version, view);
     writes.run(tx).await?;
     Ok(Applied::Credited)

@@ -28,6 +28,9 @@ both_backends!(
     the_events_api_pages_through_a_thousand_events_without_gaps,
     an_undeliverable_notification_is_dead_lettered_and_a_replay_delivers_it,
     a_freed_delivery_slot_claims_the_next_delivery_at_once,
+    a_fan_out_larger_than_one_statement_s_parameters_is_split,
+    a_later_failed_attempt_does_not_move_a_delivered_notification_back,
+    a_notification_the_breaker_holds_through_its_window_is_dead_lettered,
 );
 
 const WAIT: Duration = Duration::from_secs(25);
@@ -542,4 +545,106 @@ async fn a_freed_delivery_slot_claims_the_next_delivery_at_once(app: TestApp) {
     ids.dedup();
     assert_eq!(ids.len(), 8, "eight distinct events");
     app.assert_ledger_invariant().await;
+}
+
+/// One dispatcher batch of 500 events at nine endpoints each is 4 500 notifications and as many
+/// jobs: more values than one statement may bind (PostgreSQL's limit is 65 535). The fan-out takes
+/// fewer events per transaction instead of failing the batch forever; every notification is made
+/// exactly once.
+async fn a_fan_out_larger_than_one_statement_s_parameters_is_split(app: TestApp) {
+    use futures::StreamExt;
+    let alice = app.customer("100000.00").await;
+    for i in 0..9 {
+        register(&app, &alice, &format!("http://127.0.0.1:9/hook{i}"), json!(["withdrawal.created"])).await;
+    }
+    let created: Vec<_> = futures::stream::iter(0..500)
+        .map(|i| {
+            let app = &app;
+            let alice = &alice;
+            async move { app.create_withdrawal(alice, &format!("f{i}"), "1.00").await }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    assert_eq!(created.len(), 500);
+    let (mut events, mut notifications, mut rounds) = (0, 0, 0);
+    loop {
+        let (e, n) = store::fan_out(&app.db, 500).await.expect("a fan-out batch commits");
+        if e == 0 {
+            break;
+        }
+        events += e;
+        notifications += n;
+        rounds += 1;
+        assert!(rounds < 20, "the fan-out makes progress");
+    }
+    assert_eq!((events, notifications), (500, 4500));
+    let stored = store::notifications(&app.db, None, None, 5000).await.unwrap();
+    assert_eq!(stored.len(), 4500, "each event once per endpoint");
+}
+
+/// An operator's redelivery runs a second job beside the one retrying: when one has delivered,
+/// the other's failure (recorded after it) leaves the notification delivered.
+async fn a_later_failed_attempt_does_not_move_a_delivered_notification_back(app: TestApp) {
+    let alice = app.customer("100.00").await;
+    let endpoint = register(&app, &alice, "http://127.0.0.1:9/hook", json!(["withdrawal.created"])).await;
+    app.create_withdrawal(&alice, "two-jobs", "1.00").await;
+    assert_eq!(store::fan_out(&app.db, 10).await.unwrap(), (1, 1));
+    let n = store::notifications(&app.db, Some(endpoint_id(&endpoint)), None, 10).await.unwrap().remove(0);
+    let attempt = |attempt, result, status_code, status| store::Attempted {
+        account: n.account_id,
+        notification: n.id,
+        endpoint: n.endpoint_id,
+        endpoint_was_failing: false,
+        attempt,
+        result,
+        status_code,
+        error: None,
+        duration_ms: 5,
+        at: withdrawals::storage::DbTime::now(),
+        status,
+    };
+    let mut tx = app.db.begin().await.unwrap();
+    let first = attempt(1, DeliveryResult::Delivered, Some(200), NotificationStatus::Delivered);
+    assert_eq!(store::record_attempt(&mut tx, &first).await.unwrap(), store::Recorded::Open { failing_since: None });
+    tx.commit().await.unwrap();
+    let mut tx = app.db.begin().await.unwrap();
+    let late = attempt(1, DeliveryResult::Timeout, None, NotificationStatus::Pending);
+    assert_eq!(store::record_attempt(&mut tx, &late).await.unwrap(), store::Recorded::Settled);
+    tx.commit().await.unwrap();
+    let now = store::notification(&app.db, n.id).await.unwrap().unwrap();
+    assert_eq!(now.status, NotificationStatus::Delivered);
+    assert!(now.delivered_at.is_some(), "{now:?}");
+    assert_eq!(store::attempts(&app.db, n.account_id, n.id).await.unwrap().len(), 2, "both attempts recorded");
+}
+
+/// A dead endpoint's breaker opens and turns its deliveries away without an attempt; the window
+/// still runs for them: each is dead-lettered when it ends (not held until the breaker's long
+/// wait, nor `skipped` days later when the endpoint is disabled).
+async fn a_notification_the_breaker_holds_through_its_window_is_dead_lettered(app: TestApp) {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(500)).mount(&server).await;
+    let alice = app.customer("100.00").await;
+    let endpoint = register(&app, &alice, &server.uri(), json!(["withdrawal.created"])).await;
+    for i in 0..8 {
+        app.create_withdrawal(&alice, &format!("held-{i}"), "1.00").await;
+    }
+    let mut config = worker_config("w-breaker-window");
+    config.notify.retry.max_elapsed = Duration::from_millis(1_500);
+    config.notify.breaker.minimum_number_of_calls = 4;
+    config.notify.breaker.wait_duration_in_open = Duration::from_secs(120);
+    let _worker = app.start_worker(app.gateway.clone(), config);
+    let settled = app
+        .eventually("every notification dead-lettered", WAIT, || async {
+            let found = store::notifications(&app.db, Some(endpoint_id(&endpoint)), None, 10).await.unwrap();
+            (found.len() == 8 && found.iter().all(|n| n.status == NotificationStatus::Undeliverable)).then_some(found)
+        })
+        .await;
+    let never_tried = settled.iter().filter(|n| n.attempts == 0).count();
+    assert!(never_tried > 0 || settled.iter().any(|n| n.attempts < 3), "the breaker held some: {settled:?}");
+    let viewer = app.operator("viewer").await;
+    let page: Value = app.ops_get(&viewer, "/ops/v1/dead-letters?category=notification_undeliverable&limit=50").await;
+    let letters = page["data"].as_array().unwrap();
+    assert_eq!(letters.len(), 8, "{page}");
+    assert!(letters.iter().any(|l| l["error_code"] == "endpoint_breaker_open"), "{page}");
 }

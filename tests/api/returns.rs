@@ -89,6 +89,18 @@ async fn a_return_re_credits_the_customer_once_and_the_ledger_stays_exact(app: T
     let stored = returns::for_withdrawal(&app.db, app.key(id).await).await.unwrap().unwrap();
     assert_eq!((stored.amount_minor, stored.currency.as_str()), (2550, "USD"));
     assert_eq!(stored.evidence.0["transfer"]["return_code"], "R01", "the evidence is stored with the return");
+
+    // The customer's events (SPEC §17): the return is newer than the completion by version, and
+    // shows the withdrawal exactly as the API does now.
+    let events = withdrawals::storage::notifications::events_of(&app.db, alice.account_id, id).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(kinds.last(), Some(&"withdrawal.returned"), "{kinds:?}");
+    let (completed, returned) = (&events[events.len() - 2], &events[events.len() - 1]);
+    assert_eq!(completed.event_type, "withdrawal.completed");
+    assert!(returned.withdrawal_version > completed.withdrawal_version, "{completed:?} {returned:?}");
+    assert_eq!(returned.withdrawal_version, body.version, "the event's version is the row's");
+    let now: Value = read(app.get(&alice, &format!("/v1/withdrawals/{id}")).send().await.unwrap()).await;
+    assert_eq!(returned.to_json()["data"], now, "the returned event shows the withdrawal as GET shows it");
 }
 
 async fn a_return_for_a_withdrawal_we_never_completed_credits_nothing(app: TestApp) {

@@ -111,7 +111,10 @@ pub fn coverage(
 /// reached (a move leaves a status only after it was reached, so the chain, not the clock, has
 /// the last word when two moves share a timestamp). A move that fits nowhere ends the chain.
 pub fn statuses_by_version(moves: &[(Option<WithdrawalStatus>, WithdrawalStatus)]) -> Vec<WithdrawalStatus> {
-    let mut left: Vec<&(Option<WithdrawalStatus>, WithdrawalStatus)> = moves.iter().collect();
+    // A move that stays in its state (a provider failover's log row, SPEC §16) changes no
+    // version: it is no step of the chain.
+    let mut left: Vec<&(Option<WithdrawalStatus>, WithdrawalStatus)> =
+        moves.iter().filter(|(from, to)| *from != Some(*to)).collect();
     let Some(first) = left.iter().position(|(from, _)| from.is_none()) else { return Vec::new() };
     let mut chain = vec![left.remove(first).1];
     while let Some(next) = left.iter().position(|(from, _)| *from == chain.last().copied()) {
@@ -366,7 +369,8 @@ mod tests {
             (Some(Processing), Processing),
             (Some(Processing), Completed),
         ];
-        assert_eq!(statuses_by_version(&failover), [Pending, Processing, Processing, Completed]);
+        // The failover's log row bumps no version (`failover_in` changes no state): completed is v3.
+        assert_eq!(statuses_by_version(&failover), [Pending, Processing, Completed]);
         assert_eq!(statuses_by_version(&[(Some(Pending), Processing)]), Vec::<WithdrawalStatus>::new());
     }
 
