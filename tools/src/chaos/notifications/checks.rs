@@ -211,7 +211,17 @@ fn disagreement(
     if status != announced(kind) {
         return Some(format!("a {kind} event shows the withdrawal {status}"));
     }
-    let logged = usize::try_from(r.version - 1).ok().and_then(|i| logs.get(&e.withdrawal_id)?.get(i).copied());
+    // A bank return writes no transition but moves the version on past the last one (the
+    // withdrawal stays completed): its event is one version after the log's end.
+    let at = match kind {
+        EventType::Returned => r.version - 2,
+        _ => r.version - 1,
+    };
+    let logged = usize::try_from(at).ok().and_then(|i| logs.get(&e.withdrawal_id)?.get(i).copied());
+    let log_len = logs.get(&e.withdrawal_id).map_or(0, Vec::len) as i64;
+    if kind == EventType::Returned && r.version != log_len + 1 {
+        return Some(format!("a return at version {}, the transition log's last is {log_len}", r.version));
+    }
     if logged != Some(status) {
         let logged = logged.map_or_else(|| "no such version".to_owned(), |s| s.to_string());
         return Some(format!("at version {} the transition log has {logged}, the event {status}", r.version));
@@ -379,7 +389,8 @@ mod tests {
         let (account, w) = (Uuid::now_v7(), Uuid::now_v7());
         let created = event(account, w, "withdrawal.created", 1);
         let completed = event(account, w, "withdrawal.completed", 3);
-        let returned = event(account, w, "withdrawal.returned", 3);
+        // A return bumps the version past the log's last transition (it writes none).
+        let returned = event(account, w, "withdrawal.returned", 4);
         let review = event(account, w, "withdrawal.requires_review", 3);
         let stored: Vec<&StoredEvent> = vec![&created, &completed, &returned, &review];
         let events: HashMap<String, &StoredEvent> = stored.iter().map(|e| (wire(e.id), *e)).collect();
@@ -403,6 +414,16 @@ mod tests {
             receipt(0, &review, "requires_review"), // the log never reached review at version 3
             receipt(0, &returned, "completed"),     // no return recorded (below)
         ];
+        let returned_at_3 = event(account, w, "withdrawal.returned", 3);
+        let c = committed(
+            &[receipt(0, &returned_at_3, "completed")],
+            &HashMap::from([(wire(returned_at_3.id), &returned_at_3)]),
+            &slots,
+            &logs,
+            &all_returned,
+        );
+        assert_eq!(c.not_committed, 1, "a return at the completion's own version: {:?}", c.violations);
+        assert!(c.violations[0].contains("a return at version 3"), "{}", c.violations[0]);
         let c = committed(&bad, &events, &slots, &logs, &HashSet::new());
         assert_eq!((c.checked, c.not_committed, c.refused_signatures), (5, 5, 1), "{:?}", c.violations);
         assert!(c.violations[1].contains("no such event"), "{}", c.violations[1]);
