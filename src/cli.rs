@@ -62,10 +62,13 @@ pub enum Command {
     /// Operator credentials.
     #[command(subcommand)]
     Operators(OperatorsCommand),
-    /// The whole service at a glance: withdrawals by state, dead letters, queues, breakers, replays.
+    /// The whole service at a glance: withdrawals by state, dead letters, queues, breakers, replays;
+    /// `--watch` redraws it in place, like `top`, until Ctrl-C.
     Status {
         #[command(flatten)]
         conn: ops_cli::Connection,
+        #[command(flatten)]
+        watch: ops_cli::StatusArgs,
     },
     /// Provider circuit breakers across every process (API and workers), their overrides; and
     /// the kill switch: `force-open`, `force-closed`, `release` (admin, with a reason).
@@ -619,7 +622,7 @@ pub enum OperatorsCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => startup::run(args.settings(&cli.database_url, cli.migration_database_url)?).await,
-        Command::Status { conn } => ops_cli::status(&conn).await,
+        Command::Status { conn, watch } => ops_cli::status(&conn, &watch).await,
         Command::ProviderMock { port, seed, api_key, webhook_url, webhook_secret } => {
             let webhooks =
                 provider_mocks::WebhookSettings { url: webhook_url, secrets: webhook_secret, ..Default::default() };

@@ -46,6 +46,8 @@ pub const PAYOUT_FAILOVERS: &str = "payout_failovers_total";
 pub const NOTIFICATION_DELIVERIES: &str = "notification_deliveries_total";
 pub const NOTIFICATION_DELIVERY_SECONDS: &str = "notification_delivery_duration_seconds";
 pub const NOTIFICATION_ENDPOINTS: &str = "notification_endpoints";
+pub const HTTP_REQUESTS: &str = "http_requests_total";
+pub const HTTP_REQUEST_SECONDS: &str = "http_request_duration_seconds";
 
 /// Every metric this service exports, with its type and what it means: the README's list and
 /// the alert rules are checked against it.
@@ -123,7 +125,22 @@ pub const CATALOGUE: &[(&str, &str, &str)] = &[
         "how long a notification delivery attempt took, request sent to answer read (SPEC §17)",
     ),
     (NOTIFICATION_ENDPOINTS, "gauge", "customers' webhook endpoints in each state (database, SPEC §17)"),
+    (
+        HTTP_REQUESTS,
+        "counter",
+        "HTTP requests answered, by route template (`unmatched` for the 404 fallback), method and status (499: the \
+         client left first)",
+    ),
+    (
+        HTTP_REQUEST_SECONDS,
+        "histogram",
+        "HTTP request latency, request reaching the router to the response's head, by route template and method",
+    ),
 ];
+
+/// The `route` label of [`HTTP_REQUESTS`] and [`HTTP_REQUEST_SECONDS`] for a request no route
+/// matched (the 404 fallback): one series however many paths clients try.
+pub const HTTP_ROUTE_UNMATCHED: &str = "unmatched";
 
 /// The `type` label of [`WEBHOOK_EVENTS`] for a request whose body is not trusted (refused) and
 /// for a valid event of a type the service does not handle.
@@ -163,14 +180,20 @@ crate::text_enum! {
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// The buckets (seconds) of every latency histogram: provider calls, notification deliveries and
+/// HTTP requests. 0.25 is a bound, so the create-latency alert's 250 ms budget is read exactly.
+const LATENCY_BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
 /// Installs the process-wide recorder once; later calls return the same handle.
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+        let buckets = LATENCY_BUCKETS;
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(PROVIDER_REQUEST_SECONDS.to_owned()), &buckets)
             .expect("valid buckets")
             .set_buckets_for_metric(Matcher::Full(NOTIFICATION_DELIVERY_SECONDS.to_owned()), &buckets)
+            .expect("valid buckets")
+            .set_buckets_for_metric(Matcher::Full(HTTP_REQUEST_SECONDS.to_owned()), &buckets)
             .expect("valid buckets")
             .build_recorder();
         let handle = recorder.handle();
@@ -393,6 +416,26 @@ pub fn webhook_event(provider: &str, kind: &str, result: &str) {
 /// A withdrawal whose outcome was open was decided completed or failed by `source`.
 pub fn reconciliation_decision(source: &'static str) {
     counter!(RECONCILIATION_DECISIONS, "source" => source).increment(1);
+}
+
+/// The routes and methods a listener serves whose series exist from zero (the customer API's
+/// documented ones, `http::observe::documented_routes`): the latency histogram, and the counter
+/// with an empty `status` — statuses are open-ended, so, as the dead letters' error code, the
+/// counter starts at `""`, which every `sum` reads as 0. Called again, it changes no value.
+pub fn http_routes_known<'a>(routes: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    install();
+    for (route, method) in routes {
+        counter!(HTTP_REQUESTS, "route" => route.to_owned(), "method" => method.to_owned(), "status" => "").absolute(0);
+        let _registered = histogram!(HTTP_REQUEST_SECONDS, "route" => route.to_owned(), "method" => method.to_owned());
+    }
+}
+
+/// One HTTP request answered with `status` (or left by its client: 499) after `elapsed`. `route`
+/// is the route template, or [`HTTP_ROUTE_UNMATCHED`], never a raw path (`http::observe`).
+pub fn http_request(route: &str, method: &'static str, status: &str, elapsed: Duration) {
+    counter!(HTTP_REQUESTS, "route" => route.to_owned(), "method" => method, "status" => status.to_owned())
+        .increment(1);
+    histogram!(HTTP_REQUEST_SECONDS, "route" => route.to_owned(), "method" => method).record(elapsed.as_secs_f64());
 }
 
 pub fn auth_failure(surface: AuthSurface) {

@@ -38,7 +38,7 @@ pub use notifications::{notifications, NotificationsCommand};
 pub use replay::{replay, ReplayCommand};
 pub use review::{review, ReviewCommand};
 pub use settlement::{settlement, ImportArgs, SettlementCommand};
-pub use status::status;
+pub use status::{status, StatusArgs};
 pub use webhooks::{webhooks, WebhooksCommand};
 
 #[derive(Debug, Args, Clone)]

@@ -1,6 +1,7 @@
-//! The review queue and one withdrawal's page: its evidence as one timeline (transitions,
-//! provider attempts, reconciliation results, dead letters, ledger entries) and the resolve forms,
-//! each with a reason and the version the operator was shown.
+//! The review queue (why each item waits, what the provider last said, filtered by reason) and one
+//! withdrawal's page: its evidence as one timeline (transitions, provider attempts, reconciliation
+//! results, dead letters, ledger entries) and the resolve forms, each with a reason and the
+//! version the operator was shown.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -15,8 +16,8 @@ use super::views::{self, age, csrf_field, opt, role_note, state, text, when, Ban
 use crate::domain::{Evidence, StoredEvidence, WithdrawalStatus};
 use crate::http::AppState;
 use crate::ops::types::{
-    ApproveOrReject, OpsWithdrawal, Page, ReasonRequest, ResolveRequest, ReviewDecisionView, WithdrawalDetail,
-    WithdrawalQuery,
+    ApproveOrReject, OpsWithdrawal, Page, ProviderStatus, ReasonFilter, ReasonRequest, ResolveRequest,
+    ReviewDecisionView, WithdrawalDetail, WithdrawalQuery,
 };
 use crate::ops::Role;
 
@@ -24,19 +25,20 @@ use crate::ops::Role;
 pub struct QueueQuery {
     status: Option<String>,
     account_id: Option<String>,
+    reason: Option<String>,
     cursor: Option<String>,
 }
 
-/// `GET /ops/review`: withdrawals in a state (`requires_review` by default), oldest first.
+/// `GET /ops/review`: withdrawals in a state (`requires_review` by default), oldest first, each
+/// with why it waits and what the provider last said; filtered by account and by reason.
 pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Query<QueueQuery>) -> Response {
     let status = q.status.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "requires_review".into());
+    let reason = q.reason.clone().filter(|r| !r.is_empty());
+    let filters =
+        [("status", Some(status.as_str())), ("account_id", q.account_id.as_deref()), ("reason", reason.as_deref())];
     let listed = async {
-        let query: WithdrawalQuery = api::parse_query(&[
-            ("status", Some(status.as_str())),
-            ("account_id", q.account_id.as_deref()),
-            ("cursor", q.cursor.as_deref()),
-            ("limit", Some("50")),
-        ])?;
+        let query: WithdrawalQuery =
+            api::parse_query(&[&filters[..], &[("cursor", q.cursor.as_deref()), ("limit", Some("50"))]].concat())?;
         api::withdrawals(&state_, &session, &query).await
     };
     let (listed, banner, code) = match listed.await {
@@ -56,13 +58,24 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
                 }
             }
             p { label for="account_id" { "Account id" } br; input #account_id name="account_id" value=(q.account_id.clone().unwrap_or_default()) size="38"; }
+            p {
+                label for="reason" { "Why it waits" } br;
+                select #reason name="reason" {
+                    option value="" selected[reason.is_none()] { "any reason" }
+                    @for r in ReasonFilter::all() {
+                        @let value = r.to_string();
+                        option value=(value) selected[reason.as_deref() == Some(value.as_str())] { (value) }
+                    }
+                }
+            }
             p { button type="submit" { "Filter" } }
         }
         p { (rows.len()) " shown, oldest in state first." }
         table #review-queue {
             thead { tr {
                 th scope="col" { "Withdrawal" } th scope="col" { "State" } th.num scope="col" { "Amount" }
-                th scope="col" { "Failure code" } th scope="col" { "In state for" } th scope="col" { "Last change" }
+                th scope="col" { "Why it waits" } th scope="col" { "Provider's last status" }
+                th scope="col" { "In state for" } th scope="col" { "Last change" }
             } }
             tbody {
                 @for w in rows {
@@ -70,19 +83,48 @@ pub async fn queue(State(state_): State<AppState>, session: Session, Query(q): Q
                         td { a href={ "/ops/withdrawals/" (w.id) } { code { (w.id) } } }
                         td { (state(w.status)) }
                         td.num { (w.amount) " " (w.currency) }
-                        td { (opt(&w.failure_code)) }
+                        td.reason { (reason_cell(w)) }
+                        td.provider-status { (provider_cell(w.provider_status.as_ref())) }
                         td { (age(w.age_seconds)) }
                         td { (when(w.updated_at)) }
                     }
                 }
-                @if rows.is_empty() { tr { td colspan="6" { "Nothing in this state." } } }
+                @if rows.is_empty() { tr { td colspan="7" { "Nothing in this state." } } }
             }
         }
         @if let Some(next) = listed.next_cursor.as_deref() {
-            p { a href={ "/ops/review" (api::query(&[("status", Some(status.as_str())), ("account_id", q.account_id.as_deref()), ("cursor", Some(next))])) } { "Next page" } }
+            p { a href={ "/ops/review" (api::query(&[&filters[..], &[("cursor", Some(next))]].concat())) } { "Next page" } }
         }
     };
     (code, views::page(&session, "Review queue", banner, body)).into_response()
+}
+
+/// Why it waits: the reason (its dead letter linked) and the letter's error code; a withdrawal in
+/// another state shows its failure code, as before.
+fn reason_cell(w: &OpsWithdrawal) -> Markup {
+    match &w.reason {
+        Some(r) => html! {
+            @match r.dead_letter_id {
+                Some(letter) => { a href={ "/ops/dead-letters/" (letter) } { code { (r.value) } } }
+                None => { code { (r.value) } }
+            }
+            @if let Some(code) = &r.code { " " code.error-code { (code) } }
+        },
+        None => html! { (opt(&w.failure_code)) },
+    }
+}
+
+/// The provider's last known status, where it was read (reconciliation or an attempt) and when.
+fn provider_cell(status: Option<&ProviderStatus>) -> Markup {
+    match status {
+        Some(s) => html! {
+            (state(&s.status))
+            @if let Some(source) = s.source { " from " (source) }
+            @if let Some(provider) = &s.provider { " at " (provider) }
+            @if let Some(at) = s.at { ", " (when(at)) }
+        },
+        None => html! { (state("unknown")) },
+    }
 }
 
 fn done_banner(done: Option<&str>) -> Option<Banner> {

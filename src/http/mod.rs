@@ -1,8 +1,9 @@
 //! The HTTP surface: the customer API of SPEC §3, health checks and the OpenAPI document.
 //!
 //! Each resource module owns its `router()`; [`router`] merges the customer routes, and
-//! [`layered`] adds the layers every route of a listener shares (correlation id, tracing, request
-//! timeout, body limit, problem+json fallbacks). [`AppState`] is what every handler gets, the
+//! [`layered`] adds the layers every route of a listener shares (HTTP metrics, correlation id,
+//! tracing, request timeout, body limit, problem+json fallbacks); [`observe`] owns the HTTP
+//! metrics' middleware. [`AppState`] is what every handler gets, the
 //! operator API's and the console's too. [`limits`] owns the listeners' timeouts, connection cap
 //! and `/metrics` access. [`ops`] holds the operator API's thin handlers over the operator core
 //! ([`crate::ops`]) and its extractors. This module does not know the console: the composition
@@ -17,6 +18,7 @@ mod health;
 pub mod input;
 pub mod limits;
 mod notifications;
+pub mod observe;
 mod openapi;
 pub mod ops;
 pub mod webhooks;
@@ -117,12 +119,24 @@ pub fn router() -> Router<AppState> {
         .merge(openapi::router())
 }
 
+/// The HTTP families' series for every documented route, at zero (SPEC §9). Called when the
+/// router is built and, by a serving process, before its database gauges first refresh, so a
+/// scrape that sees those sees these too.
+pub fn routes_from_zero() {
+    let documented = observe::documented_routes();
+    crate::metrics::http_routes_known(documented.iter().map(|(route, method)| (route.as_str(), *method)));
+}
+
 /// `routes` with what every route shares: `/metrics` as `metrics` allows, the problem+json 404
-/// fallback, the body limit, the request timeout of `limits`, tracing and correlation ids.
+/// fallback, the body limit, the request timeout of `limits`, tracing, correlation ids, and the
+/// HTTP metrics, outermost, so they see every answer (the timeout's 503 included). Each is added
+/// with `Router::layer`, which wraps every route's handler (and the fallback), so the layers run
+/// after routing and the metrics read the matched route's template ([`observe`]).
 pub fn layered(routes: Router<AppState>, state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
     let max_body = state.config().max_body_bytes;
     crate::metrics::install();
     webhooks::series_from_zero(&state);
+    routes_from_zero();
     let router = metrics
         .route(routes)
         .fallback(|| async { error::ApiError::not_found() })
@@ -130,5 +144,6 @@ pub fn layered(routes: Router<AppState>, state: AppState, limits: &ServerLimits,
     limits::with_request_timeout(router, limits.request_timeout())
         .layer(TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn(correlation::middleware))
+        .layer(axum::middleware::from_fn(observe::middleware))
         .with_state(state)
 }

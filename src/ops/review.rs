@@ -1,6 +1,6 @@
-//! The review queue (SPEC §8.1): list and show withdrawals with all their evidence, and resolve
-//! `requires_review` deliberately — with a reason, the version the operator looked at, and the
-//! provider's record asked at that moment.
+//! The review queue (SPEC §8.1): list withdrawals with why each waits and what the provider last
+//! said, show one with all its evidence, and resolve `requires_review` deliberately — with a
+//! reason, the version the operator looked at, and the provider's record asked at that moment.
 
 use chrono::Utc;
 use serde_json::Value;
@@ -9,8 +9,9 @@ use uuid::Uuid;
 use super::acts::{WithdrawalReconcile, WithdrawalResolve};
 use super::decide::{apply, check_with_provider, in_review, parse_action};
 use super::types::{
-    AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ReasonRequest, ReconciliationView, Reconciling,
-    ResolveRequest, ResolveStatus, Resolved, SettlementLineView, TransitionView, WithdrawalDetail, WithdrawalQuery,
+    AttemptView, DeadLetterBrief, LedgerEntryView, OpsWithdrawal, Page, ProviderStatus, ReasonFilter, ReasonKind,
+    ReasonRequest, ReconciliationView, Reconciling, ResolveRequest, ResolveStatus, Resolved, ReviewReason,
+    SettlementLineView, StatusSource, TransitionView, WithdrawalDetail, WithdrawalQuery,
 };
 use super::{
     decode_cursor, encode_cursor, page, page_limit, parameters_of, require_reason, Action as _, Audited, Operator, Ops,
@@ -39,11 +40,16 @@ impl From<&Withdrawal> for OpsWithdrawal {
             updated_at: w.updated_at,
             age_seconds: (Utc::now() - w.updated_at).num_seconds(),
             sandbox: w.sandbox,
+            reason: None,
+            provider_status: None,
         }
     }
 }
 
-/// Withdrawals in one state (default `requires_review`), oldest change first, with their age.
+/// Withdrawals in one state (default `requires_review`), oldest change first, with their age,
+/// what the provider last said, and — in review — why each waits; `reason` keeps only the
+/// withdrawals in review for that reason (422 `invalid_reason` for a value outside the vocabulary
+/// or with another state). One statement for the page.
 pub async fn list(ops: &Ops<'_>, operator: &Operator, q: WithdrawalQuery) -> OpsResult<Page<OpsWithdrawal>> {
     operator.require(Role::Viewer)?;
     let status = q
@@ -52,16 +58,80 @@ pub async fn list(ops: &Ops<'_>, operator: &Operator, q: WithdrawalQuery) -> Ops
         .unwrap_or("requires_review")
         .parse::<WithdrawalStatus>()
         .map_err(|e| OpsError::invalid("invalid_status", "status", e.to_string()))?;
+    let reason = q
+        .reason
+        .as_deref()
+        .filter(|r| !r.is_empty())
+        .map(str::parse::<ReasonFilter>)
+        .transpose()
+        .map_err(|e| OpsError::invalid("invalid_reason", "reason", e))?;
+    if reason.is_some() && status != WithdrawalStatus::RequiresReview {
+        return Err(OpsError::invalid(
+            "invalid_reason",
+            "reason",
+            format!("a reason is why a withdrawal waits in requires_review; this list is of {status}"),
+        ));
+    }
     let limit = page_limit(q.limit)?;
     let after = q.cursor.as_deref().map(decode_cursor).transpose()?;
     let account = q.account_id.map(crate::domain::AccountId);
-    let rows = store::list_by_status(ops.db, status, account, limit + 1, after).await?;
+    // A kind matches the reason's kind; any other value is one exact reason, as the query writes it.
+    let exact = reason.filter(|r| !matches!(r, ReasonFilter::Kind(_))).map(|r| r.to_string());
+    let filter = match reason {
+        Some(ReasonFilter::Kind(kind)) => Some(store::ReasonFilter::Kind(kind.as_str())),
+        _ => exact.as_deref().map(store::ReasonFilter::Exact),
+    };
+    let rows = store::queue_page(ops.db, status, account, filter, limit + 1, after).await?;
     Ok(page(
         rows,
         limit,
-        |w| encode_cursor(DbTime::from(w.updated_at), w.id.0),
-        |w: &Withdrawal| OpsWithdrawal::from(w),
+        |item| encode_cursor(DbTime::from(item.withdrawal.updated_at), item.withdrawal.id.0),
+        |item: &store::QueueItem| {
+            let mut w = OpsWithdrawal::from(&item.withdrawal);
+            if item.withdrawal.status == WithdrawalStatus::RequiresReview {
+                w.reason = Some(reason_of(item));
+            }
+            w.provider_status = Some(provider_status(item));
+            w
+        },
     ))
+}
+
+/// Why a withdrawal waits, from the page's row ([`store::REASON`] decided the value).
+fn reason_of(item: &store::QueueItem) -> ReviewReason {
+    let letter = item.letter.as_ref();
+    let kind = item.reason.split(':').next().and_then(|k| k.parse().ok()).unwrap_or(ReasonKind::Unknown);
+    ReviewReason {
+        value: item.reason.clone(),
+        kind,
+        category: letter.map(|l| l.category),
+        code: letter.map(|l| l.error_code.clone()),
+        dead_letter_id: letter.map(|l| l.id),
+        since: letter.map(|l| l.failed_at.0),
+        reconciliation_result: item.reconciliation.filter(|_| kind == ReasonKind::Reconciliation),
+    }
+}
+
+/// The most recent stored word of the provider: reconciliation's newest answer or the newest
+/// attempt's outcome, whichever is later (reconciliation on a tie: it asked about the transfer
+/// itself); `unknown` when neither is stored.
+fn provider_status(item: &store::QueueItem) -> ProviderStatus {
+    let answer =
+        item.provider_answer.as_ref().map(|s| (s.at, StatusSource::Reconciliation, &s.provider, s.value.as_str()));
+    let attempt = item.attempt.as_ref().map(|s| (s.at, StatusSource::Attempt, &s.provider, s.value.as_str()));
+    let latest = match (answer, attempt) {
+        (Some(r), Some(a)) => Some(if a.0 > r.0 { a } else { r }),
+        (r, a) => r.or(a),
+    };
+    match latest {
+        Some((at, source, provider, status)) => ProviderStatus {
+            status: status.to_owned(),
+            source: Some(source),
+            provider: Some(provider.clone()),
+            at: Some(at.0),
+        },
+        None => ProviderStatus::unknown(),
+    }
 }
 
 /// The withdrawal and all its evidence: decisions, transitions (with the provider's answers),
@@ -293,4 +363,86 @@ async fn resolve_checked(
     audited.record_ok(&mut tx, operator).await?;
     tx.commit().await?;
     Ok(Resolved::applied(&withdrawal, action))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{AccountId, Amount, AttemptResult, Category, Destination, ReconciliationResult};
+    use crate::storage::withdrawals::{NewestLetter, QueueItem, Said};
+
+    fn item(reason: &str) -> QueueItem {
+        let usd = Currency::parse("USD").unwrap();
+        QueueItem {
+            withdrawal: Withdrawal {
+                id: WithdrawalId::new(),
+                account_id: AccountId(Uuid::now_v7()),
+                status: WithdrawalStatus::RequiresReview,
+                amount: Amount::new("25.00".parse().unwrap(), usd).unwrap(),
+                destination: Destination::parse("bank_account", "12345678", "021000021").unwrap(),
+                reference: None,
+                failure_code: None,
+                version: 3,
+                idempotency_key: "k".into(),
+                correlation_id: "c".into(),
+                created_at: Utc::now(),
+                updated_at: Utc::now(),
+                sandbox: false,
+            },
+            reason: reason.into(),
+            letter: None,
+            reconciliation: None,
+            provider_answer: None,
+            attempt: None,
+        }
+    }
+
+    fn said<T>(value: T, seconds_ago: i64) -> Option<Said<T>> {
+        Some(Said {
+            provider: "primary".into(),
+            value,
+            at: DbTime(Utc::now() - chrono::TimeDelta::seconds(seconds_ago)),
+        })
+    }
+
+    #[test]
+    fn the_provider_status_is_the_most_recent_stored_word_and_unknown_without_one() {
+        let mut it = item("unknown");
+        assert_eq!(provider_status(&it), ProviderStatus::unknown());
+        it.attempt = said(AttemptResult::Unknown, 60);
+        assert_eq!(
+            (provider_status(&it).status.as_str(), provider_status(&it).source),
+            ("unknown", Some(StatusSource::Attempt))
+        );
+        it.provider_answer = said(ReconciliationResult::Pending, 30);
+        let newer = provider_status(&it);
+        assert_eq!((newer.status.as_str(), newer.source), ("pending", Some(StatusSource::Reconciliation)));
+        assert_eq!(newer.provider.as_deref(), Some("primary"));
+        it.attempt = said(AttemptResult::Paid, 5);
+        assert_eq!(provider_status(&it).status, "paid", "a later attempt wins");
+    }
+
+    #[test]
+    fn a_reason_names_its_letter_and_only_a_reconciliation_reason_its_result() {
+        let letter = NewestLetter {
+            id: Uuid::now_v7(),
+            category: Category::SideEffectUnknown,
+            error_code: "reconciliation_unavailable".into(),
+            failed_at: DbTime::now(),
+        };
+        let mut it = item("reconciliation:window_expired");
+        it.letter = Some(letter.clone());
+        it.reconciliation = Some(ReconciliationResult::WindowExpired);
+        let reason = reason_of(&it);
+        assert_eq!(reason.kind, ReasonKind::Reconciliation);
+        assert_eq!(reason.reconciliation_result, Some(ReconciliationResult::WindowExpired));
+        assert_eq!(
+            (reason.category, reason.code.as_deref()),
+            (Some(Category::SideEffectUnknown), Some("reconciliation_unavailable"))
+        );
+        assert_eq!(reason.dead_letter_id, Some(letter.id));
+        it.reason = "dead_letter:side_effect_unknown".into();
+        let reason = reason_of(&it);
+        assert_eq!((reason.kind, reason.reconciliation_result), (ReasonKind::DeadLetter, None));
+    }
 }

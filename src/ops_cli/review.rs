@@ -10,19 +10,24 @@ use super::Connection;
 use crate::domain::{Evidence, StoredEvidence};
 use crate::ops::routes;
 use crate::ops::types::{
-    DecisionResult, List, OpsWithdrawal, Page, ReasonRequest, Reconciling, ResolveRequest, Resolved,
+    DecisionResult, List, OpsWithdrawal, Page, ProviderStatus, ReasonRequest, Reconciling, ResolveRequest, Resolved,
     ReviewDecisionView, WithdrawalDetail, WithdrawalQuery,
 };
 
 #[derive(Debug, Subcommand)]
 pub enum ReviewCommand {
-    /// Withdrawals waiting in `requires_review`, oldest first.
+    /// Withdrawals waiting in `requires_review`, oldest first, with why each waits and what the
+    /// provider last said.
     List {
         #[arg(long, default_value = "requires_review")]
         status: String,
         /// Only this customer account's withdrawals.
         #[arg(long)]
         account: Option<Uuid>,
+        /// Only those waiting for this reason: dead_letter[:CATEGORY], reconciliation[:RESULT] or
+        /// unknown (e.g. `dead_letter:retries_exhausted`, `reconciliation:window_expired`).
+        #[arg(long)]
+        reason: Option<String>,
         #[arg(long)]
         limit: Option<u32>,
     },
@@ -68,25 +73,32 @@ pub enum ReviewCommand {
 pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result<()> {
     let client = Client::new(conn)?;
     match command {
-        ReviewCommand::List { status, account, limit } => {
+        ReviewCommand::List { status, account, reason, limit } => {
             let query = WithdrawalQuery {
                 status: Some(status),
                 account_id: account,
+                reason,
                 limit: limit.map(i64::from),
                 cursor: None,
             };
             let answer = client.get::<Page<OpsWithdrawal>>(&routes::WITHDRAWALS.path(&[]), &query).await?;
             let Some(page) = answer.unless_json(conn.json) else { return Ok(()) };
-            println!("{:<38} {:>12} {:<4} {:>5} {:>7}  status", "id", "amount", "cur", "ver", "age");
+            println!(
+                "{:<38} {:>12} {:<4} {:>5} {:>7}  {:<16} {:<36} {:<28} provider said",
+                "id", "amount", "cur", "ver", "age", "status", "reason", "code"
+            );
             for w in page.data {
                 println!(
-                    "{:<38} {:>12} {:<4} {:>5} {:>7}  {}",
+                    "{:<38} {:>12} {:<4} {:>5} {:>7}  {:<16} {:<36} {:<28} {}",
                     w.id.to_string(),
                     w.amount,
                     w.currency,
                     w.version,
                     age(w.age_seconds),
-                    w.status
+                    w.status.as_str(),
+                    w.reason.as_ref().map_or("-", |r| r.value.as_str()),
+                    w.reason.as_ref().and_then(|r| r.code.as_deref()).unwrap_or("-"),
+                    provider_said(w.provider_status.as_ref())
                 );
             }
         }
@@ -153,6 +165,19 @@ pub async fn review(conn: &Connection, command: ReviewCommand) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+/// `review list`'s last column: the provider's last known status, where it was read and when
+/// (`unknown` when nothing is stored).
+fn provider_said(status: Option<&ProviderStatus>) -> String {
+    match status {
+        Some(ProviderStatus { status, source: Some(source), provider, at: Some(when) }) => {
+            let by = provider.as_deref().map(|p| format!(" at {p}")).unwrap_or_default();
+            format!("{status} ({source}{by}, {})", at(*when))
+        }
+        Some(s) => s.status.clone(),
+        None => "unknown".into(),
+    }
 }
 
 /// `review show`: the withdrawal, then each kind of evidence.

@@ -13,6 +13,10 @@ pub struct WithdrawalQuery {
     /// A [`WithdrawalStatus`] name; the route judges it (422 `invalid_status`).
     pub status: Option<String>,
     pub account_id: Option<Uuid>,
+    /// Why it waits in review: `dead_letter[:<category>]`, `reconciliation[:<result>]` or
+    /// `unknown` (`ops::types::ReasonFilter`); the route judges it (422 `invalid_reason`).
+    #[serde(default)]
+    pub reason: Option<String>,
     pub limit: Option<i64>,
     pub cursor: Option<String>,
 }

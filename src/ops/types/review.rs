@@ -1,5 +1,5 @@
-//! The review queue (SPEC §8.1): withdrawals with their evidence, resolutions and the two-person
-//! decisions.
+//! The review queue (SPEC §8.1): withdrawals with why each waits and what the provider last said,
+//! their evidence, resolutions and the two-person decisions.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,124 @@ pub struct OpsWithdrawal {
     /// Made in sandbox mode: no real money moves for it.
     #[serde(default)]
     pub sandbox: bool,
+    /// Why it waits in `requires_review` (the review queue's list only; absent elsewhere and for
+    /// other states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ReviewReason>,
+    /// What the provider last said about it (the review queue's list only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_status: Option<ProviderStatus>,
+}
+
+crate::text_enum! {
+    /// What put a withdrawal in review (README "Why each review item waits").
+    pub enum ReasonKind("review reason kind", 3) {
+        /// Its newest dead letter, written by a job other than reconciliation.
+        DeadLetter = "dead_letter",
+        /// Its newest dead letter was written by a reconciliation job: reconciliation's newest
+        /// result says why.
+        Reconciliation = "reconciliation",
+        /// No dead letter is stored for it.
+        Unknown = "unknown",
+    }
+}
+
+/// Why a withdrawal waits in review: [`ReviewReason::value`] is what the queue's `reason` filter
+/// takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewReason {
+    /// `dead_letter:<category>`, `reconciliation:<result>` or `unknown`.
+    pub value: String,
+    pub kind: ReasonKind,
+    /// The newest dead letter's category and error code (also when reconciliation wrote it).
+    pub category: Option<Category>,
+    pub code: Option<String>,
+    pub dead_letter_id: Option<Uuid>,
+    /// When the letter was written: since when it waits for this reason.
+    pub since: Option<DateTime<Utc>>,
+    /// Reconciliation's newest result, when the kind is `reconciliation`.
+    pub reconciliation_result: Option<ReconciliationResult>,
+}
+
+/// A `reason` filter of the review queue: a kind, or one exact reason. Bounded: a kind, or a
+/// kind with one of its [`Category`] or [`ReconciliationResult`] values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonFilter {
+    Kind(ReasonKind),
+    DeadLetter(Category),
+    Reconciliation(ReconciliationResult),
+}
+
+impl ReasonFilter {
+    /// Every value the filter takes, kinds first: what the console's select offers.
+    pub fn all() -> Vec<ReasonFilter> {
+        let mut all = vec![ReasonFilter::Kind(ReasonKind::DeadLetter)];
+        all.extend(Category::ALL.into_iter().map(ReasonFilter::DeadLetter));
+        all.push(ReasonFilter::Kind(ReasonKind::Reconciliation));
+        all.extend(ReconciliationResult::ALL.into_iter().map(ReasonFilter::Reconciliation));
+        all.push(ReasonFilter::Kind(ReasonKind::Unknown));
+        all
+    }
+}
+
+impl std::fmt::Display for ReasonFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReasonFilter::Kind(kind) => f.write_str(kind.as_str()),
+            ReasonFilter::DeadLetter(category) => write!(f, "dead_letter:{category}"),
+            ReasonFilter::Reconciliation(result) => write!(f, "reconciliation:{result}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ReasonFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let refused = || {
+            format!(
+                "unknown reason {s:?}: dead_letter[:<category>], reconciliation[:<result>] or unknown \
+                 (categories: {}; results: {})",
+                Category::ALL.map(Category::as_str).join(", "),
+                ReconciliationResult::ALL.map(ReconciliationResult::as_str).join(", ")
+            )
+        };
+        match s.split_once(':') {
+            None => s.parse().map(ReasonFilter::Kind).map_err(|_| refused()),
+            Some(("dead_letter", category)) => category.parse().map(ReasonFilter::DeadLetter).map_err(|_| refused()),
+            Some(("reconciliation", result)) => result.parse().map(ReasonFilter::Reconciliation).map_err(|_| refused()),
+            Some(_) => Err(refused()),
+        }
+    }
+}
+
+crate::text_enum! {
+    /// Which stored record a [`ProviderStatus`] comes from.
+    pub enum StatusSource("provider status source", 2) {
+        /// A reconciliation result: the provider's answer to a lookup.
+        Reconciliation = "reconciliation",
+        /// A provider attempt's recorded outcome.
+        Attempt = "attempt",
+    }
+}
+
+/// The provider's last known status of a withdrawal: the most recent of reconciliation's newest
+/// answer (`paid`, `failed`, `pending`, `not_found`, `unavailable`, `mismatch`, `returned`) and
+/// the newest attempt's recorded outcome (`paid`, `pending`, `failed`, `retryable`, `permanent`,
+/// `conflict`, `mismatch`, `unknown`); `unknown` with no source when neither is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderStatus {
+    pub status: String,
+    pub source: Option<StatusSource>,
+    /// The provider that said it (SPEC §16).
+    pub provider: Option<String>,
+    pub at: Option<DateTime<Utc>>,
+}
+
+impl ProviderStatus {
+    /// Nothing stored: `unknown`.
+    pub fn unknown() -> Self {
+        ProviderStatus { status: "unknown".into(), source: None, provider: None, at: None }
+    }
 }
 
 /// `GET /ops/v1/withdrawals/{id}`: the withdrawal and all its evidence.
@@ -261,4 +379,28 @@ pub struct DecisionResult {
     /// The withdrawal after an approved decision moved it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub withdrawal: Option<OpsWithdrawal>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_filter_reads_back_as_written_and_nothing_else_reads() {
+        crate::assert_text_enum_round_trips!(ReasonKind);
+        crate::assert_text_enum_round_trips!(StatusSource);
+        let all = ReasonFilter::all();
+        assert_eq!(all.len(), ReasonKind::ALL.len() + Category::ALL.len() + ReconciliationResult::ALL.len());
+        for filter in all {
+            assert_eq!(filter.to_string().parse::<ReasonFilter>(), Ok(filter));
+        }
+        assert_eq!("dead_letter:crashed".parse(), Ok(ReasonFilter::DeadLetter(Category::Crashed)));
+        assert_eq!("reconciliation:mismatch".parse(), Ok(ReasonFilter::Reconciliation(ReconciliationResult::Mismatch)));
+        for bad in
+            ["", "bogus", "dead_letter:", "dead_letter:nope", "reconciliation:paid:x", "unknown:x", "Dead_letter"]
+        {
+            let refused = bad.parse::<ReasonFilter>().unwrap_err();
+            assert!(refused.contains("dead_letter[:<category>]"), "{bad}: {refused}");
+        }
+    }
 }

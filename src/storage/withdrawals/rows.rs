@@ -1,4 +1,5 @@
-//! Withdrawals as stored and read: one, many, a page of an account's, a page in one state.
+//! Withdrawals as stored and read: one, many, a page of an account's, a page in one state with
+//! why each waits there (the review queue).
 //!
 //! A withdrawal is keyed by (account, id) ([`WithdrawalKey`]): reads that know the account name
 //! it, so a distributed database routes them to one shard — a job or a letter carries its
@@ -10,9 +11,10 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::domain::{
-    AccountId, Amount, Currency, Destination, Withdrawal, WithdrawalId, WithdrawalKey, WithdrawalStatus,
+    AccountId, Amount, AttemptResult, Category, Currency, Destination, ReconciliationResult, Withdrawal, WithdrawalId,
+    WithdrawalKey, WithdrawalStatus,
 };
-use crate::storage::{DbTime, Result, StorageError, Tx};
+use crate::storage::{Backend, DbTime, Result, StorageError, Tx};
 use crate::{with_conn, with_read_conn};
 
 pub(super) const COLUMNS: &str =
@@ -254,29 +256,189 @@ pub async fn count_for_account(db: &crate::storage::Db, account: AccountId) -> R
     }))
 }
 
+/// A review-queue filter by why a withdrawal waits (README "Why each review item waits"):
+/// a kind (`dead_letter`, `reconciliation`, `unknown`) or one exact reason
+/// (`dead_letter:retries_exhausted`, `reconciliation:window_expired`). The caller checks the
+/// value against the vocabulary; here it is compared with [`REASON_KIND`] or [`REASON`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonFilter<'a> {
+    Kind(&'a str),
+    Exact(&'a str),
+}
+
+/// A value the provider gave about a withdrawal, as stored: by whom, what, when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said<T> {
+    pub provider: String,
+    pub value: T,
+    pub at: DbTime,
+}
+
+/// A withdrawal's newest dead letter, as the review queue shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewestLetter {
+    pub id: Uuid,
+    pub category: Category,
+    pub error_code: String,
+    pub failed_at: DbTime,
+}
+
+/// One row of the review queue: the withdrawal and the stored evidence of why it waits, all read
+/// in the page's one statement.
+#[derive(Debug, Clone)]
+pub struct QueueItem {
+    pub withdrawal: Withdrawal,
+    /// `dead_letter:<category>`, `reconciliation:<result>` or `unknown` ([`REASON`]).
+    pub reason: String,
+    /// Its newest dead letter (every entry into `requires_review` writes one: `dead_letter::bury`).
+    pub letter: Option<NewestLetter>,
+    /// Reconciliation's newest result of any kind.
+    pub reconciliation: Option<ReconciliationResult>,
+    /// Reconciliation's newest result that is the provider's answer (not `window_expired` or
+    /// `skipped`, which are the service's own verdicts).
+    pub provider_answer: Option<Said<ReconciliationResult>>,
+    /// The newest provider attempt with a recorded outcome, at its finish.
+    pub attempt: Option<Said<AttemptResult>>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct QueueRow {
+    #[sqlx(flatten)]
+    withdrawal: WithdrawalRow,
+    reason: String,
+    letter_id: Option<Uuid>,
+    letter_category: Option<Category>,
+    letter_code: Option<String>,
+    letter_failed_at: Option<DbTime>,
+    reconciliation: Option<ReconciliationResult>,
+    answer_provider: Option<String>,
+    answer: Option<ReconciliationResult>,
+    answer_at: Option<DbTime>,
+    attempt_provider: Option<String>,
+    attempt_outcome: Option<AttemptResult>,
+    attempt_at: Option<DbTime>,
+}
+
+impl TryFrom<QueueRow> for QueueItem {
+    type Error = StorageError;
+    fn try_from(row: QueueRow) -> Result<Self> {
+        let letter = match (row.letter_id, row.letter_category, row.letter_code, row.letter_failed_at) {
+            (Some(id), Some(category), Some(error_code), Some(failed_at)) => {
+                Some(NewestLetter { id, category, error_code, failed_at })
+            }
+            _ => None,
+        };
+        let said = |provider: Option<String>, at: Option<DbTime>| provider.zip(at);
+        Ok(QueueItem {
+            withdrawal: Withdrawal::try_from(row.withdrawal)?,
+            reason: row.reason,
+            letter,
+            reconciliation: row.reconciliation,
+            provider_answer: said(row.answer_provider, row.answer_at)
+                .zip(row.answer)
+                .map(|((provider, at), value)| Said { provider, value, at }),
+            attempt: said(row.attempt_provider, row.attempt_at)
+                .zip(row.attempt_outcome)
+                .map(|((provider, at), value)| Said { provider, value, at }),
+        })
+    }
+}
+
+/// What put a withdrawal in review, over the page's newest dead letter `d` and newest
+/// reconciliation result `r`: `reconciliation` when a reconciliation job wrote the letter (and
+/// reconciliation has a result), `dead_letter` for any other letter, `unknown` without one.
+pub const REASON_KIND: &str = "CASE WHEN d.id IS NULL THEN 'unknown' \
+     WHEN d.job_type = 'reconcile_payout' AND r.id IS NOT NULL THEN 'reconciliation' ELSE 'dead_letter' END";
+
+/// [`REASON_KIND`] with its detail: the letter's category, or reconciliation's newest result.
+pub const REASON: &str = "CASE WHEN d.id IS NULL THEN 'unknown' \
+     WHEN d.job_type = 'reconcile_payout' AND r.id IS NOT NULL THEN 'reconciliation:' || r.result \
+     ELSE 'dead_letter:' || d.category END";
+
+/// The joins of the review queue's page: per withdrawal `w`, its newest dead letter `d`, newest
+/// reconciliation result `r`, newest provider answer among them `ra` and newest finished attempt
+/// `a` — each one index probe on the table's (account, withdrawal) index. PostgreSQL reads each
+/// as a `LATERAL` subquery; SQLite (no `LATERAL`) joins the row whose id a correlated subquery
+/// picks.
+fn newest_joins(backend: Backend) -> String {
+    let newest = [
+        ("d", "dead_letters", "", "x.failed_at DESC, x.id DESC"),
+        ("r", "reconciliation_results", "", "x.at DESC, x.id DESC"),
+        ("ra", "reconciliation_results", "AND x.result NOT IN ('window_expired', 'skipped')", "x.at DESC, x.id DESC"),
+        ("a", "provider_attempts", "AND x.outcome IS NOT NULL", "x.attempt_no DESC"),
+    ];
+    newest
+        .iter()
+        .map(|(alias, table, only, order)| {
+            let pick = format!(
+                "FROM {table} x WHERE x.account_id = w.account_id AND x.withdrawal_id = w.id {only} \
+                 ORDER BY {order} LIMIT 1"
+            );
+            match backend {
+                Backend::Postgres => format!("\n LEFT JOIN LATERAL (SELECT x.* {pick}) {alias} ON true"),
+                Backend::Sqlite => format!(
+                    "\n LEFT JOIN {table} {alias} ON {alias}.account_id = w.account_id AND {alias}.id = (SELECT x.id {pick})"
+                ),
+            }
+        })
+        .collect()
+}
+
 /// A page of withdrawals in one status, oldest change first (the review queue: longest waiting
-/// first), strictly after `after` = (updated_at, id).
-pub async fn list_by_status(
+/// first), strictly after `after` = (updated_at, id), each with why it waits and what the provider
+/// last said — one statement for the page, whatever its size; `reason` keeps only the matching.
+pub async fn queue_page(
     db: &crate::storage::Db,
     status: WithdrawalStatus,
     account: Option<AccountId>,
+    reason: Option<ReasonFilter<'_>>,
     limit: i64,
     after: Option<(DbTime, Uuid)>,
-) -> Result<Vec<Withdrawal>> {
-    let rows: Vec<WithdrawalRow> = with_read_conn!(db, |conn| {
-        sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM withdrawals
-             WHERE status = $1 AND ($2 IS NULL OR updated_at > $2 OR (updated_at = $2 AND id > $3))
-               AND ($5 IS NULL OR account_id = $5)
-             ORDER BY updated_at, id LIMIT $4"
-        ))
-        .bind(status.as_str())
-        .bind(after.map(|a| a.0))
-        .bind(after.map(|a| a.1))
-        .bind(limit)
-        .bind(account.map(|a| a.0))
-        .fetch_all(&mut *conn)
-        .await?
+) -> Result<Vec<QueueItem>> {
+    let columns: Vec<String> = COLUMNS.split(',').map(|c| format!("w.{}", c.trim())).collect();
+    let columns = columns.join(", ");
+    let joins = newest_joins(db.backend());
+    let (kind, exact) = match reason {
+        Some(ReasonFilter::Kind(kind)) => (Some(kind), None),
+        Some(ReasonFilter::Exact(exact)) => (None, Some(exact)),
+        None => (None, None),
+    };
+    let sql = format!(
+        "SELECT {columns}, {REASON} AS reason,
+                d.id AS letter_id, d.category AS letter_category, d.error_code AS letter_code,
+                d.failed_at AS letter_failed_at, r.result AS reconciliation,
+                ra.provider AS answer_provider, ra.result AS answer, ra.at AS answer_at,
+                a.provider AS attempt_provider, a.outcome AS attempt_outcome,
+                COALESCE(a.finished_at, a.started_at) AS attempt_at
+         FROM withdrawals w {joins}
+         WHERE w.status = $1 AND ($2 IS NULL OR w.updated_at > $2 OR (w.updated_at = $2 AND w.id > $3))
+           AND ($5 IS NULL OR w.account_id = $5)
+           AND ($6 IS NULL OR {REASON_KIND} = $6) AND ($7 IS NULL OR {REASON} = $7)
+         ORDER BY w.updated_at, w.id LIMIT $4"
+    );
+    let rows: Vec<QueueRow> = with_read_conn!(db, |conn| {
+        sqlx::query_as(&sql)
+            .bind(status.as_str())
+            .bind(after.map(|a| a.0))
+            .bind(after.map(|a| a.1))
+            .bind(limit)
+            .bind(account.map(|a| a.0))
+            .bind(kind)
+            .bind(exact)
+            .fetch_all(&mut *conn)
+            .await?
     });
-    rows.into_iter().map(Withdrawal::try_from).collect()
+    rows.into_iter().map(QueueItem::try_from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::job::JobKind;
+
+    #[test]
+    fn the_reason_names_the_reconciliation_job_kind_as_it_is_stored() {
+        let kind = format!("d.job_type = '{}'", JobKind::ReconcilePayout.as_str());
+        assert!(REASON.contains(&kind) && REASON_KIND.contains(&kind), "{REASON}");
+    }
 }
