@@ -13,6 +13,7 @@
 
 mod api;
 mod audit;
+mod charts;
 mod dead_letters;
 mod notifications;
 mod overview;

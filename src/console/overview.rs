@@ -1,17 +1,20 @@
-//! `GET /ops/overview`: the whole service on one page (the same numbers as `/ops/v1/overview`),
+//! `GET /ops/overview`: the whole service on one page (the same numbers as `/ops/v1/overview`)
+//! under trend charts of the last hour and the last day (`ops::trends`, drawn by [`super::charts`]),
 //! and the breakers' kill switch for admins (`POST /ops/breakers/{name}/{action}`).
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use maud::html;
+use maud::{html, Markup, PreEscaped};
 use serde::Deserialize;
 
-use super::api;
+use super::api::{self, PageRefusal};
+use super::charts::{self, Chart, Series, Style};
 use super::session::{urlencode, CsrfForm, Session};
 use super::views::{self, age, csrf_field, role_note, state, when, Banner, Done};
 use crate::domain::{Role, WithdrawalStatus};
 use crate::http::AppState;
+use crate::ops::trends::{self, TrendWindow};
 use crate::ops::types::BreakerAction;
 use crate::ops::types::ReasonRequest;
 
@@ -33,10 +36,22 @@ async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, co
                 .into_response()
         }
     };
+    let trend = trends::trends(&state_.ops(), &session.operator).await.map_err(PageRefusal::from);
     let body = html! {
         h1 { "Overview" }
         @if o.sandbox {
             p #sandbox-mode role="status" { strong { "SANDBOX MODE" } ": no provider is configured; payouts go to an in-process mock and no money moves. Withdrawals made here are marked sandbox and are never paid by a real provider." }
+        }
+        section #trends aria-labelledby="h-trends" {
+            h2 #h-trends { "Trends" }
+            @match &trend {
+                Ok(t) => {
+                    style { (PreEscaped(charts::CSS)) }
+                    (trend_window("hour", "Last hour, per minute", "minute", &t.hour))
+                    (trend_window("day", "Last day, per 15 minutes", "quarter hour", &t.day))
+                }
+                Err(refusal) => p.hint { "The trends could not be read: " (refusal) }
+            }
         }
         section aria-labelledby="h-withdrawals" {
             h2 #h-withdrawals { "Withdrawals by state" }
@@ -153,6 +168,56 @@ async fn render(state_: &AppState, session: &Session, banner: Option<Banner>, co
         }
     };
     (code, views::page(session, "Overview", banner, body)).into_response()
+}
+
+/// One window's three charts: withdrawals created, completed and failed; dead-letter arrivals by
+/// category; the review queue's size.
+fn trend_window(key: &str, heading: &str, bucket: &str, w: &TrendWindow) -> Markup {
+    let sum = |v: &[i64]| v.iter().sum::<i64>();
+    let withdrawals = Chart {
+        id: format!("trend-{key}-withdrawals"),
+        title: format!("Withdrawals per {bucket}"),
+        summary: format!("{} created, {} completed, {} failed", sum(&w.created), sum(&w.completed), sum(&w.failed)),
+        style: Style::Lines,
+        levels: false,
+        starts: w.bucket_starts.clone(),
+        series: vec![
+            Series::new("created", w.created.clone()),
+            Series::new("completed", w.completed.clone()),
+            Series::new("failed", w.failed.clone()),
+        ],
+    };
+    let arrivals: Vec<String> = w.dead_letters.iter().map(|c| format!("{} {}", sum(&c.arrivals), c.category)).collect();
+    let dead_letters = Chart {
+        id: format!("trend-{key}-dead-letters"),
+        title: format!("Dead-letter arrivals per {bucket}, by category"),
+        summary: match arrivals.is_empty() {
+            true => "none arrived".into(),
+            false => arrivals.join(", "),
+        },
+        style: Style::StackedBars,
+        levels: false,
+        starts: w.bucket_starts.clone(),
+        series: w.dead_letters.iter().map(|c| Series::new(c.category.as_str(), c.arrivals.clone())).collect(),
+    };
+    let now = w.review_queue.last().copied().unwrap_or(0);
+    let review = Chart {
+        id: format!("trend-{key}-review"),
+        title: format!("Review queue at the end of each {bucket}"),
+        summary: format!("{now} now, at most {}", w.review_queue.iter().copied().max().unwrap_or(0)),
+        style: Style::Lines,
+        levels: true,
+        starts: w.bucket_starts.clone(),
+        series: vec![Series::new("requires_review", w.review_queue.clone())],
+    };
+    html! {
+        h3 { (heading) " (UTC)" }
+        div.charts {
+            (withdrawals.render())
+            (dead_letters.render())
+            (review.render())
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -25,6 +25,7 @@ pub mod replays;
 pub mod review;
 pub mod routes;
 pub mod settlement;
+pub mod trends;
 pub mod types;
 pub mod webhooks;
 

@@ -29,6 +29,7 @@ pub mod review_decisions;
 pub mod sessions;
 pub mod settlement;
 pub mod time;
+pub mod trends;
 pub mod verify;
 pub mod webhooks;
 pub mod withdrawals;

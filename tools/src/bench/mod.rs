@@ -15,6 +15,7 @@ pub mod notify;
 pub mod pgbench;
 pub mod queue;
 pub mod report;
+pub mod trends;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -88,6 +89,14 @@ pub struct BenchArgs {
     /// ≥ 0.8), and how long the deliveries took to land after the measured window.
     #[arg(long, conflicts_with = "soak")]
     pub notify_endpoints: bool,
+    /// Trend charts (issue 33): run only phase (7), which seeds `--trend-withdrawals` withdrawals
+    /// with their transitions over 30 days (and a tenth as many dead letters) and times the
+    /// console's trend statements for the last hour and the last day (target p95 ≤ 50 ms).
+    #[arg(long, conflicts_with_all = ["soak", "notify_endpoints"])]
+    pub trends: bool,
+    /// Withdrawals seeded for `--trends`.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub trend_withdrawals: u64,
 }
 
 impl BenchArgs {
@@ -117,6 +126,8 @@ pub struct BackendReport {
     pub memory: Option<MemoryReport>,
     /// `--notify-endpoints`: the end-to-end phase without and with one endpoint per account.
     pub notifications: Option<notify::NotifyComparison>,
+    /// `--trends`: the trend-chart statements over a large history.
+    pub trends: Option<trends::TrendsReport>,
     pub errors: Vec<String>,
 }
 
@@ -216,7 +227,7 @@ async fn run_postgres(args: &BenchArgs, dir: &Path, started: Instant) -> Backend
     match created {
         Err(err) => report.errors.push(format!("create databases: {err:#}")),
         Ok((pgbench_url, service_url)) => {
-            if !args.soak && !args.notify_endpoints {
+            if !args.soak && !args.notify_endpoints && !args.trends {
                 progress(started, "postgres: (1) pgbench -N, 8 and 32 clients");
                 match pgbench::run(&bin, &pgbench_url, args.pgbench_seconds).await {
                     Ok(p) => report.pgbench = Some(p),
@@ -305,6 +316,15 @@ async fn run_service_phases(args: &BenchArgs, dir: &Path, url: &str, report: &mu
         }
     };
     report.server = bench_store::server_version(&db).await.ok();
+    if args.trends {
+        progress(started, &format!("{name}: (7) trend charts over {} withdrawals", args.trend_withdrawals));
+        match trends::run(&db, args.trend_withdrawals, |msg| progress(started, &format!("{name}: {msg}"))).await {
+            Ok(t) => report.trends = Some(t),
+            Err(err) => report.errors.push(format!("trends: {err:#}")),
+        }
+        db.close().await;
+        return;
+    }
     let mock = match provider_mocks::spawn(provider_mocks::MockConfig {
         api_key: Some(PROVIDER_KEY.to_owned()),
         ..provider_mocks::MockConfig::default()

@@ -36,6 +36,8 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
     let p99 = |r: Option<&BackendReport>| r?.latency.as_ref().map(|l| l.p99_ms);
     let summary = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.summary.p95_ms);
     let list = |r: Option<&BackendReport>| r?.dead_letters.as_ref().map(|d| d.list.p95_ms);
+    let trends_day = |r: Option<&BackendReport>| r?.trends.as_ref().map(|t| t.day.p95_ms);
+    let trends_hour = |r: Option<&BackendReport>| r?.trends.as_ref().map(|t| t.hour.p95_ms);
     let rss = |r: Option<&BackendReport>| r?.memory.as_ref().map(|m| m.peak_rss_mib);
     let work = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.database_work.clone();
     let pg_cpu = |r: Option<&BackendReport>| r?.end_to_end.as_ref()?.cpu.as_ref()?.postgres_ms_per_unit;
@@ -85,6 +87,20 @@ pub fn targets(reports: &[BackendReport]) -> Vec<Target> {
             50.0,
         ),
         at_most("dead_letter_list_p95_ms", "filtered dead-letter list p95 ≤ 50 ms".into(), list(pg), list(lite), 50.0),
+        at_most(
+            "trends_day_p95_ms",
+            "trend charts: the last day's statement p95 ≤ 50 ms over 1 M withdrawals".into(),
+            trends_day(pg),
+            trends_day(lite),
+            50.0,
+        ),
+        at_most(
+            "trends_hour_p95_ms",
+            "trend charts: the last hour's statement p95 ≤ 50 ms over 1 M withdrawals".into(),
+            trends_hour(pg),
+            trends_hour(lite),
+            50.0,
+        ),
         at_most("peak_rss_mib", "peak RSS of serve ≤ 150 MiB".into(), rss(pg), rss(lite), 150.0),
         // Issue 20's targets for the payout pipeline (PostgreSQL, per withdrawal, from the
         // end-to-end phase's counters).
@@ -142,6 +158,7 @@ pub fn document(
             "pgbench_seconds": args.pgbench_seconds,
             "soak_minutes": if args.soak { Some(args.soak_minutes) } else { None },
             "notify_endpoints": args.notify_endpoints,
+            "trends": if args.trends { Some(args.trend_withdrawals) } else { None },
             "postgres": if args.postgres_url.is_some() { "--postgres-url" } else { "throwaway cluster" },
         },
         "machine": {
@@ -577,6 +594,35 @@ fn rows() -> Vec<Row> {
             "ms",
             |r| r.dead_letters.as_ref().map(|d| d.list.p95_ms),
             Some("dead_letter_list_p95_ms"),
+        ),
+        row(
+            "trend_withdrawals",
+            "trend charts: withdrawals stored",
+            "",
+            |r| r.trends.as_ref().map(|t| t.withdrawals as f64),
+            None,
+        ),
+        row(
+            "trend_hour_p50_ms",
+            "  last hour's statement p50",
+            "ms",
+            |r| r.trends.as_ref().map(|t| t.hour.p50_ms),
+            None,
+        ),
+        row(
+            "trend_hour_p95_ms",
+            "  last hour's statement p95",
+            "ms",
+            |r| r.trends.as_ref().map(|t| t.hour.p95_ms),
+            Some("trends_hour_p95_ms"),
+        ),
+        row("trend_day_p50_ms", "  last day's statement p50", "ms", |r| r.trends.as_ref().map(|t| t.day.p50_ms), None),
+        row(
+            "trend_day_p95_ms",
+            "  last day's statement p95",
+            "ms",
+            |r| r.trends.as_ref().map(|t| t.day.p95_ms),
+            Some("trends_day_p95_ms"),
         ),
         row(
             "peak_rss_mib",

@@ -5,3 +5,4 @@ pub mod bench;
 pub mod chaos;
 pub mod notify;
 pub mod server;
+pub mod trends;
