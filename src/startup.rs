@@ -430,7 +430,7 @@ impl Application {
         }
         if let Some(Api { listener, state, metrics }) = api {
             tasks.spawn(purge_expired_records(db.clone(), state.config().job_retention, shutdown.clone()));
-            http::routes_from_zero();
+            http::series_from_zero(&state);
             tasks.spawn(crate::gauges::refresh_loop(db.clone(), Duration::from_secs(15), shutdown.clone()));
             serve_with(listener, state, &server, &metrics, shutdown.clone()).await?;
         } else {

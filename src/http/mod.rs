@@ -119,10 +119,12 @@ pub fn router() -> Router<AppState> {
         .merge(openapi::router())
 }
 
-/// The HTTP families' series for every documented route, at zero (SPEC §9). Called when the
-/// router is built and, by a serving process, before its database gauges first refresh, so a
-/// scrape that sees those sees these too.
-pub fn routes_from_zero() {
+/// The series the application's routes start at zero (SPEC §9): the HTTP families for every
+/// documented route and the provider webhooks' series. Called when the router is built and, by a
+/// serving process, before its database gauges first refresh, so a scrape that sees those sees
+/// these too.
+pub fn series_from_zero(state: &AppState) {
+    webhooks::series_from_zero(state);
     let documented = observe::documented_routes();
     crate::metrics::http_routes_known(documented.iter().map(|(route, method)| (route.as_str(), *method)));
 }
@@ -135,8 +137,7 @@ pub fn routes_from_zero() {
 pub fn layered(routes: Router<AppState>, state: AppState, limits: &ServerLimits, metrics: &MetricsAccess) -> Router {
     let max_body = state.config().max_body_bytes;
     crate::metrics::install();
-    webhooks::series_from_zero(&state);
-    routes_from_zero();
+    series_from_zero(&state);
     let router = metrics
         .route(routes)
         .fallback(|| async { error::ApiError::not_found() })
