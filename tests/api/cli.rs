@@ -187,30 +187,26 @@ async fn a_worker_process_pays_out_and_serves_its_own_metrics(app: TestApp) {
 /// SPEC §9: before any traffic, `/metrics` of a new process has every family of the catalogue,
 /// with its known label sets at zero — an alert sees "0", not "no data".
 async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp) {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (port, metrics_port) = (free(), free());
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--metrics-bind", &format!("127.0.0.1:{metrics_port}")])
-        .env("DATABASE_URL", &app.database_url)
-        .env("PROVIDER_URL", app.provider.mock.url())
-        .env("PROVIDER_API_KEY", "test-provider-key")
-        .env("PROVIDER_WEBHOOK_SECRET", "whsec_old, whsec_new")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let serve = app.serve_process(&[
+        ("PROVIDER_URL", &app.provider.mock.url()),
+        ("PROVIDER_API_KEY", "test-provider-key"),
+        ("PROVIDER_WEBHOOK_SECRET", "whsec_old, whsec_new"),
+    ]);
+    let (port, metrics_port) = (serve.port, serve.metrics_port);
     let client = app.client.clone();
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     // Once the first database refresh has run (its gauges come from a database with no rows).
-    let text = app
-        .eventually("a fresh process's /metrics", std::time::Duration::from_secs(30), || {
-            let (client, url) = (client.clone(), metrics_url.clone());
-            async move {
-                let text = client.get(url).send().await.ok()?.text().await.ok()?;
-                text.contains("ledger_invariant_violations 0").then_some(text)
-            }
-        })
-        .await;
+    app.eventually("a fresh process's /metrics", std::time::Duration::from_secs(30), || {
+        let (client, url) = (client.clone(), metrics_url.clone());
+        async move {
+            let text = client.get(url).send().await.ok()?.text().await.ok()?;
+            text.contains("ledger_invariant_violations 0").then_some(())
+        }
+    })
+    .await;
+    // A scrape renders family by family while start-up may still register: one that saw the
+    // refresh began after what start-up registers before it, so read again.
+    let text = client.get(&metrics_url).send().await.unwrap().text().await.unwrap();
     // PROVIDER_WEBHOOK_SECRET's list reached the route: unsigned is refused, either secret taken.
     let webhook = format!("http://127.0.0.1:{port}/webhooks/provider");
     let unsigned = client.post(&webhook).body("{}").send().await.unwrap();
@@ -223,8 +219,7 @@ async fn a_fresh_serve_process_exports_every_metric_family_at_zero(app: TestApp)
         let taken = client.post(&webhook).header("Provider-Signature", signature).body(body).send().await.unwrap();
         assert_eq!(taken.status(), 200, "an unhandled type signed with {secret}: taken and ignored");
     }
-    serve.kill().unwrap();
-    let _ = serve.wait();
+    drop(serve);
 
     // A move between providers needs two of them: its series are checked where a process has
     // two (`a_providers_file_is_checked_at_start_and_refused_in_one_line`).

@@ -6,19 +6,15 @@
 //! "Metrics to look at" names a panel by its exact title.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::both_backends;
 use crate::harness::TestApp;
+use crate::runbooks::{family, find_word, metric_names, pages, runbooks_dir};
 
 both_backends!(every_metric_a_panel_reads_is_on_a_fresh_process_metrics_before_any_traffic);
-
-fn runbooks_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("runbooks")
-}
 
 /// The datasource every panel and every query names: the dashboard's `datasource` variable.
 const DATASOURCE: &str = "${datasource}";
@@ -214,98 +210,6 @@ fn every_panel_expression_passes_promtool() {
     assert!(!promtool_check(&broken).status.success(), "promtool took an unbalanced expression");
 }
 
-/// Where `word` occurs as a whole word.
-fn find_word(text: &str, word: &str) -> Option<usize> {
-    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(word).map(|(i, _)| i).find(|&i| {
-        let before = text[..i].chars().next_back().is_none_or(|c| !is_ident(c));
-        let after = text[i + word.len()..].chars().next().is_none_or(|c| !is_ident(c));
-        before && after
-    })
-}
-
-/// The metric names an expression reads: identifiers that are not functions, keywords, label
-/// names, grouping labels or durations (as `runbooks::metric_names` reads the alert rules).
-fn metric_names(expr: &str) -> Vec<String> {
-    let mut cleaned = String::new();
-    let (mut depth_brace, mut depth_bracket) = (0, 0);
-    for c in expr.chars() {
-        match c {
-            '{' => depth_brace += 1,
-            '}' => depth_brace -= 1,
-            '[' => depth_bracket += 1,
-            ']' => depth_bracket -= 1,
-            _ if depth_brace > 0 || depth_bracket > 0 => {}
-            _ => cleaned.push(c),
-        }
-        if matches!(c, '{' | '}' | '[' | ']') {
-            cleaned.push(' ');
-        }
-    }
-    for keyword in ["by", "without", "on", "ignoring", "group_left", "group_right"] {
-        while let Some(start) = find_word(&cleaned, keyword) {
-            let Some(open) = cleaned[start..].find('(').map(|i| start + i) else {
-                break;
-            };
-            let close = cleaned[open..].find(')').map_or(cleaned.len(), |i| open + i + 1);
-            cleaned.replace_range(start..close, " ");
-        }
-    }
-    let chars: Vec<char> = cleaned.chars().collect();
-    let mut names = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if !(chars[i].is_ascii_alphabetic() || chars[i] == '_') {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-            i += 1;
-        }
-        let word: String = chars[start..i].iter().collect();
-        // The exponent of a number (`1e-9`) or the unit of a duration follows a digit.
-        if start > 0 && chars[start - 1].is_ascii_digit() {
-            continue;
-        }
-        let is_call = chars[i..].iter().find(|c| !c.is_whitespace()) == Some(&'(');
-        let keyword = matches!(
-            word.as_str(),
-            "and"
-                | "or"
-                | "unless"
-                | "bool"
-                | "offset"
-                | "sum"
-                | "min"
-                | "max"
-                | "avg"
-                | "count"
-                | "group"
-                | "topk"
-                | "bottomk"
-                | "quantile"
-        );
-        if !is_call && !keyword {
-            names.push(word);
-        }
-    }
-    names
-}
-
-/// The catalogue family a series name belongs to: a histogram's `_bucket`, `_sum` and `_count`
-/// are its family's.
-fn family(name: &str) -> Option<&'static str> {
-    let catalogue = withdrawals::metrics::CATALOGUE;
-    if let Some((family, _, _)) = catalogue.iter().find(|(n, _, _)| *n == name) {
-        return Some(family);
-    }
-    ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
-        let base = name.strip_suffix(suffix)?;
-        catalogue.iter().find(|(n, kind, _)| *n == base && *kind == "histogram").map(|(n, _, _)| *n)
-    })
-}
-
 /// Every `(panel title, series name)` the dashboard reads.
 fn series_read(panels: &[Panel]) -> Vec<(String, String)> {
     let mut read = Vec::new();
@@ -394,35 +298,26 @@ async fn every_metric_a_panel_reads_is_on_a_fresh_process_metrics_before_any_tra
     };
     std::fs::write(&providers, format!(r#"{{"providers": [{}, {}]}}"#, provider("acme", 1), provider("bolt", 2)))
         .unwrap();
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (port, metrics_port) = (free(), free());
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--metrics-bind", &format!("127.0.0.1:{metrics_port}")])
-        .env("DATABASE_URL", &app.database_url)
-        .env("PROVIDERS", &providers)
-        .env("PROVIDER_KEY", "test-provider-key")
-        .env_remove("PROVIDER_URL")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let serve = app.serve_process(&[("PROVIDERS", providers.to_str().unwrap()), ("PROVIDER_KEY", "test-provider-key")]);
+    let metrics_port = serve.metrics_port;
     let client = app.client.clone();
     let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
     // Once the first database refresh has run (its gauges read a database with no rows) and the
     // API's router is built (its routes' series start there): both happen at start, in either
     // order, before the first request can be served. No request is sent to the API port.
-    let text = app
-        .eventually("a fresh process's /metrics", std::time::Duration::from_secs(30), || {
-            let (client, url) = (client.clone(), metrics_url.clone());
-            async move {
-                let text = client.get(url).send().await.ok()?.text().await.ok()?;
-                let router_built = text.lines().any(|l| l.starts_with("http_request_duration_seconds_bucket{"));
-                (text.contains("ledger_invariant_violations 0") && router_built).then_some(text)
-            }
-        })
-        .await;
-    serve.kill().unwrap();
-    let _ = serve.wait();
+    app.eventually("a fresh process's /metrics", std::time::Duration::from_secs(30), || {
+        let (client, url) = (client.clone(), metrics_url.clone());
+        async move {
+            let text = client.get(url).send().await.ok()?.text().await.ok()?;
+            let router_built = text.lines().any(|l| l.starts_with("http_request_duration_seconds_bucket{"));
+            (text.contains("ledger_invariant_violations 0") && router_built).then_some(())
+        }
+    })
+    .await;
+    // A scrape renders family by family while start-up may still register: one that saw the
+    // refresh began after what start-up registers before it, so read again.
+    let text = client.get(&metrics_url).send().await.unwrap().text().await.unwrap();
+    drop(serve);
 
     let panels = panels(&dashboard());
     let (mut missing, mut checked) = (BTreeSet::new(), BTreeSet::new());
@@ -466,13 +361,7 @@ fn metrics_section(page: &str) -> Option<&str> {
 #[test]
 fn every_runbook_page_names_a_dashboard_panel_by_its_exact_title() {
     let titles: Vec<String> = panels(&dashboard()).into_iter().map(|p| p.title).collect();
-    let mut pages: Vec<(String, String)> = std::fs::read_dir(runbooks_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md") && !p.ends_with("README.md"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
-        .collect();
-    pages.sort();
+    let pages: Vec<(String, String)> = pages().into_iter().filter(|(name, _)| name != "README.md").collect();
     assert!(pages.len() >= 47, "{} pages", pages.len());
     // The API alerts' pages are among them (they name the API panels).
     for page in ["alert-api-5xx-rate.md", "alert-create-latency.md"] {

@@ -678,3 +678,44 @@ pub async fn serve_extra_with(
     tokio::spawn(startup::serve(listener, state, app.shutdown_token()));
     base_url
 }
+
+/// A `withdrawals serve` process on a test app's database: its API on `port`, its `/metrics` on
+/// `metrics_port` (both free ports); killed when dropped.
+pub struct ServeProcess {
+    child: std::process::Child,
+    pub port: u16,
+    pub metrics_port: u16,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestApp {
+    /// Starts `withdrawals serve` on this app's database with `env` (no `PROVIDER_URL` unless
+    /// `env` names one), its output discarded.
+    pub fn serve_process(&self, env: &[(&str, &str)]) -> ServeProcess {
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (port, metrics_port) = (free(), free());
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_withdrawals"));
+        command
+            .args([
+                "serve",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--metrics-bind",
+                &format!("127.0.0.1:{metrics_port}"),
+            ])
+            .env("DATABASE_URL", &self.database_url)
+            .env_remove("PROVIDER_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        ServeProcess { child: command.spawn().unwrap(), port, metrics_port }
+    }
+}

@@ -6,7 +6,6 @@
 //! time, so counters are read here only as "grew by at least this test's requests"; what a
 //! process exports before any request is read from a `withdrawals serve` process of its own.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::both_backends;
@@ -31,17 +30,9 @@ fn latency_count(route: &str, method: &str) -> String {
 }
 
 async fn a_fresh_serve_process_exports_the_http_families_at_zero_and_counts_its_first_request(app: TestApp) {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (port, metrics_port) = (free(), free());
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_withdrawals"))
-        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--metrics-bind", &format!("127.0.0.1:{metrics_port}")])
-        .env("DATABASE_URL", &app.database_url)
-        .env("PROVIDER_URL", app.provider.mock.url())
-        .env("PROVIDER_API_KEY", "test-provider-key")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let serve =
+        app.serve_process(&[("PROVIDER_URL", &app.provider.mock.url()), ("PROVIDER_API_KEY", "test-provider-key")]);
+    let (port, metrics_port) = (serve.port, serve.metrics_port);
     let client = app.client.clone();
     let scrape = || {
         let (client, url) = (client.clone(), format!("http://127.0.0.1:{metrics_port}/metrics"));
@@ -77,8 +68,7 @@ async fn a_fresh_serve_process_exports_the_http_families_at_zero_and_counts_its_
         })
         .await;
     assert_eq!(value(&after, &latency_count("/healthz", "GET")), Some(1.0), "{after}");
-    serve.kill().unwrap();
-    let _ = serve.wait();
+    drop(serve);
 }
 
 async fn real_requests_are_counted_by_route_template_with_no_raw_id_in_the_metrics(app: TestApp) {
