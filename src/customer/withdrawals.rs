@@ -44,7 +44,10 @@ pub fn parse_request(body: &[u8], limits: &AmountLimits) -> ServiceResult<(Amoun
     let d = &request.destination;
     let destination = Destination::parse(&d.kind, &d.account_number, &d.bank_code)
         .map_err(|e| ServiceError::invalid("invalid_destination", e.field(), e.to_string()))?;
-    let reference = request.reference.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty());
+    // Trimmed of spaces only: a control character is refused wherever it stands (trimming all
+    // whitespace first let a trailing vertical tab or newline through, and a reference made of
+    // one became "no reference").
+    let reference = request.reference.map(|r| r.trim_matches(' ').to_owned()).filter(|r| !r.is_empty());
     if let Some(r) = &reference {
         check_reference(r).map_err(|e| ServiceError::invalid("invalid_reference", "reference", e.to_string()))?;
     }

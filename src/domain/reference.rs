@@ -16,7 +16,7 @@ pub enum ReferenceError {
     Hidden(u32),
 }
 
-/// Checks a reference (already trimmed): its length, and that every character displays as
+/// Checks a reference (already trimmed of spaces): its length, and that every character displays as
 /// itself.
 pub fn check_reference(reference: &str) -> Result<(), ReferenceError> {
     if reference.chars().count() > MAX_REFERENCE_CHARS {

@@ -55,7 +55,7 @@ pub async fn window(
     (bucket_seconds, buckets): (i64, usize),
 ) -> OpsResult<TrendWindow> {
     let window = Window::ending_after(now, bucket_seconds, buckets);
-    let t = store::trends(ops.db, &window).await?;
+    let t = store::trends(ops.db, &window, now).await?;
     Ok(TrendWindow {
         bucket_seconds: window.bucket_seconds,
         bucket_starts: window.starts(),

@@ -2,37 +2,50 @@
 //! window, withdrawals created, completed and failed, dead-letter arrivals by category, and the
 //! review-queue size at each bucket's end.
 //!
+//! **Closed buckets are sealed.** A bucket whose end lies [`SETTLE`] in the past no longer
+//! changes (creations, moves and dead letters carry the time they happened and commit within
+//! moments of it; nothing is ever deleted or rewritten), so its counts are computed once and kept
+//! in `trend_buckets` (migration 0037): a `sealed` marker per bucket and a row per series and key
+//! with a count. A window then reads its sealed buckets (a handful of rows each) and counts only
+//! the rows of its open tail live: the last six minutes of the hour, the last twenty of the day.
+//! Whoever reads a window first after a bucket closes seals it, in one short write transaction
+//! (`ON CONFLICT DO NOTHING`, so two readers sealing at once agree); a database that cannot take
+//! the write is read live, with a warning. Sealed buckets older than the window by a day are
+//! pruned as new ones are sealed. The trade, documented in the README: a row committed more than
+//! `SETTLE` after the time it carries is missed by its sealed bucket.
+//!
 //! One statement per window, so every series is read from one snapshot (the review-queue size is
 //! the current count minus the moves after each bucket, which is only right if both come from the
-//! same instant). Each part reads only the window's rows, through an index, so the cost follows
-//! the traffic of the window and not the history:
+//! same instant; sealed buckets never change). Each live part reads only its range's rows,
+//! through an index, so the cost follows the traffic of the open tail and not the history:
 //! - created: `withdrawals_id_idx`, which migration 0036 makes cover `created_at` (`(id) INCLUDE
 //!   (created_at)` on PostgreSQL, `(id, created_at)` on SQLite). Ids are UUIDv7 made the moment
-//!   before `created_at` (`storage::withdrawals::prepare`), so the window's withdrawals lie in an id
+//!   before `created_at` (`storage::withdrawals::prepare`), so the range's withdrawals lie in an id
 //!   range; `created_at` then filters and buckets exactly, from the index alone. No index led by
 //!   `created_at` is needed (it would take an entry per row version of every withdrawal: their
 //!   updates are never HOT, since they change the status index).
 //! - completed, failed and moves into and out of `requires_review`: migration 0036's partial index
 //!   `withdrawal_transitions_trend_idx` on `(at, to_status, from_status)` of those moves only,
-//!   which covers the query. Read from the window's start on, with no end: the moves after a past
-//!   window walk the review queue back to it (for the current window there are none).
+//!   which covers the query. Read from the open tail's start on, with no end: the moves after a
+//!   past window walk the review queue back to it (for the current window there are none).
 //! - dead-letter arrivals: `dead_letters_failed_at_idx`, which migration 0036 makes carry the
 //!   category (a letter arrives when its job dies).
 //! - the current review-queue size: `withdrawals_status_idx`.
+//! - sealed buckets: `trend_buckets`' primary key, `(bucket_seconds, bucket_start, …)`.
 //!
 //! Buckets are whole seconds counted from the window's start: PostgreSQL's `date_bin` on
 //! `timestamptz`, SQLite's epoch arithmetic on the first 19 characters of the fixed-width text
 //! `DbTime` stores (`strftime('%s', …)` of the whole text would round `.999999` up to the next
 //! second).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use uuid::Uuid;
 
 use super::{Backend, Db, DbTime, Result, StorageError};
 use crate::domain::{Category, WithdrawalStatus};
-use crate::with_read_conn;
+use crate::{with_conn, with_read_conn};
 
 /// Equal buckets ending at `end` (exclusive): `buckets` of `bucket_seconds` each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,61 +113,191 @@ fn v7_bound(ms: i64, least: bool) -> Uuid {
 /// in the index's predicate (migration 0036), so both planners can use it.
 const MOVES: &str = "(to_status IN ('completed', 'failed', 'requires_review') OR from_status = 'requires_review')";
 
+/// How long after its end a bucket is taken as final and sealed: longer than any transaction
+/// takes to commit the time it stamped (the payout path commits within a second; SQLite's busy
+/// timeout is ten).
+pub const SETTLE: TimeDelta = TimeDelta::minutes(5);
+
+/// Sealed buckets kept beyond their window's span before they are pruned.
+const KEEP_BEYOND_WINDOW: TimeDelta = TimeDelta::days(1);
+
+/// The sealing marker's series: one row per sealed bucket, with no count.
+const SEALED: &str = "sealed";
+
+/// The parts of one read, as instants: buckets are numbered from `origin`; `origin..from` comes
+/// from sealed buckets, `from..to` is counted live, and moves live from `from` until `moves_to`.
+struct Range {
+    origin: DateTime<Utc>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    moves_to: DateTime<Utc>,
+    bucket_seconds: i64,
+}
+
+/// The end of time as far as a read is concerned (9999-12-31, which both backends store).
+fn no_end() -> DateTime<Utc> {
+    DateTime::from_timestamp(253_402_214_400, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 fn statement(backend: Backend) -> String {
     // Each part groups by its bucket key `k`; the outer query turns keys into bucket numbers.
-    // PostgreSQL: `date_bin` from the window's start ($1) by the width ($7, an interval), integer
+    // PostgreSQL: `date_bin` from the origin ($1) by the width ($9, an interval), integer
     // arithmetic on `timestamptz` (`extract(epoch …)` is numeric, and twice as slow over a day's
-    // rows), then seconds since the start ($3) over the width in seconds ($4) once per group.
+    // rows), then seconds since the origin ($4) over the width in seconds ($5) once per group.
     // SQLite: the bucket number directly, from the whole seconds of the stored text.
     let (key, number, start_key): (fn(&str) -> String, &str, &str) = match backend {
         Backend::Postgres => (
-            |col: &str| format!("date_bin(CAST($7 AS interval), {col}, $1)"),
-            "CAST(extract(epoch FROM k) AS BIGINT) - $3) / $4",
+            |col: &str| format!("date_bin(CAST($9 AS interval), {col}, $1)"),
+            "CAST(extract(epoch FROM k) AS BIGINT) - $4) / $5",
             "CAST($1 AS timestamptz)",
         ),
         Backend::Sqlite => {
-            (|col: &str| format!("(CAST(strftime('%s', substr({col}, 1, 19)) AS INTEGER) - $3) / $4"), "k)", "0")
+            (|col: &str| format!("(CAST(strftime('%s', substr({col}, 1, 19)) AS INTEGER) - $4) / $5"), "k)", "0")
         }
     };
     format!(
         "SELECT series, ({number} AS bucket, a, b, n FROM (
-           SELECT 'created' AS series, {created} AS k, '' AS a, '' AS b, COUNT(*) AS n
-           FROM withdrawals WHERE id >= $5 AND id <= $6 AND created_at >= $1 AND created_at < $2 GROUP BY 2
+           SELECT series, {sealed} AS k, a, b, n
+           FROM trend_buckets WHERE bucket_seconds = $5 AND bucket_start >= $1 AND bucket_start < $2
+             AND series <> '{SEALED}'
+           UNION ALL
+           SELECT 'created', {created}, '', '', COUNT(*)
+           FROM withdrawals WHERE id >= $6 AND id <= $7 AND created_at >= $2 AND created_at < $3 GROUP BY 2
            UNION ALL
            SELECT 'moved', {moved}, COALESCE(from_status, ''), to_status, COUNT(*)
-           FROM withdrawal_transitions WHERE at >= $1 AND {MOVES} GROUP BY 2, 3, 4
+           FROM withdrawal_transitions WHERE at >= $2 AND at < $8 AND {MOVES} GROUP BY 2, 3, 4
            UNION ALL
            SELECT 'dead_letter', {failed}, category, '', COUNT(*)
-           FROM dead_letters WHERE failed_at >= $1 AND failed_at < $2 GROUP BY 2, 3
+           FROM dead_letters WHERE failed_at >= $2 AND failed_at < $3 GROUP BY 2, 3
            UNION ALL
            SELECT 'review_now', {start_key}, '', '', COUNT(*) FROM withdrawals WHERE status = 'requires_review'
          ) t",
+        sealed = key("bucket_start"),
         created = key("created_at"),
         moved = key("at"),
         failed = key("failed_at"),
     )
 }
 
-/// Every series of `window`, in one statement (one snapshot).
-pub async fn trends(db: &Db, window: &Window) -> Result<Trends> {
+/// The rows of one read: sealed buckets from `origin` to `from`, live counts from `from` to `to`,
+/// live moves from `from` to `moves_to`, and the review queue now — one statement, one snapshot.
+async fn read(db: &Db, range: &Range) -> Result<Vec<Row>> {
     let sql = statement(db.backend());
-    let (start, end) = (window.start(), window.end);
     let postgres = db.backend() == Backend::Postgres;
-    let width = format!("{} seconds", window.bucket_seconds);
+    let width = format!("{} seconds", range.bucket_seconds);
     let rows = with_read_conn!(db, |conn| {
         let mut query = sqlx::query_as::<_, Row>(&sql)
-            .bind(DbTime::from(start))
-            .bind(DbTime::from(end))
-            .bind(start.timestamp())
-            .bind(window.bucket_seconds)
-            .bind(v7_bound((start - ID_MARGIN).timestamp_millis(), true))
-            .bind(v7_bound((end + ID_MARGIN).timestamp_millis(), false));
+            .bind(DbTime::from(range.origin))
+            .bind(DbTime::from(range.from))
+            .bind(DbTime::from(range.to))
+            .bind(range.origin.timestamp())
+            .bind(range.bucket_seconds)
+            .bind(v7_bound((range.from - ID_MARGIN).timestamp_millis(), true))
+            .bind(v7_bound((range.to + ID_MARGIN).timestamp_millis(), false))
+            .bind(DbTime::from(range.moves_to));
         if postgres {
             query = query.bind(width.clone());
         }
         query.fetch_all(&mut *conn).await?
     });
-    fold(window.buckets, rows)
+    Ok(rows)
+}
+
+/// Every series of `window` as of `now`: its buckets closed [`SETTLE`] before `now` from their
+/// sealed counts (sealing those not sealed yet), the rest counted live, in one statement.
+pub async fn trends(db: &Db, window: &Window, now: DateTime<Utc>) -> Result<Trends> {
+    let from = match seal(db, window, now).await {
+        Ok(sealed_until) => sealed_until,
+        Err(err) => {
+            tracing::warn!(error = %err, "trend buckets could not be sealed; the window is counted live");
+            window.start()
+        }
+    };
+    let range = Range {
+        origin: window.start(),
+        from,
+        to: window.end,
+        moves_to: no_end(),
+        bucket_seconds: window.bucket_seconds,
+    };
+    fold(window.buckets, read(db, &range).await?)
+}
+
+/// Seals the buckets of `window` that closed [`SETTLE`] before `now` and are not sealed yet, and
+/// returns the end of the sealed run (the window's start when none has closed). Reads the markers
+/// (a few rows through the primary key); only when one is missing, counts the missing buckets'
+/// rows in one statement and writes them, with their markers, in one transaction that also prunes
+/// the width's buckets older than the window by [`KEEP_BEYOND_WINDOW`].
+pub async fn seal(db: &Db, window: &Window, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+    let (start, width) = (window.start(), window.bucket_seconds);
+    let closed = ((now - SETTLE - start).num_seconds().div_euclid(width)).clamp(0, window.buckets as i64);
+    let until = start + TimeDelta::seconds(closed * width);
+    if closed == 0 {
+        return Ok(until);
+    }
+    let present: BTreeSet<i64> = sealed_starts(db, width, start, until)
+        .await?
+        .into_iter()
+        .map(|t| (t - start).num_seconds().div_euclid(width))
+        .collect();
+    let missing: Vec<i64> = (0..closed).filter(|i| !present.contains(i)).collect();
+    let Some(&first) = missing.first() else { return Ok(until) };
+    let origin = start + TimeDelta::seconds(first * width);
+    let range = Range { origin, from: origin, to: until, moves_to: until, bucket_seconds: width };
+    let rows = read(db, &range).await?;
+    let mut tx = db.begin().await?;
+    let keep_from = now - (TimeDelta::seconds(width * window.buckets as i64) + KEEP_BEYOND_WINDOW);
+    with_conn!(tx, |conn| {
+        sqlx::query("DELETE FROM trend_buckets WHERE bucket_seconds = $1 AND bucket_start < $2")
+            .bind(width)
+            .bind(DbTime::from(keep_from))
+            .execute(&mut *conn)
+            .await?;
+        for i in &missing {
+            let bucket_start = start + TimeDelta::seconds(i * width);
+            let counts = rows.iter().filter(|r| r.series != "review_now" && first + r.bucket == *i && r.n != 0);
+            let marker = (SEALED, "", "", 0);
+            for (series, a, b, n) in
+                counts.map(|r| (r.series.as_str(), r.a.as_str(), r.b.as_str(), r.n)).chain([marker])
+            {
+                sqlx::query(
+                    "INSERT INTO trend_buckets (bucket_seconds, bucket_start, series, a, b, n)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                )
+                .bind(width)
+                .bind(DbTime::from(bucket_start))
+                .bind(series)
+                .bind(a)
+                .bind(b)
+                .bind(n)
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+    });
+    tx.commit().await?;
+    Ok(until)
+}
+
+/// The starts of the sealed buckets of width `bucket_seconds` in `from..to`.
+pub async fn sealed_starts(
+    db: &Db,
+    bucket_seconds: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<DateTime<Utc>>> {
+    let starts: Vec<DbTime> = with_read_conn!(db, |conn| {
+        sqlx::query_scalar(
+            "SELECT bucket_start FROM trend_buckets
+             WHERE bucket_seconds = $1 AND bucket_start >= $2 AND bucket_start < $3 AND series = 'sealed'",
+        )
+        .bind(bucket_seconds)
+        .bind(DbTime::from(from))
+        .bind(DbTime::from(to))
+        .fetch_all(&mut *conn)
+        .await?
+    });
+    Ok(starts.into_iter().map(|t| t.0).collect())
 }
 
 /// The statement's rows as series: counts into their buckets, and the review-queue size walked

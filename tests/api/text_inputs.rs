@@ -31,7 +31,7 @@ const OPS_QUERY_FIELDS: &[(&str, &[&str])] = &[
     ("/ops/v1/audit", &["action", "target_id", "cursor"]),
     ("/ops/v1/dead-letters", &["queue", "job_type", "category", "error_code", "state", "order", "cursor"]),
     ("/ops/v1/dead-letters/export", &["category", "cursor"]),
-    ("/ops/v1/withdrawals", &["status", "cursor"]),
+    ("/ops/v1/withdrawals", &["status", "reason", "cursor"]),
     ("/ops/v1/replays", &["status"]),
     ("/ops/v1/settlement/exceptions", &["kind", "status", "cursor"]),
     ("/ops/v1/settlement/reports", &["date"]),
@@ -164,8 +164,15 @@ async fn the_customer_api_refuses_a_nul_in_its_filters_and_its_body_fields_with_
     // Each body field keeps its own code, and every one is a 422.
     let mut body = withdrawal_body("5.00");
     body["reference"] = json!("inv\u{0}1");
+    // A control character at either end is refused too, not trimmed away as whitespace.
+    let mut trailing = withdrawal_body("5.00");
+    trailing["reference"] = json!("inv-1\u{b}");
+    let mut alone = withdrawal_body("5.00");
+    alone["reference"] = json!("\n");
     let cases = [
         (body.clone(), "invalid_reference"),
+        (trailing, "invalid_reference"),
+        (alone, "invalid_reference"),
         (json!({"amount": "5\u{0}", "currency": "USD", "destination": body["destination"]}), "invalid_amount"),
         (json!({"amount": "5", "currency": "US\u{0}", "destination": body["destination"]}), "unsupported_currency"),
         (

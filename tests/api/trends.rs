@@ -20,6 +20,7 @@ use crate::harness::TestApp;
 
 both_backends!(
     the_series_count_what_happened_in_its_buckets_and_nothing_outside_the_window,
+    closed_buckets_are_sealed_once_read_back_as_counted_and_pruned_as_they_age,
     the_overview_draws_the_charts_with_a_point_or_bar_for_every_nonzero_value,
 );
 
@@ -101,7 +102,7 @@ async fn the_series_count_what_happened_in_its_buckets_and_nothing_outside_the_w
 
     for (bucket_seconds, buckets) in [(60, 60), (900, 96)] {
         let window = Window::ending_after(now, bucket_seconds, buckets);
-        let got = trends::trends(&app.db, &window).await.unwrap();
+        let got = trends::trends(&app.db, &window, Utc::now()).await.unwrap();
         assert_eq!(got, expected(&app, &ids, &window).await, "{bucket_seconds} s buckets");
         let sum = |v: &[i64]| v.iter().sum::<i64>();
         assert_eq!((sum(&got.created), sum(&got.completed), sum(&got.failed)), (5, 3, 1));
@@ -114,12 +115,54 @@ async fn the_series_count_what_happened_in_its_buckets_and_nothing_outside_the_w
     // A window that ended before the traffic saw none of it, and nobody waiting for review.
     let past = Window::ending_after(before - TimeDelta::seconds(61), 60, 60);
     assert!(past.end <= before);
-    let quiet = trends::trends(&app.db, &past).await.unwrap();
+    let quiet = trends::trends(&app.db, &past, Utc::now()).await.unwrap();
     assert_eq!(quiet, Trends { review_queue: vec![0; 60], ..empty(60) });
     // A window after it: nothing happened, and one withdrawal waited all along.
     let later = Window::ending_after(now + TimeDelta::hours(3), 60, 60);
-    let after = trends::trends(&app.db, &later).await.unwrap();
+    let after = trends::trends(&app.db, &later, Utc::now()).await.unwrap();
     assert_eq!(after, Trends { review_queue: vec![1; 60], ..empty(60) });
+}
+
+/// The buckets of `window` sealed so far.
+async fn sealed(app: &TestApp, window: &Window) -> usize {
+    trends::sealed_starts(&app.db, window.bucket_seconds, window.start(), window.end).await.unwrap().len()
+}
+
+/// A bucket is sealed only once it closed `SETTLE` ago; read as of two hours later every bucket of
+/// the window is sealed, and the window then comes from its sealed counts alone (nothing of it is
+/// left to count live) and equals what the rows say, read after read. A day later the width's old
+/// buckets are pruned as new ones are sealed.
+async fn closed_buckets_are_sealed_once_read_back_as_counted_and_pruned_as_they_age(app: TestApp) {
+    let ids = traffic(&app).await;
+    let now = Utc::now();
+    for (bucket_seconds, buckets) in [(60, 60), (900, 96)] {
+        let window = Window::ending_after(now, bucket_seconds, buckets);
+        let want = expected(&app, &ids, &window).await;
+        assert_eq!(trends::trends(&app.db, &window, now).await.unwrap(), want, "{bucket_seconds} s, as of now");
+
+        // As of now: exactly the buckets that closed SETTLE ago are sealed, none holding the traffic.
+        let until = trends::seal(&app.db, &window, now).await.unwrap();
+        assert!(until <= now - trends::SETTLE && until > now - trends::SETTLE - TimeDelta::seconds(bucket_seconds));
+        let closed = usize::try_from((until - window.start()).num_seconds() / bucket_seconds).unwrap();
+        assert_eq!(sealed(&app, &window).await, closed, "{bucket_seconds} s");
+        assert!(closed < buckets);
+
+        // Two hours on, every bucket has closed: the first read seals them all, and the window read
+        // from its sealed counts alone is what the rows say, again and again.
+        let later = now + TimeDelta::hours(2);
+        assert_eq!(trends::seal(&app.db, &window, later).await.unwrap(), window.end);
+        assert_eq!(sealed(&app, &window).await, buckets);
+        for _ in 0..2 {
+            assert_eq!(trends::trends(&app.db, &window, later).await.unwrap(), want, "{bucket_seconds} s, sealed");
+        }
+        let sum = |v: &[i64]| v.iter().sum::<i64>();
+        assert_eq!((sum(&want.created), sum(&want.completed), sum(&want.failed)), (5, 3, 1));
+
+        // Three days on, sealing that day's window prunes this one's buckets.
+        let far = now + TimeDelta::days(3);
+        trends::seal(&app.db, &Window::ending_after(far, bucket_seconds, buckets), far).await.unwrap();
+        assert_eq!(sealed(&app, &window).await, 0, "{bucket_seconds} s buckets pruned");
+    }
 }
 
 fn empty(n: usize) -> Trends {
@@ -129,7 +172,7 @@ fn empty(n: usize) -> Trends {
 /// Clicks: sign in (the overview opens). Reads the charts' SVG as Chromium rendered it.
 async fn the_overview_draws_the_charts_with_a_point_or_bar_for_every_nonzero_value(app: TestApp) {
     let ids = traffic(&app).await;
-    let hour = trends::trends(&app.db, &Window::ending_after(Utc::now(), 60, 60)).await.unwrap();
+    let hour = trends::trends(&app.db, &Window::ending_after(Utc::now(), 60, 60), Utc::now()).await.unwrap();
     let nonzero = |v: &[i64]| v.iter().filter(|x| **x != 0).count();
     assert_eq!(ids.len(), 5);
 

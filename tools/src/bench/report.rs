@@ -616,6 +616,13 @@ fn rows() -> Vec<Row> {
             |r| r.trends.as_ref().map(|t| t.hour.p95_ms),
             Some("trends_hour_p95_ms"),
         ),
+        row(
+            "trend_hour_first_ms",
+            "  last hour's first read (seals its closed buckets)",
+            "ms",
+            |r| r.trends.as_ref().map(|t| t.hour_first_ms),
+            None,
+        ),
         row("trend_day_p50_ms", "  last day's statement p50", "ms", |r| r.trends.as_ref().map(|t| t.day.p50_ms), None),
         row(
             "trend_day_p95_ms",
@@ -623,6 +630,13 @@ fn rows() -> Vec<Row> {
             "ms",
             |r| r.trends.as_ref().map(|t| t.day.p95_ms),
             Some("trends_day_p95_ms"),
+        ),
+        row(
+            "trend_day_first_ms",
+            "  last day's first read (seals its closed buckets)",
+            "ms",
+            |r| r.trends.as_ref().map(|t| t.day_first_ms),
+            None,
         ),
         row(
             "peak_rss_mib",
