@@ -44,10 +44,12 @@ pub fn parse_request(body: &[u8], limits: &AmountLimits) -> ServiceResult<(Amoun
     let d = &request.destination;
     let destination = Destination::parse(&d.kind, &d.account_number, &d.bank_code)
         .map_err(|e| ServiceError::invalid("invalid_destination", e.field(), e.to_string()))?;
-    // Trimmed of spaces only: a control character is refused wherever it stands (trimming all
-    // whitespace first let a trailing vertical tab or newline through, and a reference made of
-    // one became "no reference").
-    let reference = request.reference.map(|r| r.trim_matches(' ').to_owned()).filter(|r| !r.is_empty());
+    // Trimmed of blank characters (spaces, no-break and ideographic spaces, line separators), not
+    // of control characters: those are refused wherever they stand (trimming all whitespace
+    // first let a trailing vertical tab or newline through, and a reference made of one became
+    // "no reference"). A reference of blanks alone is none.
+    let blank = |c: char| c.is_whitespace() && !c.is_control();
+    let reference = request.reference.map(|r| r.trim_matches(blank).to_owned()).filter(|r| !r.is_empty());
     if let Some(r) = &reference {
         check_reference(r).map_err(|e| ServiceError::invalid("invalid_reference", "reference", e.to_string()))?;
     }
@@ -370,5 +372,24 @@ mod tests {
         assert_eq!(code(&fuzzed), malformed);
         assert_eq!(code(format!("{VALID}{VALID}").as_bytes()), malformed);
         assert_eq!(code(format!("{VALID}}}").as_bytes()), malformed);
+    }
+
+    fn with_reference(reference: &str) -> Vec<u8> {
+        let mut body: serde_json::Value = serde_json::from_str(VALID).unwrap();
+        body["reference"] = serde_json::Value::from(reference);
+        serde_json::to_vec(&body).unwrap()
+    }
+
+    /// Found by the ops text-input property test: a reference ending in a vertical tab was
+    /// trimmed as whitespace and accepted. Blanks are trimmed; control characters never are.
+    #[test]
+    fn blanks_are_trimmed_from_a_reference_and_control_characters_refused_wherever_they_stand() {
+        let reference = |text: &str| parse_request(&with_reference(text), &AmountLimits::default()).map(|r| r.2);
+        assert_eq!(reference(" \u{a0}inv 1\u{3000}\u{2028}").unwrap().as_deref(), Some("inv 1"));
+        assert_eq!(reference("\u{a0} \u{3000}").unwrap(), None, "blanks alone are no reference");
+        let refused = format!("{:?} invalid_reference", RefusalKind::Invalid);
+        for text in ["inv 1\u{b}", "\ninv 1", "\t", "inv\u{0}1", "\u{85}"] {
+            assert_eq!(code(&with_reference(text)), Some(refused.clone()), "{text:?}");
+        }
     }
 }

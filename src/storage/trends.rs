@@ -7,12 +7,16 @@
 //! moments of it; nothing is ever deleted or rewritten), so its counts are computed once and kept
 //! in `trend_buckets` (migration 0037): a `sealed` marker per bucket and a row per series and key
 //! with a count. A window then reads its sealed buckets (a handful of rows each) and counts only
-//! the rows of its open tail live: the last six minutes of the hour, the last twenty of the day.
+//! the rows of its open tail live: at most the hour's last six minutes, the day's last twenty.
 //! Whoever reads a window first after a bucket closes seals it, in one short write transaction
-//! (`ON CONFLICT DO NOTHING`, so two readers sealing at once agree); a database that cannot take
-//! the write is read live, with a warning. Sealed buckets older than the window by a day are
-//! pruned as new ones are sealed. The trade, documented in the README: a row committed more than
-//! `SETTLE` after the time it carries is missed by its sealed bucket.
+//! (`ON CONFLICT DO NOTHING`, rows written in key order so two sealers at once neither disagree
+//! nor deadlock); a database that cannot take the write is read live, with a warning. On SQLite
+//! the seal waits for the one writer, up to its busy timeout. Sealed buckets older than the
+//! window by a day are pruned as new ones are sealed. The trade, documented in the README: a row
+//! committed more than `SETTLE` after the time it carries is missed by its sealed bucket — and a
+//! move into or out of review missed so shifts the review-queue size of every bucket before it
+//! (the walk back starts from the current count, which has it) until that bucket leaves the
+//! window.
 //!
 //! One statement per window, so every series is read from one snapshot (the review-queue size is
 //! the current count minus the moves after each bucket, which is only right if both come from the
@@ -244,7 +248,9 @@ pub async fn seal(db: &Db, window: &Window, now: DateTime<Utc>) -> Result<DateTi
     let Some(&first) = missing.first() else { return Ok(until) };
     let origin = start + TimeDelta::seconds(first * width);
     let range = Range { origin, from: origin, to: until, moves_to: until, bucket_seconds: width };
-    let rows = read(db, &range).await?;
+    let mut rows = read(db, &range).await?;
+    // Key order, so two sealers of overlapping ranges take their rows' locks in the same order.
+    rows.sort_by(|x, y| (x.bucket, &x.series, &x.a, &x.b).cmp(&(y.bucket, &y.series, &y.a, &y.b)));
     let mut tx = db.begin().await?;
     let keep_from = now - (TimeDelta::seconds(width * window.buckets as i64) + KEEP_BEYOND_WINDOW);
     with_conn!(tx, |conn| {

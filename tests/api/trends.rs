@@ -21,6 +21,7 @@ use crate::harness::TestApp;
 both_backends!(
     the_series_count_what_happened_in_its_buckets_and_nothing_outside_the_window,
     closed_buckets_are_sealed_once_read_back_as_counted_and_pruned_as_they_age,
+    a_window_sealed_second_by_second_reads_the_same_wherever_sealed_and_live_meet,
     the_overview_draws_the_charts_with_a_point_or_bar_for_every_nonzero_value,
 );
 
@@ -163,6 +164,29 @@ async fn closed_buckets_are_sealed_once_read_back_as_counted_and_pruned_as_they_
         trends::seal(&app.db, &Window::ending_after(far, bucket_seconds, buckets), far).await.unwrap();
         assert_eq!(sealed(&app, &window).await, 0, "{bucket_seconds} s buckets pruned");
     }
+}
+
+/// One-second buckets over the traffic, read as of every second from before it to after it: each
+/// read seals one bucket more, so the line between the sealed buckets and the live tail crosses
+/// every bucket of the traffic — a withdrawal created in a sealed bucket and moved in the live
+/// tail, review moves on both sides — and every read equals what the rows say.
+async fn a_window_sealed_second_by_second_reads_the_same_wherever_sealed_and_live_meet(app: TestApp) {
+    let before = Utc::now() - TimeDelta::seconds(2);
+    let ids = traffic(&app).await;
+    let now = Utc::now();
+    let buckets = usize::try_from((now - before).num_seconds() + 3).unwrap();
+    let window = Window::ending_after(now, 1, buckets);
+    let want = expected(&app, &ids, &window).await;
+    let sum = |v: &[i64]| v.iter().sum::<i64>();
+    assert_eq!((sum(&want.created), sum(&want.completed), sum(&want.failed)), (5, 3, 1));
+    for (sealed_buckets, start) in window.starts().into_iter().enumerate() {
+        let as_of = start + trends::SETTLE;
+        assert_eq!(trends::trends(&app.db, &window, as_of).await.unwrap(), want, "{sealed_buckets} buckets sealed");
+        assert_eq!(sealed(&app, &window).await, sealed_buckets);
+    }
+    let all = window.end + trends::SETTLE;
+    assert_eq!(trends::trends(&app.db, &window, all).await.unwrap(), want, "every bucket sealed");
+    assert_eq!(sealed(&app, &window).await, buckets);
 }
 
 fn empty(n: usize) -> Trends {
