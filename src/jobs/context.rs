@@ -13,7 +13,7 @@ pub use crate::config::WorkerConfig;
 use crate::dead_letter::{self, Category, Failure};
 use crate::domain::{JobKey, LeaseToken, WithdrawalId};
 use crate::provider::Gateways;
-use crate::storage::batch::{Writes, Written};
+use crate::storage::batch::{Sql, Writes, Written};
 use crate::storage::jobs::{self as job_store, ClaimedJob, Finish};
 use crate::storage::{Db, Tx};
 
@@ -123,6 +123,26 @@ impl JobContext {
         }
         let tx = self.db().begin().await?;
         self.finish_or_rollback(tx, how).await
+    }
+
+    /// Succeeds with `writes` of the run's own, through the worker's group commit
+    /// ([`super::finisher::Finisher::succeed_with`]: only plain writes that cannot fail on another
+    /// run's rows), or in a transaction of its own where there is no finisher; either way the
+    /// writes apply only if the lease held.
+    pub async fn succeed_with(&self, writes: Vec<Sql>) -> anyhow::Result<()> {
+        if let Some(finisher) = &self.worker.finisher {
+            if !finisher.succeed_with(self.job.key(), self.job.lease_token, writes).await? {
+                tracing::warn!(event = "lease_lost", "lease lost before finishing; this run's writes were dropped");
+            }
+            return Ok(());
+        }
+        let mut tx = self.db().begin().await?;
+        let mut batch = Writes::new();
+        for sql in writes {
+            batch.push(sql);
+        }
+        batch.run(&mut tx).await?;
+        self.finish_or_rollback(tx, &Finish::Succeeded).await
     }
 
     /// Whether this run still holds its lease, checked right before a provider call (work that

@@ -203,28 +203,31 @@ pub async fn handle(ctx: &JobContext, p: DeliverNotification) -> anyhow::Result<
         _ => NotificationStatus::Pending,
     };
     let at = DbTime::now();
+    let attempted = Attempted {
+        account: n.account_id,
+        notification: n.id,
+        endpoint: endpoint.id,
+        endpoint_was_failing: endpoint.failing_since.is_some(),
+        attempt,
+        result: sent.result,
+        status_code: sent.status_code,
+        error: sent.error.as_deref(),
+        duration_ms: sent.elapsed.as_millis() as i64,
+        at,
+        status,
+    };
+    if sent.result == DeliveryResult::Delivered && !attempted.endpoint_was_failing && n.dead_job_id.is_none() {
+        // The common case — delivered to a healthy endpoint, no dead letter to settle: the attempt
+        // and the notification's move are all this run writes, so they go with its finish in the
+        // worker's group commit, many deliveries per transaction.
+        return ctx.succeed_with(store::attempt_writes(&attempted).into()).await;
+    }
     let mut tx = db.begin().await?;
     if matches!(next, Some(RetryDecision::RetryAfter(_))) {
         // The window's start, kept for the next run (a dead letter records its own).
         crate::storage::jobs::first_run_at(&mut tx, ctx.job.key(), first_run).await?;
     }
-    let recorded = store::record_attempt(
-        &mut tx,
-        &Attempted {
-            account: n.account_id,
-            notification: n.id,
-            endpoint: endpoint.id,
-            endpoint_was_failing: endpoint.failing_since.is_some(),
-            attempt,
-            result: sent.result,
-            status_code: sent.status_code,
-            error: sent.error.as_deref(),
-            duration_ms: sent.elapsed.as_millis() as i64,
-            at,
-            status,
-        },
-    )
-    .await?;
+    let recorded = store::record_attempt(&mut tx, &attempted).await?;
     let failing_since = match recorded {
         store::Recorded::Open { failing_since } => failing_since,
         // Another job (an operator's redelivery beside this one) settled it first: this job's

@@ -644,42 +644,9 @@ pub enum Recorded {
 /// (if none runs). A notification another job settled meanwhile is not moved back.
 pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Recorded> {
     let mut writes = Writes::new();
-    let error = a.error.map(|e| crate::redact::text(e).chars().take(500).collect::<String>());
-    writes.push(Sql::row(
-        "INSERT INTO notification_attempts (account_id, id, notification_id, attempt, result, status_code, error, duration_ms, at) VALUES ",
-        [
-            Arg::Uuid(a.account.0),
-            Arg::Uuid(Uuid::now_v7()),
-            Arg::Uuid(a.notification.0),
-            Arg::I64(a.attempt.into()),
-            a.result.as_str().into(),
-            Arg::OptI64(a.status_code.map(i64::from)),
-            Arg::OptText(error.clone()),
-            Arg::I64(a.duration_ms),
-            Arg::Time(a.at),
-        ],
-        "",
-    ));
-    let delivered = (a.status == NotificationStatus::Delivered).then_some(a.at);
-    let moved = writes.push(
-        Sql::new("UPDATE notifications SET status = ")
-            .bind(a.status.as_str())
-            .sql(", attempts = ")
-            .bind(i64::from(a.attempt))
-            .sql(", last_status_code = ")
-            .bind(a.status_code.map(i64::from))
-            .sql(", last_error = ")
-            .bind(error)
-            .sql(", last_attempt_at = ")
-            .bind(a.at)
-            .sql(", delivered_at = ")
-            .bind(delivered)
-            .sql(" WHERE account_id = ")
-            .bind(a.account.0)
-            .sql(" AND id = ")
-            .bind(a.notification.0)
-            .sql(" AND status IN ('pending', 'undeliverable')"),
-    );
+    let [attempt, notification] = attempt_writes(a);
+    writes.push(attempt);
+    let moved = writes.push(notification);
     let ran = writes.run(tx).await?;
     if ran.rows(moved) == 0 {
         return Ok(Recorded::Settled);
@@ -705,6 +672,49 @@ pub async fn record_attempt(tx: &mut Tx, a: &Attempted<'_>) -> Result<Recorded> 
         .await?
     });
     Ok(Recorded::Open { failing_since: since.flatten() })
+}
+
+/// An attempt's two writes: its `notification_attempts` row, and the notification moved to where
+/// the attempt left it — guarded, so a notification already settled (delivered, gone, skipped) is
+/// not moved again (the attempt is recorded either way). A delivery to a healthy endpoint has no
+/// other write, so these two go with its job's finish in the worker's group commit
+/// ([`crate::jobs::finisher`]); [`record_attempt`] runs them in the caller's transaction.
+pub fn attempt_writes(a: &Attempted<'_>) -> [Sql; 2] {
+    let error = a.error.map(|e| crate::redact::text(e).chars().take(500).collect::<String>());
+    let attempt = Sql::row(
+        "INSERT INTO notification_attempts (account_id, id, notification_id, attempt, result, status_code, error, duration_ms, at) VALUES ",
+        [
+            Arg::Uuid(a.account.0),
+            Arg::Uuid(Uuid::now_v7()),
+            Arg::Uuid(a.notification.0),
+            Arg::I64(a.attempt.into()),
+            a.result.as_str().into(),
+            Arg::OptI64(a.status_code.map(i64::from)),
+            Arg::OptText(error.clone()),
+            Arg::I64(a.duration_ms),
+            Arg::Time(a.at),
+        ],
+        "",
+    );
+    let delivered = (a.status == NotificationStatus::Delivered).then_some(a.at);
+    let notification = Sql::new("UPDATE notifications SET status = ")
+        .bind(a.status.as_str())
+        .sql(", attempts = ")
+        .bind(i64::from(a.attempt))
+        .sql(", last_status_code = ")
+        .bind(a.status_code.map(i64::from))
+        .sql(", last_error = ")
+        .bind(error)
+        .sql(", last_attempt_at = ")
+        .bind(a.at)
+        .sql(", delivered_at = ")
+        .bind(delivered)
+        .sql(" WHERE account_id = ")
+        .bind(a.account.0)
+        .sql(" AND id = ")
+        .bind(a.notification.0)
+        .sql(" AND status IN ('pending', 'undeliverable')");
+    [attempt, notification]
 }
 
 /// Sets a notification's status without an attempt (skipped: its endpoint went away; pending

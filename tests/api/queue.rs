@@ -11,7 +11,8 @@ use withdrawals::jobs::finisher::Finisher;
 use withdrawals::jobs::worker::{JobContext, Worker};
 use withdrawals::jobs::JobType;
 use withdrawals::provider::BoxFuture;
-use withdrawals::storage::jobs::{self as job_store, Finish, NewJob};
+use withdrawals::storage::batch::Sql;
+use withdrawals::storage::jobs::{self as job_store, ClaimedJob, Finish, NewJob};
 use withdrawals::storage::DbTime;
 
 use crate::both_backends;
@@ -19,6 +20,7 @@ use crate::harness::{worker_config, TestApp};
 
 both_backends!(
     a_batch_of_completions_commits_each_run_only_under_its_own_lease,
+    a_runs_own_writes_commit_with_its_finish_only_under_its_own_lease_and_roll_back_with_it,
     a_worker_drives_effect_free_jobs_to_success_through_the_group_commit,
     writes_sent_together_report_their_own_counts_and_roll_back_together,
     pruning_removes_only_jobs_that_succeeded_before_the_retention,
@@ -53,8 +55,10 @@ async fn enqueue(app: &TestApp, n: usize) -> HashSet<withdrawals::domain::JobId>
     ids
 }
 
-async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: TestApp) {
-    enqueue(&app, 3).await;
+/// Three runs of worker A, of which worker B took the third over: A's first two leases are live,
+/// its third stale. Returns (A's live runs, A's stale run, B's run of the third job).
+async fn two_live_and_one_stale(app: &TestApp) -> (Vec<ClaimedJob>, ClaimedJob, ClaimedJob) {
+    enqueue(app, 3).await;
     let mut runs = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::zero()).await.unwrap();
     assert_eq!(runs.len(), 3);
     runs.sort_by_key(|r| r.id);
@@ -72,11 +76,16 @@ async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: T
     tx.commit().await.unwrap();
     let again = job_store::claim(&app.db, QUEUE, "worker-a", 3, TimeDelta::seconds(30)).await.unwrap();
     assert_eq!(again.len(), 2);
+    assert_eq!(runs[2].id, retaken[2].id);
+    (again, runs.swap_remove(2), retaken.swap_remove(2))
+}
+
+async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: TestApp) {
+    let (again, stale, theirs) = two_live_and_one_stale(&app).await;
+    let stale = &stale;
 
     // A finishes its two live runs and its stale third run together; B's lease fences the third.
     let finisher = Finisher::start(app.db.clone(), 16);
-    let stale = &runs[2];
-    assert_eq!(stale.id, retaken[2].id);
     let (first, second, third) = tokio::join!(
         finisher.succeed(again[0].key(), again[0].lease_token),
         finisher.succeed(again[1].key(), again[1].lease_token),
@@ -91,9 +100,51 @@ async fn a_batch_of_completions_commits_each_run_only_under_its_own_lease(app: T
     let kept = job_store::job_row(&app.db, stale.key()).await.unwrap().unwrap();
     assert_eq!((kept.status.as_str(), kept.receives), ("running", 2), "still worker B's run");
     let mut tx = app.db.begin().await.unwrap();
-    let ours = job_store::finish(&mut tx, retaken[2].key(), retaken[2].lease_token, &Finish::Succeeded).await.unwrap();
+    let ours = job_store::finish(&mut tx, theirs.key(), theirs.lease_token, &Finish::Succeeded).await.unwrap();
     tx.commit().await.unwrap();
     assert!(ours, "B's lease still finishes its job");
+}
+
+/// A run's own writes (as a notification delivered to a healthy endpoint hands over) go in its
+/// batch's transaction only if its lease held; a write that fails rolls back the transaction, and
+/// the run is not marked succeeded.
+async fn a_runs_own_writes_commit_with_its_finish_only_under_its_own_lease_and_roll_back_with_it(app: TestApp) {
+    let (again, stale, theirs) = two_live_and_one_stale(&app).await;
+    let mark = |run: &ClaimedJob| {
+        vec![Sql::new("UPDATE jobs SET correlation_id = ")
+            .bind("written with its finish")
+            .sql(" WHERE account_id = ")
+            .bind(run.key().account.0)
+            .sql(" AND id = ")
+            .bind(run.id.0)]
+    };
+    let correlation = |run: &ClaimedJob| {
+        let key = run.key();
+        let db = app.db.clone();
+        async move { job_store::job_row(&db, key).await.unwrap().unwrap().correlation_id }
+    };
+
+    // A write that cannot apply: the transaction rolls back — the run's other writes and its
+    // finish with it — and the run is answered the error.
+    let finisher = Finisher::start(app.db.clone(), 16);
+    let mut broken = mark(&again[0]);
+    broken.push(Sql::new("UPDATE no_such_table SET x = 1"));
+    assert!(finisher.succeed_with(again[0].key(), again[0].lease_token, broken).await.is_err());
+    assert_eq!(job_store::job_status(&app.db, again[0].key()).await.unwrap().map(|s| s.as_str()), Some("running"));
+    assert_ne!(correlation(&again[0]).await, "written with its finish");
+
+    // The live runs' writes commit with their finish; the stale run's are dropped with it.
+    let (first, second, third) = tokio::join!(
+        finisher.succeed_with(again[0].key(), again[0].lease_token, mark(&again[0])),
+        finisher.succeed_with(again[1].key(), again[1].lease_token, mark(&again[1])),
+        finisher.succeed_with(stale.key(), stale.lease_token, mark(&stale)),
+    );
+    assert!(first.unwrap() && second.unwrap() && !third.unwrap());
+    for run in &again {
+        assert_eq!(job_store::job_status(&app.db, run.key()).await.unwrap().map(|s| s.as_str()), Some("succeeded"));
+        assert_eq!(correlation(run).await, "written with its finish");
+    }
+    assert_ne!(correlation(&theirs).await, "written with its finish", "the stale run wrote nothing");
 }
 
 fn effect_free<'a>(ctx: &'a JobContext) -> BoxFuture<'a, anyhow::Result<()>> {
