@@ -168,7 +168,8 @@ pub async fn run(db: &Db, count: u64, progress: impl Fn(&str)) -> anyhow::Result
     })
 }
 
-fn timing(mut ms: Vec<f64>, rows: usize) -> Timing {
+/// The timed runs' percentiles (`rows`: what the last run returned).
+pub(super) fn timing(mut ms: Vec<f64>, rows: usize) -> Timing {
     ms.sort_by(|a, b| a.total_cmp(b));
     Timing {
         runs: ms.len(),

@@ -9,8 +9,7 @@ use std::time::Instant;
 use chrono::Utc;
 use serde::Serialize;
 
-use super::dead_letters::{profiles, Timing, TARGET_P95_MS};
-use super::load::percentile;
+use super::dead_letters::{profiles, timing, Timing, TARGET_P95_MS};
 use crate::store::{bench as bench_store, trends as trend_store};
 use withdrawals::ops::trends::{DAY, HOUR};
 use withdrawals::storage::trends::{self, Window};
@@ -80,8 +79,8 @@ pub async fn run(db: &Db, count: u64, progress: impl Fn(&str)) -> anyhow::Result
         statistics_seconds,
         hour_created,
         day_created,
-        hour: timing(hour_ms),
-        day: timing(day_ms),
+        hour: timing(hour_ms, 1),
+        day: timing(day_ms, 1),
         hour_first_ms,
         day_first_ms,
         target_p95_ms: TARGET_P95_MS,
@@ -107,15 +106,4 @@ async fn timed(db: &Db, (bucket_seconds, buckets): (i64, usize)) -> anyhow::Resu
         created = series.created.iter().sum();
     }
     Ok((ms, first, created))
-}
-
-fn timing(mut ms: Vec<f64>) -> Timing {
-    ms.sort_by(|a, b| a.total_cmp(b));
-    Timing {
-        runs: ms.len(),
-        p50_ms: percentile(&ms, 0.5),
-        p95_ms: percentile(&ms, 0.95),
-        max_ms: ms.last().copied().unwrap_or(0.0),
-        rows: 1,
-    }
 }
